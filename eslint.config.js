@@ -1,0 +1,33 @@
+// Lint rules: typed TypeScript rules plus the module boundaries of docs/architecture.md
+// (api <- kube <- operator/apiserver/node; node -> vmm -> guest).
+import js from '@eslint/js';
+import tseslint from 'typescript-eslint';
+
+const boundary = (from, forbidden) => ({
+  files: [`src/${from}/**/*.ts`],
+  rules: {
+    'no-restricted-imports': [
+      'error',
+      { patterns: forbidden.map((f) => ({ group: [`**/${f}/**`, `../${f}/*`], message: `src/${from} must not import src/${f}` })) },
+    ],
+  },
+});
+
+export default tseslint.config(
+  { ignores: ['dist/**', 'node_modules/**', 'agent/**', 'deploy/**', '**/*.gen.ts'] },
+  js.configs.recommended,
+  ...tseslint.configs.recommended,
+  {
+    rules: {
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
+      '@typescript-eslint/no-explicit-any': 'error',
+      'no-constant-condition': ['error', { checkLoops: false }],
+    },
+  },
+  boundary('api', ['kube', 'operator', 'apiserver', 'node', 'vmm', 'guest', 'cluster', 'cli']),
+  boundary('kube', ['operator', 'apiserver', 'node', 'vmm', 'guest', 'cli']),
+  boundary('operator', ['apiserver', 'node', 'vmm', 'guest', 'cli']),
+  boundary('apiserver', ['operator', 'node', 'vmm', 'guest', 'cli']),
+  boundary('vmm', ['api', 'kube', 'operator', 'apiserver', 'node', 'cli', 'cluster']),
+  boundary('guest', ['api', 'kube', 'operator', 'apiserver', 'node', 'vmm', 'cli', 'cluster']),
+);

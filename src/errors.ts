@@ -1,0 +1,26 @@
+/**
+ * The one root of every error this project throws. `code` is stable (tests and callers match on it);
+ * `hint` says what to do next, so every error a person sees carries its remedy.
+ */
+export class SandboxError extends Error {
+  readonly code: string;
+  readonly hint: string | undefined;
+
+  constructor(code: string, message: string, options: { cause?: unknown; hint?: string } = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'SandboxError';
+    this.code = code;
+    this.hint = options.hint;
+  }
+
+  /** Message plus hint, for a terminal. */
+  describe(): string {
+    return this.hint ? `${this.message}\n  hint: ${this.hint}` : this.message;
+  }
+}
+
+export function errorMessage(err: unknown): string {
+  if (err instanceof SandboxError) return err.describe();
+  if (err instanceof Error) return err.message;
+  return String(err);
+}
