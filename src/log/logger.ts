@@ -1,11 +1,11 @@
-import { pino, type Logger } from 'pino';
+import pino from 'pino';
 
-export type { Logger };
+export type Logger = pino.Logger;
 
 export interface LoggerOptions {
   level?: string;
   name?: string;
-  /** Write to stderr so stdout stays free for machine-readable output (e.g. `sbx up --detach`'s export line). */
+  /** File descriptor; default stderr, so stdout stays free for machine-readable output (e.g. `sbx up --detach`). */
   destination?: number;
 }
 

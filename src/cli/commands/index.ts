@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
+import { register as registerPlatform } from './platform.js';
 
 /** Every command module exports `register(program)`; add one line per module here. */
 export function registerCommands(program: Command): void {
-  void program;
+  registerPlatform(program);
 }

@@ -1,0 +1,186 @@
+import { spawn } from 'node:child_process';
+import { openSync } from 'node:fs';
+import { mkdir, rm } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { Option, type Command } from 'commander';
+import { deleteClusterNetwork, isAlive, listClusterNamespaces, readClusterEnvironment } from '../../cluster/index.js';
+import { SandboxError, errorMessage } from '../../errors.js';
+import { createLogger } from '../../log/logger.js';
+import { readState, startPlatform, statePath, writeState, type Platform } from '../platform.js';
+
+interface UpOptions {
+  detach?: boolean;
+  supervise?: boolean;
+  simulatedNodes: string;
+  fsync: boolean;
+  logLevel: string;
+}
+
+const SBX_BIN = fileURLToPath(new URL('../../../bin/sbx.mjs', import.meta.url));
+
+export function register(program: Command): void {
+  program
+    .command('up')
+    .description('start the local platform: real control plane + simulated standard nodes (Ctrl-C stops it)')
+    .option('-d, --detach', 'return once everything is Ready; the last line printed is an export for eval')
+    .option('--simulated-nodes <n>', 'simulated (kwok) standard nodes', '2')
+    .option('--no-fsync', 'run etcd without fsync (faster; figures measured so are labelled)')
+    .option('--log-level <level>', 'log level', 'info')
+    .addOption(new Option('--supervise', 'internal: run as the detached supervisor').hideHelp())
+    .action(async (opts: UpOptions) => {
+      if (opts.detach) await upDetached(opts);
+      else await upForeground(opts);
+    });
+
+  program
+    .command('down')
+    .description('stop a detached platform and everything it started')
+    .option('--all', 'also remove stale sbx-* network namespaces left by killed runs')
+    .action(async (opts: { all?: boolean }) => down(opts));
+
+  program
+    .command('status')
+    .description('show whether a detached platform is running')
+    .action(async () => {
+      const env = readClusterEnvironment();
+      const state = await readState(env.stateDir);
+      if (!state || !isAlive(state.supervisorPid)) {
+        process.stdout.write('no platform running\n');
+        process.exitCode = 1;
+        return;
+      }
+      process.stdout.write(`${state.status}: kubeconfig ${state.kubeconfigPath ?? '(pending)'}, pid ${state.supervisorPid}\n`);
+    });
+}
+
+function platformOptions(opts: UpOptions) {
+  const env = readClusterEnvironment();
+  const logger = createLogger({ level: opts.logLevel, name: 'sbx' });
+  const nodes = Number.parseInt(opts.simulatedNodes, 10);
+  if (!Number.isInteger(nodes) || nodes < 0 || nodes > 100)
+    throw new SandboxError('cli.usage', `--simulated-nodes must be an integer 0..100, got "${opts.simulatedNodes}"`);
+  return {
+    env,
+    logger,
+    options: {
+      cacheDir: env.cacheDir,
+      binDir: env.binDir,
+      dataDir: join(env.stateDir, 'platform', 'data'),
+      simulatedNodes: nodes,
+      etcdFsync: opts.fsync,
+      logger,
+      progress: (line: string) => process.stderr.write(`${line}\n`),
+    },
+  };
+}
+
+async function refuseIfRunning(stateDir: string) {
+  const state = await readState(stateDir);
+  if (state && isAlive(state.supervisorPid) && state.supervisorPid !== process.pid) {
+    throw new SandboxError('cli.already-running', `a platform is already running (pid ${state.supervisorPid})`, {
+      hint: 'run `sbx down` first',
+    });
+  }
+}
+
+async function upForeground(opts: UpOptions): Promise<void> {
+  const { env, options } = platformOptions(opts);
+  if (!opts.supervise) await refuseIfRunning(env.stateDir);
+  let platform: Platform | undefined;
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    process.stderr.write(`\n${signal}: stopping the platform...\n`);
+    await platform?.stop();
+    await rm(statePath(env.stateDir), { force: true });
+    process.stderr.write('stopped.\n');
+    process.exit(0);
+  };
+  process.on('SIGINT', () => void stop('SIGINT'));
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+  await writeState(env.stateDir, { status: 'starting', supervisorPid: process.pid });
+  try {
+    platform = await startPlatform(options);
+  } catch (err) {
+    await writeState(env.stateDir, { status: 'failed', supervisorPid: process.pid, error: errorMessage(err) });
+    throw err;
+  }
+  const c = platform.cluster;
+  await writeState(env.stateDir, {
+    status: 'ready',
+    supervisorPid: process.pid,
+    kubeconfigPath: c.kubeconfigPath,
+    binDir: c.binDir,
+    netns: c.netns,
+    hostInterface: c.hostInterface,
+    pids: platform.pids(),
+    readyMs: c.readyMs,
+  });
+  if (stopping) return;
+  process.stdout.write(
+    [
+      `sandbox-operator platform is up (control plane Ready in ${(c.readyMs / 1000).toFixed(1)} s)`,
+      `  kubeconfig:  ${c.kubeconfigPath}`,
+      `  apiserver:   ${c.server}`,
+      `  nodes:       ${c.simulatedNodes.join(', ')} (simulated by kwok)`,
+      `  try:         KUBECONFIG=${c.kubeconfigPath} ${join(c.binDir, 'kubectl')} get nodes`,
+      opts.supervise ? '' : '  Press Ctrl-C to stop.',
+      '',
+    ].join('\n'),
+  );
+  await new Promise(() => {}); // run until a signal
+}
+
+async function upDetached(opts: UpOptions): Promise<void> {
+  const { env } = platformOptions(opts);
+  await refuseIfRunning(env.stateDir);
+  await mkdir(join(env.stateDir, 'platform'), { recursive: true });
+  await rm(statePath(env.stateDir), { force: true });
+  const logPath = join(env.stateDir, 'platform', 'supervisor.log');
+  const out = openSync(logPath, 'w');
+  const args = [SBX_BIN, 'up', '--supervise', '--simulated-nodes', opts.simulatedNodes, '--log-level', opts.logLevel];
+  if (!opts.fsync) args.push('--no-fsync');
+  const child = spawn(process.execPath, args, { detached: true, stdio: ['ignore', out, out] });
+  child.unref();
+  process.stderr.write(`starting the platform in the background (pid ${child.pid}, log ${logPath})\n`);
+  for (;;) {
+    await sleep(250);
+    const state = await readState(env.stateDir);
+    if (state?.status === 'ready' && state.kubeconfigPath && state.binDir) {
+      process.stderr.write(`platform ready; stop it with \`sbx down\`\n`);
+      process.stdout.write(`export KUBECONFIG=${resolve(state.kubeconfigPath)} PATH=${resolve(state.binDir)}:$PATH\n`);
+      return;
+    }
+    if (state?.status === 'failed') throw new SandboxError('cli.up-failed', `platform failed to start: ${state.error}`, { hint: `see ${logPath}` });
+    if (child.pid !== undefined && !isAlive(child.pid))
+      throw new SandboxError('cli.up-failed', 'the platform supervisor exited before it was ready', { hint: `see ${logPath}` });
+  }
+}
+
+async function down(opts: { all?: boolean }): Promise<void> {
+  const env = readClusterEnvironment();
+  const state = await readState(env.stateDir);
+  if (state) {
+    if (isAlive(state.supervisorPid)) {
+      process.kill(state.supervisorPid, 'SIGTERM');
+      for (let i = 0; i < 120 && isAlive(state.supervisorPid); i++) await sleep(250);
+      if (isAlive(state.supervisorPid)) process.kill(state.supervisorPid, 'SIGKILL');
+    }
+    // Whatever the supervisor could not stop (it was killed, say) goes now, by recorded PID.
+    for (const pid of state.pids ?? []) if (isAlive(pid)) process.kill(pid, 'SIGKILL');
+    if (state.netns && state.hostInterface) await deleteClusterNetwork({ netns: state.netns, hostInterface: state.hostInterface });
+    await rm(statePath(env.stateDir), { force: true });
+    process.stderr.write('platform stopped\n');
+  } else {
+    process.stderr.write('no platform running\n');
+  }
+  if (opts.all) {
+    for (const netns of await listClusterNamespaces()) {
+      await deleteClusterNetwork({ netns, hostInterface: `${netns.replace('-', '')}h` });
+      process.stderr.write(`removed stale network namespace ${netns}\n`);
+    }
+  }
+}

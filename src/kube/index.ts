@@ -1,0 +1,15 @@
+export { KubeClient, resetClientMetricsCache } from './client.js';
+export type { ClientOptions, PatchType, ListOptions, WatchOptions, WatchEvent, KubeList, WriteOptions, DeleteOptions } from './client.js';
+export { Informer } from './informer.js';
+export type { EventHandler, InformerOptions } from './informer.js';
+export { WorkQueue } from './workqueue.js';
+export { Controller, TerminalError } from './controller.js';
+export type { Reconciler, ReconcileRequest, ReconcileResult, ReconcileContext, Predicate } from './controller.js';
+export { Manager, splitHostPort } from './manager.js';
+export type { ManagerOptions, Runnable } from './manager.js';
+export { LeaderElector } from './leader-election.js';
+export { mergePatch, applyMergePatch } from './merge-patch.js';
+export { controllerRef, controllerOf, isControlledBy, refGroup } from './ownership.js';
+export { StatusError, isNotFound, isAlreadyExists, isConflict, isInvalid, isGone, isForbidden } from './status-errors.js';
+export type { KubeStatus } from './status-errors.js';
+export * from './resource.js';

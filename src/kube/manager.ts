@@ -1,0 +1,192 @@
+import { createServer, type Server } from 'node:http';
+import { Registry, collectDefaultMetrics } from 'prom-client';
+import { silentLogger, type Logger } from '../log/logger.js';
+import type { KubeClient } from './client.js';
+import { Controller, type ControllerOptions } from './controller.js';
+import { Informer, type InformerOptions } from './informer.js';
+import { LeaderElector, type LeaderElectionOptions } from './leader-election.js';
+import type { KubeObject, ResourceType } from './resource.js';
+
+/**
+ * Runs informers (shared: one watch per resource type), controllers (leader-gated), and the metrics and
+ * health endpoints, in controller-runtime's order: servers, caches (wait for sync), leader election, controllers.
+ */
+export interface ManagerOptions {
+  client: KubeClient;
+  logger?: Logger;
+  registry?: Registry;
+  /** host:port or :port; empty or "0" disables. */
+  metricsBindAddress?: string;
+  healthBindAddress?: string;
+  leaderElection?: LeaderElectionOptions | undefined;
+  /** Extra readiness checks (e.g. the webhook server is listening). */
+  readyChecks?: Array<{ name: string; check: () => boolean }>;
+}
+
+export interface Runnable {
+  name: string;
+  start(signal: AbortSignal): Promise<void>;
+  /** Runs only on the elected leader. */
+  needsLeader: boolean;
+}
+
+export class Manager {
+  readonly client: KubeClient;
+  readonly registry: Registry;
+  readonly log: Logger;
+  private readonly informers = new Map<string, Informer<KubeObject>>();
+  private readonly controllers: Controller[] = [];
+  private readonly runnables: Runnable[] = [];
+  private readonly servers: Server[] = [];
+  private elected = false;
+  private started = false;
+  private readonly readyChecks: Array<{ name: string; check: () => boolean }>;
+  private lostLeadership: (() => void) | undefined;
+  /** Addresses the HTTP servers actually bound (port 0 picks one). */
+  readonly boundAddresses: { metrics?: string; health?: string } = {};
+
+  constructor(private readonly opts: ManagerOptions) {
+    this.client = opts.client;
+    this.log = opts.logger ?? silentLogger;
+    this.registry = opts.registry ?? new Registry();
+    this.readyChecks = [...(opts.readyChecks ?? [])];
+  }
+
+  /** The shared informer for a resource type (one watch per type per process). */
+  informer<T extends KubeObject>(rt: ResourceType, opts: Omit<InformerOptions, 'logger' | 'registry'> = {}): Informer<T> {
+    const id = `${rt.group}/${rt.version}/${rt.plural}|${opts.namespace ?? ''}|${opts.labelSelector ?? ''}|${opts.fieldSelector ?? ''}`;
+    let inf = this.informers.get(id);
+    if (!inf) {
+      if (this.started) throw new Error(`informer for ${rt.plural} requested after the manager started`);
+      inf = new Informer<KubeObject>(this.client, rt, { ...opts, logger: this.log, registry: this.registry });
+      this.informers.set(id, inf);
+    }
+    return inf as unknown as Informer<T>;
+  }
+
+  controller(opts: Omit<ControllerOptions, 'logger' | 'registry'>): Controller {
+    if (this.controllers.some((c) => c.name === opts.name)) throw new Error(`duplicate controller name ${opts.name}`);
+    const c = new Controller({ ...opts, logger: this.log, registry: this.registry });
+    this.controllers.push(c);
+    return c;
+  }
+
+  add(r: Runnable): void {
+    this.runnables.push(r);
+  }
+
+  addReadyCheck(name: string, check: () => boolean): void {
+    this.readyChecks.push({ name, check });
+  }
+
+  get isLeader(): boolean {
+    return this.elected;
+  }
+
+  get synced(): boolean {
+    return [...this.informers.values()].every((i) => i.hasSynced);
+  }
+
+  /** Force every informer to replay its cache to its handlers (makes no API calls). */
+  resyncAll(): void {
+    for (const inf of this.informers.values()) inf.resync();
+  }
+
+  onLostLeadership(fn: () => void): void {
+    this.lostLeadership = fn;
+  }
+
+  async start(signal: AbortSignal): Promise<void> {
+    this.started = true;
+    collectDefaultMetrics({ register: this.registry });
+    await this.startServers();
+    const tasks: Promise<unknown>[] = [];
+    for (const inf of this.informers.values()) tasks.push(inf.start(signal));
+    for (const r of this.runnables.filter((r) => !r.needsLeader)) tasks.push(r.start(signal));
+    await Promise.race([Promise.all([...this.informers.values()].map((i) => i.synced())), abortPromise(signal)]);
+    if (signal.aborted) return this.shutdown(tasks);
+    this.log.info({ informers: this.informers.size }, 'caches synced');
+
+    if (this.opts.leaderElection) {
+      const elector = new LeaderElector(this.client, { ...this.opts.leaderElection, logger: this.log });
+      await elector.acquire(signal);
+      if (signal.aborted) return this.shutdown(tasks);
+      tasks.push(
+        elector.holdUntil(signal, () => {
+          this.elected = false;
+          (this.lostLeadership ?? (() => process.exit(1)))();
+        }),
+      );
+    }
+    this.elected = true;
+    for (const c of this.controllers) tasks.push(c.run(signal));
+    for (const r of this.runnables.filter((r) => r.needsLeader)) tasks.push(r.start(signal));
+    await abortPromise(signal);
+    await this.shutdown(tasks);
+  }
+
+  private async shutdown(tasks: Promise<unknown>[]): Promise<void> {
+    await Promise.allSettled(tasks);
+    await Promise.all(this.servers.map((s) => new Promise((r) => s.close(r))));
+    this.log.info('manager stopped');
+  }
+
+  private async startServers(): Promise<void> {
+    const metrics = this.opts.metricsBindAddress;
+    if (metrics && metrics !== '0') {
+      this.boundAddresses.metrics = await this.listen(metrics, async (path) => {
+        if (path !== '/metrics') return undefined;
+        return { type: this.registry.contentType, body: await this.registry.metrics() };
+      });
+    }
+    const health = this.opts.healthBindAddress;
+    if (health && health !== '0') {
+      this.boundAddresses.health = await this.listen(health, async (path) => {
+        if (path === '/healthz') return { type: 'text/plain', body: 'ok' };
+        if (path === '/readyz') {
+          const failing = [...(this.synced ? [] : ['informers']), ...this.readyChecks.filter((c) => !c.check()).map((c) => c.name)];
+          return failing.length ? { status: 503, type: 'text/plain', body: `not ready: ${failing.join(', ')}` } : { type: 'text/plain', body: 'ok' };
+        }
+        return undefined;
+      });
+    }
+  }
+
+  private listen(bind: string, handle: (path: string) => Promise<{ status?: number; type: string; body: string } | undefined>): Promise<string> {
+    const [host, port] = splitHostPort(bind);
+    const server = createServer((req, res) => {
+      handle(new URL(req.url ?? '/', 'http://x').pathname).then(
+        (r) => {
+          if (!r) {
+            res.writeHead(404).end('not found');
+            return;
+          }
+          res.writeHead(r.status ?? 200, { 'content-type': r.type }).end(r.body);
+        },
+        (err: unknown) => res.writeHead(500).end(String(err)),
+      );
+    });
+    this.servers.push(server);
+    return new Promise((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(port, host || undefined, () => {
+        const a = server.address();
+        resolve(typeof a === 'object' && a ? `${a.address}:${a.port}` : bind);
+      });
+    });
+  }
+}
+
+export function splitHostPort(bind: string): [string, number] {
+  const i = bind.lastIndexOf(':');
+  const host = i >= 0 ? bind.slice(0, i).replace(/^\[|\]$/g, '') : '';
+  const port = Number.parseInt(i >= 0 ? bind.slice(i + 1) : bind, 10);
+  return [host, Number.isFinite(port) ? port : 0];
+}
+
+function abortPromise(signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    signal.addEventListener('abort', () => resolve(), { once: true });
+  });
+}

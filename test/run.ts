@@ -1,0 +1,108 @@
+/**
+ * The test command (`npm test`): one real control plane for the whole run, then node's test runner over every
+ * test file (each file in its own process, all sharing the cluster; one namespace per test), then a check that
+ * nothing the run started is still running.
+ *
+ *   node --import tsx test/run.ts [files or directories...]
+ */
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { readdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { join, relative } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { isAlive, listClusterNamespaces, readClusterEnvironment, startCluster } from '../src/cluster/index.js';
+import { errorMessage } from '../src/errors.js';
+
+const RUN_MARKER = 'SBX_TEST_RUN_ID';
+
+async function collect(paths: string[]): Promise<string[]> {
+  const out: string[] = [];
+  for (const p of paths) {
+    const s = await stat(p);
+    if (s.isDirectory()) {
+      const entries = await readdir(p, { recursive: true });
+      out.push(...entries.filter((e) => e.endsWith('.test.ts')).map((e) => join(p, e)));
+    } else out.push(p);
+  }
+  return out.sort();
+}
+
+/** Every process whose environment carries this run's marker: the run's own descendants, orphaned or not. */
+async function processesOfRun(runId: string): Promise<Array<{ pid: number; cmd: string }>> {
+  const found: Array<{ pid: number; cmd: string }> = [];
+  for (const entry of await readdir('/proc')) {
+    const pid = Number(entry);
+    if (!Number.isInteger(pid) || pid === process.pid) continue;
+    try {
+      const environ = await readFile(`/proc/${pid}/environ`, 'latin1');
+      if (!environ.includes(`${RUN_MARKER}=${runId}`)) continue;
+      const cmd = (await readFile(`/proc/${pid}/cmdline`, 'latin1')).split('\0').join(' ').trim();
+      found.push({ pid, cmd });
+    } catch {
+      // gone meanwhile, or not ours to read
+    }
+  }
+  return found;
+}
+
+async function main(): Promise<number> {
+  const args = process.argv.slice(2);
+  const files = (await collect(args.length ? args : ['test'])).map((f) => relative(process.cwd(), f));
+  const runId = randomUUID();
+  process.env[RUN_MARKER] = runId; // inherited by the cluster processes and the test processes
+  const env = readClusterEnvironment();
+  const netnsBefore = new Set(await listClusterNamespaces());
+
+  process.stderr.write(`starting the shared control plane for ${files.length} test files...\n`);
+  const t0 = Date.now();
+  const cluster = await startCluster({
+    cacheDir: env.cacheDir,
+    binDir: env.binDir,
+    simulatedNodes: 2,
+    progress: (l) => process.stderr.write(`${l}\n`),
+  });
+  process.stderr.write(
+    `control plane Ready in ${(cluster.readyMs / 1000).toFixed(2)} s (kube-apiserver /readyz; ${((Date.now() - t0) / 1000).toFixed(2)} s with controllers and simulated nodes)\n`,
+  );
+  const infoPath = join(cluster.dataDir, 'test-cluster.json');
+  const { kubectl: _k, processes: _p, stop: _s, ...info } = cluster;
+  await writeFile(infoPath, JSON.stringify(info));
+
+  let code = 1;
+  try {
+    code = await new Promise<number>((resolve) => {
+      const child = spawn(
+        process.execPath,
+        ['--import', 'tsx', '--test', '--test-reporter=spec', `--test-concurrency=${process.env.SBX_TEST_CONCURRENCY ?? '2'}`, ...files],
+        { stdio: 'inherit', env: { ...process.env, SBX_TEST_CLUSTER: infoPath } },
+      );
+      child.on('exit', (c, sig) => resolve(c ?? (sig ? 1 : 0)));
+    });
+  } finally {
+    await cluster.stop();
+  }
+
+  // Nothing this run started may outlive it.
+  await sleep(200);
+  const leftovers = await processesOfRun(runId);
+  const clusterAlive = cluster.pids.filter(isAlive);
+  const netnsLeft = (await listClusterNamespaces()).filter((n) => !netnsBefore.has(n));
+  if (leftovers.length || clusterAlive.length || netnsLeft.length) {
+    process.stderr.write(
+      `leak check FAILED: ${leftovers.length} processes still running${leftovers.map((p) => `\n  ${p.pid} ${p.cmd.slice(0, 160)}`).join('')}` +
+        `${netnsLeft.length ? `\n  network namespaces left: ${netnsLeft.join(', ')}` : ''}\n`,
+    );
+    for (const p of leftovers) if (isAlive(p.pid)) process.kill(p.pid, 'SIGKILL');
+    return 1;
+  }
+  process.stderr.write(`leak check passed: every process started by the run has exited, no network namespace left\n`);
+  return code;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err) => {
+    process.stderr.write(`test run failed before the tests: ${errorMessage(err)}\n`);
+    process.exit(1);
+  },
+);
