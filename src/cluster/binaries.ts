@@ -102,7 +102,7 @@ async function checkExplicitDir(spec: ComponentSpec, dir: string): Promise<Binar
         hint: `put ${spec.name} ${spec.version} binaries in ${dir}, or unset SANDBOX_K8S_BIN_DIR to build them`,
       });
     }
-    const res = spawnSync(path, ['--version'], { timeout: 15_000, encoding: 'utf8' });
+    const res = spawnSync(path, bin === 'kubectl' ? ['version', '--client'] : ['--version'], { timeout: 15_000, encoding: 'utf8' });
     if (res.error || res.status !== 0) {
       const detail = (res.error?.message ?? res.stderr ?? '').trim().split('\n').slice(-3).join(' | ');
       throw new SandboxError('cluster.binary-broken', `${bin} at ${path} does not run: ${detail || `exit ${res.status}`}`, {

