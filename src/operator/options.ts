@@ -10,6 +10,8 @@ export type RuntimeName = (typeof RUNTIMES)[number];
 
 export interface OperatorConfig {
   readonly kubeconfig: string | undefined;
+  /** Watch only this namespace (all when undefined). Tests run one operator per namespace. */
+  readonly watchNamespace: string | undefined;
   readonly defaultRuntime: RuntimeName;
   readonly extensions: boolean;
   readonly clusterDomain: string;
@@ -62,6 +64,7 @@ export function operatorCommand(): Command {
   return new Command('sandbox-operator')
     .description('Controllers for the agent-sandbox API (Sandbox, SandboxTemplate, SandboxWarmPool, SandboxClaim)')
     .option('--kubeconfig <path>', 'kubeconfig (default: in-cluster or $KUBECONFIG)')
+    .option('--namespace <ns>', 'watch only this namespace (default: all namespaces)')
     .option('--default-runtime <runtime>', 'runtime for Sandboxes that name none: standard | vk-cocoon | sandboxd', 'standard')
     .addOption(b('extensions', true, 'run the SandboxTemplate/SandboxWarmPool/SandboxClaim controllers'))
     .option('--cluster-domain <domain>', 'cluster DNS domain (Service FQDNs, cert SANs)', 'cluster.local')
@@ -110,6 +113,7 @@ export function toConfig(opts: Record<string, unknown>): OperatorConfig {
   const webhookNamespace = String(opts.webhookNamespace);
   return {
     kubeconfig: opts.kubeconfig as string | undefined,
+    watchNamespace: (opts.namespace as string | undefined) || undefined,
     defaultRuntime: runtime as RuntimeName,
     extensions: opts.extensions as boolean,
     clusterDomain: String(opts.clusterDomain),
