@@ -12,6 +12,7 @@ import { join, relative } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { isAlive, listClusterNamespaces, readClusterEnvironment, startCluster } from '../src/cluster/index.js';
 import { errorMessage } from '../src/errors.js';
+import { installCrds } from './support/crds.js';
 
 const RUN_MARKER = 'SBX_TEST_RUN_ID';
 
@@ -64,6 +65,7 @@ async function main(): Promise<number> {
   process.stderr.write(
     `control plane Ready in ${(cluster.readyMs / 1000).toFixed(2)} s (kube-apiserver /readyz; ${((Date.now() - t0) / 1000).toFixed(2)} s with controllers and simulated nodes)\n`,
   );
+  await installCrds(cluster.kubectl);
   const infoPath = join(cluster.dataDir, 'test-cluster.json');
   const { kubectl: _k, processes: _p, stop: _s, ...info } = cluster;
   await writeFile(infoPath, JSON.stringify(info));

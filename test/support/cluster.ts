@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { installCrds } from './crds.js';
 import { runKubectl, startCluster, readClusterEnvironment, type ClusterInfo } from '../../src/cluster/index.js';
 
 /**
@@ -30,6 +31,7 @@ async function load(): Promise<TestCluster> {
     simulatedNodes: 2,
     progress: (l) => process.stderr.write(`${l}\n`),
   });
+  await installCrds(cluster.kubectl);
   let stopping = false;
   process.on('beforeExit', () => {
     if (stopping) return;
