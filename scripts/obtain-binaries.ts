@@ -9,7 +9,9 @@ const env = readClusterEnvironment();
 const opts = { cacheDir: env.cacheDir, binDir: env.binDir, progress: (l: string) => process.stderr.write(`${l}\n`) };
 try {
   const names = process.argv.slice(2) as ComponentName[];
-  const paths = names.length ? Object.assign({}, ...(await Promise.all(names.map((n) => obtain(n, opts))))) : await obtainAll(opts);
+  const paths = names.length
+    ? Object.assign({}, ...(await Promise.all(names.map((n) => obtain(n, opts)))))
+    : await obtainAll(opts);
   for (const [bin, path] of Object.entries(paths)) process.stdout.write(`${bin}\t${path}\n`);
 } catch (err) {
   process.stderr.write(`obtain-binaries: ${errorMessage(err)}\n`);

@@ -75,7 +75,14 @@ async function main(): Promise<number> {
     code = await new Promise<number>((resolve) => {
       const child = spawn(
         process.execPath,
-        ['--import', 'tsx', '--test', '--test-reporter=spec', `--test-concurrency=${process.env.SBX_TEST_CONCURRENCY ?? '2'}`, ...files],
+        [
+          '--import',
+          'tsx',
+          '--test',
+          '--test-reporter=spec',
+          `--test-concurrency=${process.env.SBX_TEST_CONCURRENCY ?? '2'}`,
+          ...files,
+        ],
         { stdio: 'inherit', env: { ...process.env, SBX_TEST_CLUSTER: infoPath } },
       );
       child.on('exit', (c, sig) => resolve(c ?? (sig ? 1 : 0)));

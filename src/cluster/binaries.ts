@@ -38,7 +38,10 @@ const KWOK_STAGE_FILES = [
 ];
 
 async function kwokStages(buildDir: string): Promise<string> {
-  const res = spawnSync('go', ['list', '-m', '-f', '{{.Dir}}', 'sigs.k8s.io/kwok'], { cwd: buildDir, encoding: 'utf8' });
+  const res = spawnSync('go', ['list', '-m', '-f', '{{.Dir}}', 'sigs.k8s.io/kwok'], {
+    cwd: buildDir,
+    encoding: 'utf8',
+  });
   if (res.status !== 0) throw new SandboxError('cluster.build', `cannot locate the kwok module: ${res.stderr}`);
   const dir = res.stdout.trim();
   const docs = await Promise.all(KWOK_STAGE_FILES.map((f) => readFile(join(dir, f), 'utf8')));
@@ -102,12 +105,19 @@ async function checkExplicitDir(spec: ComponentSpec, dir: string): Promise<Binar
         hint: `put ${spec.name} ${spec.version} binaries in ${dir}, or unset SANDBOX_K8S_BIN_DIR to build them`,
       });
     }
-    const res = spawnSync(path, bin === 'kubectl' ? ['version', '--client'] : ['--version'], { timeout: 15_000, encoding: 'utf8' });
+    const res = spawnSync(path, bin === 'kubectl' ? ['version', '--client'] : ['--version'], {
+      timeout: 15_000,
+      encoding: 'utf8',
+    });
     if (res.error || res.status !== 0) {
       const detail = (res.error?.message ?? res.stderr ?? '').trim().split('\n').slice(-3).join(' | ');
-      throw new SandboxError('cluster.binary-broken', `${bin} at ${path} does not run: ${detail || `exit ${res.status}`}`, {
-        hint: `replace it with a working ${spec.name} ${spec.version} binary, or unset SANDBOX_K8S_BIN_DIR to build one`,
-      });
+      throw new SandboxError(
+        'cluster.binary-broken',
+        `${bin} at ${path} does not run: ${detail || `exit ${res.status}`}`,
+        {
+          hint: `replace it with a working ${spec.name} ${spec.version} binary, or unset SANDBOX_K8S_BIN_DIR to build one`,
+        },
+      );
     }
   }
   return paths;
@@ -150,7 +160,8 @@ async function goModuleFor(spec: ComponentSpec, buildDir: string): Promise<GoMod
       const replaces = [...upstream.matchAll(/^\s*(k8s\.io\/[\w.-]+)\s+=>\s+\.\/staging\//gm)].map(
         (m) => `\t${m[1]} => ${m[1]} ${stagingVersion}`,
       );
-      if (replaces.length === 0) throw new SandboxError('cluster.build', 'no staging replaces found in k8s.io/kubernetes go.mod');
+      if (replaces.length === 0)
+        throw new SandboxError('cluster.build', 'no staging replaces found in k8s.io/kubernetes go.mod');
       const [, minor] = spec.version.match(/^v1\.(\d+)\./) ?? [];
       const pkg = 'k8s.io/component-base/version';
       return {
@@ -191,12 +202,21 @@ async function buildWithGo(spec: ComponentSpec, cacheDir: string, target: string
   if (mod.main) await writeFile(join(buildDir, 'main.go'), mod.main);
   // tools.go pins the packages so `go mod tidy` keeps their dependencies.
   const imports = mod.packages.filter((p) => p !== '.').map((p) => `\t_ "${p}"`);
-  if (imports.length) await writeFile(join(buildDir, 'tools.go'), `//go:build tools\n\npackage tools\n\nimport (\n${imports.join('\n')}\n)\n`);
+  if (imports.length)
+    await writeFile(
+      join(buildDir, 'tools.go'),
+      `//go:build tools\n\npackage tools\n\nimport (\n${imports.join('\n')}\n)\n`,
+    );
   progress(`[build ${spec.name} ${spec.version}] resolving modules from the Go module proxy`);
   await runGo(['mod', 'tidy'], buildDir, progress, spec);
   progress(`[build ${spec.name} ${spec.version}] compiling ${spec.binaries.join(', ')} (minutes on a cold cache)`);
   const outArg = mod.packages.length > 1 ? `${outDir}/` : join(outDir, spec.binaries[0] ?? spec.name);
-  await runGo(['build', '-v', '-trimpath', `-ldflags=${mod.ldflags}`, '-o', outArg, ...mod.packages], buildDir, progress, spec);
+  await runGo(
+    ['build', '-v', '-trimpath', `-ldflags=${mod.ldflags}`, '-o', outArg, ...mod.packages],
+    buildDir,
+    progress,
+    spec,
+  );
   await installInto(target, async (tmp) => {
     for (const bin of spec.binaries) await rename(join(outDir, bin), join(tmp, bin));
     if (spec.name === 'kwok') await writeFile(join(tmp, KWOK_STAGES_FILE), await kwokStages(buildDir));
@@ -219,9 +239,13 @@ async function goJson(args: string[], cwd: string): Promise<Record<string, unkno
   await mkdir(cwd, { recursive: true });
   const res = spawnSync('go', args, { cwd, encoding: 'utf8', env: { ...process.env, GOFLAGS: '-mod=mod' } });
   if (res.status !== 0) {
-    throw new SandboxError('cluster.build', `go ${args.join(' ')} failed: ${res.stderr.trim().split('\n').slice(-5).join(' | ')}`, {
-      hint: 'check that the Go module proxy is reachable (go env GOPROXY)',
-    });
+    throw new SandboxError(
+      'cluster.build',
+      `go ${args.join(' ')} failed: ${res.stderr.trim().split('\n').slice(-5).join(' | ')}`,
+      {
+        hint: 'check that the Go module proxy is reachable (go env GOPROXY)',
+      },
+    );
   }
   return JSON.parse(res.stdout) as Record<string, unknown>;
 }
@@ -229,7 +253,11 @@ async function goJson(args: string[], cwd: string): Promise<Record<string, unkno
 function runGo(args: string[], cwd: string, progress: (l: string) => void, spec: ComponentSpec): Promise<void> {
   return new Promise((resolve, reject) => {
     const started = Date.now();
-    const child = spawn('go', args, { cwd, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, CGO_ENABLED: '0' } });
+    const child = spawn('go', args, {
+      cwd,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, CGO_ENABLED: '0' },
+    });
     let lines = 0;
     const tail: string[] = [];
     const onData = (buf: Buffer) => {
@@ -255,9 +283,13 @@ function runGo(args: string[], cwd: string, progress: (l: string) => void, spec:
       if (code === 0) resolve();
       else
         reject(
-          new SandboxError('cluster.build', `go ${args[0]} of ${spec.name} ${spec.version} failed (exit ${code}):\n${tail.join('\n')}`, {
-            hint: 'fix the error above (often: the Go module proxy is unreachable, or the disk is full), then run again',
-          }),
+          new SandboxError(
+            'cluster.build',
+            `go ${args[0]} of ${spec.name} ${spec.version} failed (exit ${code}):\n${tail.join('\n')}`,
+            {
+              hint: 'fix the error above (often: the Go module proxy is unreachable, or the disk is full), then run again',
+            },
+          ),
         );
     });
   });
@@ -281,7 +313,14 @@ async function download(spec: ComponentSpec, cacheDir: string, target: string, p
       const file = url.endsWith('.tar.gz') ? join(dlDir, 'etcd.tar.gz') : join(tmp, bin);
       await pipeline(Readable.fromWeb(res.body as import('node:stream/web').ReadableStream), createWriteStream(file));
       if (file.endsWith('.tar.gz')) {
-        const untar = spawnSync('tar', ['-xzf', file, '-C', tmp, '--strip-components=1', `etcd-${spec.version}-linux-amd64/etcd`]);
+        const untar = spawnSync('tar', [
+          '-xzf',
+          file,
+          '-C',
+          tmp,
+          '--strip-components=1',
+          `etcd-${spec.version}-linux-amd64/etcd`,
+        ]);
         if (untar.status !== 0) throw new SandboxError('cluster.download', `cannot unpack ${file}: ${untar.stderr}`);
       }
       await chmod(join(tmp, bin), 0o755);

@@ -92,14 +92,23 @@ export async function startCluster(opts: ClusterOptions): Promise<ClusterHandle>
   try {
     net = await createClusterNetwork();
     const ns = net.netns;
-    const pki = await createPki({ dir: join(dataDir, 'pki'), apiserverIps: [net.apiAddress], serviceIp: SERVICE_IP, clusterDomain });
+    const pki = await createPki({
+      dir: join(dataDir, 'pki'),
+      apiserverIps: [net.apiAddress],
+      serviceIp: SERVICE_IP,
+      clusterDomain,
+    });
     const server = `https://${net.apiAddress}:${API_PORT}`;
     const kubeconfigPath = join(dataDir, 'kubeconfig');
     await writeKubeconfig(kubeconfigPath, server, pki.ca.cert, pki.admin, 'sbx-admin');
     // In-namespace components talk to the apiserver over the namespace's loopback.
     const inner = (name: string, pair: { cert: string; key: string }) =>
       writeKubeconfig(join(dataDir, `${name}.kubeconfig`), `https://127.0.0.1:${API_PORT}`, pki.ca.cert, pair, name);
-    await Promise.all([inner('controller-manager', pki.controllerManager), inner('scheduler', pki.scheduler), inner('kwok', pki.admin)]);
+    await Promise.all([
+      inner('controller-manager', pki.controllerManager),
+      inner('scheduler', pki.scheduler),
+      inner('kwok', pki.admin),
+    ]);
 
     const bin = (b: string) => {
       const p = binaries[b];
@@ -107,94 +116,109 @@ export async function startCluster(opts: ClusterOptions): Promise<ClusterHandle>
       return p;
     };
 
-    const etcd = procs.start('etcd', inNamespace(ns, [
-      bin('etcd'),
-      `--data-dir=${join(dataDir, 'etcd')}`,
-      `--listen-client-urls=http://127.0.0.1:${ETCD_PORT}`,
-      `--advertise-client-urls=http://127.0.0.1:${ETCD_PORT}`,
-      '--listen-peer-urls=http://127.0.0.1:2380',
-      '--initial-advertise-peer-urls=http://127.0.0.1:2380',
-      '--initial-cluster=default=http://127.0.0.1:2380',
-      '--listen-metrics-urls=http://127.0.0.1:2381',
-      '--log-level=warn',
-      ...(etcdFsync ? [] : ['--unsafe-no-fsync']),
-    ]));
+    const etcd = procs.start(
+      'etcd',
+      inNamespace(ns, [
+        bin('etcd'),
+        `--data-dir=${join(dataDir, 'etcd')}`,
+        `--listen-client-urls=http://127.0.0.1:${ETCD_PORT}`,
+        `--advertise-client-urls=http://127.0.0.1:${ETCD_PORT}`,
+        '--listen-peer-urls=http://127.0.0.1:2380',
+        '--initial-advertise-peer-urls=http://127.0.0.1:2380',
+        '--initial-cluster=default=http://127.0.0.1:2380',
+        '--listen-metrics-urls=http://127.0.0.1:2381',
+        '--log-level=warn',
+        ...(etcdFsync ? [] : ['--unsafe-no-fsync']),
+      ]),
+    );
 
-    const apiserver = procs.start('kube-apiserver', inNamespace(ns, [
-      bin('kube-apiserver'),
-      `--etcd-servers=http://127.0.0.1:${ETCD_PORT}`,
-      '--bind-address=0.0.0.0',
-      `--secure-port=${API_PORT}`,
-      `--advertise-address=${net.apiAddress}`,
-      `--tls-cert-file=${pki.apiserver.cert}`,
-      `--tls-private-key-file=${pki.apiserver.key}`,
-      `--client-ca-file=${pki.ca.cert}`,
-      `--service-account-key-file=${pki.serviceAccountPub}`,
-      `--service-account-signing-key-file=${pki.serviceAccountKey}`,
-      `--service-account-issuer=https://kubernetes.default.svc.${clusterDomain}`,
-      `--service-cluster-ip-range=${SERVICE_CIDR}`,
-      '--authorization-mode=Node,RBAC',
-      '--allow-privileged=true',
-      '--anonymous-auth=false',
-      `--kubelet-client-certificate=${pki.apiserverKubeletClient.cert}`,
-      `--kubelet-client-key=${pki.apiserverKubeletClient.key}`,
-      `--kubelet-certificate-authority=${pki.ca.cert}`,
-      '--kubelet-preferred-address-types=InternalIP,Hostname',
-      // Aggregation: the apiserver proxies to extension apiservers with this client cert; they trust its CA.
-      `--requestheader-client-ca-file=${pki.frontProxyCa.cert}`,
-      '--requestheader-allowed-names=front-proxy-client',
-      '--requestheader-username-headers=X-Remote-User',
-      '--requestheader-group-headers=X-Remote-Group',
-      '--requestheader-extra-headers-prefix=X-Remote-Extra-',
-      `--proxy-client-cert-file=${pki.frontProxyClient.cert}`,
-      `--proxy-client-key-file=${pki.frontProxyClient.key}`,
-      // No kube-proxy here: route aggregated requests straight to endpoint IPs.
-      '--enable-aggregator-routing=true',
-      '--profiling=false',
-      '--v=1',
-    ]));
+    const apiserver = procs.start(
+      'kube-apiserver',
+      inNamespace(ns, [
+        bin('kube-apiserver'),
+        `--etcd-servers=http://127.0.0.1:${ETCD_PORT}`,
+        '--bind-address=0.0.0.0',
+        `--secure-port=${API_PORT}`,
+        `--advertise-address=${net.apiAddress}`,
+        `--tls-cert-file=${pki.apiserver.cert}`,
+        `--tls-private-key-file=${pki.apiserver.key}`,
+        `--client-ca-file=${pki.ca.cert}`,
+        `--service-account-key-file=${pki.serviceAccountPub}`,
+        `--service-account-signing-key-file=${pki.serviceAccountKey}`,
+        `--service-account-issuer=https://kubernetes.default.svc.${clusterDomain}`,
+        `--service-cluster-ip-range=${SERVICE_CIDR}`,
+        '--authorization-mode=Node,RBAC',
+        '--allow-privileged=true',
+        '--anonymous-auth=false',
+        `--kubelet-client-certificate=${pki.apiserverKubeletClient.cert}`,
+        `--kubelet-client-key=${pki.apiserverKubeletClient.key}`,
+        `--kubelet-certificate-authority=${pki.ca.cert}`,
+        '--kubelet-preferred-address-types=InternalIP,Hostname',
+        // Aggregation: the apiserver proxies to extension apiservers with this client cert; they trust its CA.
+        `--requestheader-client-ca-file=${pki.frontProxyCa.cert}`,
+        '--requestheader-allowed-names=front-proxy-client',
+        '--requestheader-username-headers=X-Remote-User',
+        '--requestheader-group-headers=X-Remote-Group',
+        '--requestheader-extra-headers-prefix=X-Remote-Extra-',
+        `--proxy-client-cert-file=${pki.frontProxyClient.cert}`,
+        `--proxy-client-key-file=${pki.frontProxyClient.key}`,
+        // No kube-proxy here: route aggregated requests straight to endpoint IPs.
+        '--enable-aggregator-routing=true',
+        '--profiling=false',
+        '--v=1',
+      ]),
+    );
 
     await waitForReady(procs, [etcd, apiserver], server, pki, opts.readyTimeoutMs ?? 60_000);
     const readyMs = Date.now() - started;
 
-    procs.start('kube-controller-manager', inNamespace(ns, [
-      bin('kube-controller-manager'),
-      `--kubeconfig=${join(dataDir, 'controller-manager.kubeconfig')}`,
-      `--authentication-kubeconfig=${join(dataDir, 'controller-manager.kubeconfig')}`,
-      `--authorization-kubeconfig=${join(dataDir, 'controller-manager.kubeconfig')}`,
-      '--bind-address=127.0.0.1',
-      '--secure-port=10257',
-      '--leader-elect=false',
-      '--use-service-account-credentials=true',
-      `--service-account-private-key-file=${pki.serviceAccountKey}`,
-      `--root-ca-file=${pki.ca.cert}`,
-      `--cluster-signing-cert-file=${pki.ca.cert}`,
-      `--cluster-signing-key-file=${pki.ca.key}`,
-      `--service-cluster-ip-range=${SERVICE_CIDR}`,
-      '--controllers=*',
-      '--v=1',
-    ]));
-    procs.start('kube-scheduler', inNamespace(ns, [
-      bin('kube-scheduler'),
-      `--kubeconfig=${join(dataDir, 'scheduler.kubeconfig')}`,
-      `--authentication-kubeconfig=${join(dataDir, 'scheduler.kubeconfig')}`,
-      `--authorization-kubeconfig=${join(dataDir, 'scheduler.kubeconfig')}`,
-      '--bind-address=127.0.0.1',
-      '--secure-port=10259',
-      '--leader-elect=false',
-      '--v=1',
-    ]));
+    procs.start(
+      'kube-controller-manager',
+      inNamespace(ns, [
+        bin('kube-controller-manager'),
+        `--kubeconfig=${join(dataDir, 'controller-manager.kubeconfig')}`,
+        `--authentication-kubeconfig=${join(dataDir, 'controller-manager.kubeconfig')}`,
+        `--authorization-kubeconfig=${join(dataDir, 'controller-manager.kubeconfig')}`,
+        '--bind-address=127.0.0.1',
+        '--secure-port=10257',
+        '--leader-elect=false',
+        '--use-service-account-credentials=true',
+        `--service-account-private-key-file=${pki.serviceAccountKey}`,
+        `--root-ca-file=${pki.ca.cert}`,
+        `--cluster-signing-cert-file=${pki.ca.cert}`,
+        `--cluster-signing-key-file=${pki.ca.key}`,
+        `--service-cluster-ip-range=${SERVICE_CIDR}`,
+        '--controllers=*',
+        '--v=1',
+      ]),
+    );
+    procs.start(
+      'kube-scheduler',
+      inNamespace(ns, [
+        bin('kube-scheduler'),
+        `--kubeconfig=${join(dataDir, 'scheduler.kubeconfig')}`,
+        `--authentication-kubeconfig=${join(dataDir, 'scheduler.kubeconfig')}`,
+        `--authorization-kubeconfig=${join(dataDir, 'scheduler.kubeconfig')}`,
+        '--bind-address=127.0.0.1',
+        '--secure-port=10259',
+        '--leader-elect=false',
+        '--v=1',
+      ]),
+    );
     const kwokBinDir = dirname(bin('kwok'));
-    procs.start('kwok', inNamespace(ns, [
-      bin('kwok'),
-      `--kubeconfig=${join(dataDir, 'kwok.kubeconfig')}`,
-      `--config=${join(kwokBinDir, KWOK_STAGES_FILE)}`,
-      '--manage-all-nodes=false',
-      `--manage-nodes-with-label-selector=${SIMULATED_NODE_LABEL}=true`,
-      `--cidr=${SIMULATED_POD_CIDR}`,
-      '--node-ip=10.213.255.254',
-      '--server-address=127.0.0.1:10247',
-    ]));
+    procs.start(
+      'kwok',
+      inNamespace(ns, [
+        bin('kwok'),
+        `--kubeconfig=${join(dataDir, 'kwok.kubeconfig')}`,
+        `--config=${join(kwokBinDir, KWOK_STAGES_FILE)}`,
+        '--manage-all-nodes=false',
+        `--manage-nodes-with-label-selector=${SIMULATED_NODE_LABEL}=true`,
+        `--cidr=${SIMULATED_POD_CIDR}`,
+        '--node-ip=10.213.255.254',
+        '--server-address=127.0.0.1:10247',
+      ]),
+    );
 
     const kubectlBin = bin('kubectl');
     const kubectl = async (args: string[], input?: string) => runKubectl(kubectlBin, kubeconfigPath, args, input);
@@ -274,17 +298,30 @@ export async function runKubectl(kubectl: string, kubeconfig: string, args: stri
     return stdout;
   } catch (err) {
     const e = err as NodeJS.ErrnoException & { stderr?: string };
-    throw new SandboxError('cluster.kubectl', `kubectl ${args.join(' ')}: ${(e.stderr ?? e.message).trim()}`, { cause: err });
+    throw new SandboxError('cluster.kubectl', `kubectl ${args.join(' ')}: ${(e.stderr ?? e.message).trim()}`, {
+      cause: err,
+    });
   }
 }
 
-async function writeKubeconfig(path: string, server: string, caPath: string, pair: { cert: string; key: string }, user: string) {
+async function writeKubeconfig(
+  path: string,
+  server: string,
+  caPath: string,
+  pair: { cert: string; key: string },
+  user: string,
+) {
   const [ca, cert, key] = await Promise.all([readFile(caPath), readFile(pair.cert), readFile(pair.key)]);
   const config = {
     apiVersion: 'v1',
     kind: 'Config',
     clusters: [{ name: 'sbx', cluster: { server, 'certificate-authority-data': ca.toString('base64') } }],
-    users: [{ name: user, user: { 'client-certificate-data': cert.toString('base64'), 'client-key-data': key.toString('base64') } }],
+    users: [
+      {
+        name: user,
+        user: { 'client-certificate-data': cert.toString('base64'), 'client-key-data': key.toString('base64') },
+      },
+    ],
     contexts: [{ name: 'sbx', context: { cluster: 'sbx', user, namespace: 'default' } }],
     'current-context': 'sbx',
   };
@@ -292,7 +329,13 @@ async function writeKubeconfig(path: string, server: string, caPath: string, pai
 }
 
 /** Poll /readyz with the admin cert; fail fast (with the log tail) if a process dies meanwhile. */
-async function waitForReady(procs: ProcessGroup, watched: ManagedProcess[], server: string, pki: Pki, timeoutMs: number) {
+async function waitForReady(
+  procs: ProcessGroup,
+  watched: ManagedProcess[],
+  server: string,
+  pki: Pki,
+  timeoutMs: number,
+) {
   const [ca, cert, key] = await Promise.all([readFile(pki.ca.cert), readFile(pki.admin.cert), readFile(pki.admin.key)]);
   const deadline = Date.now() + timeoutMs;
   let last = '';
@@ -315,4 +358,3 @@ async function waitForReady(procs: ProcessGroup, watched: ManagedProcess[], serv
     hint: `see logs in ${procs.list()[0]?.logPath ? dirname(procs.list()[0]!.logPath) : 'the data dir'}`,
   });
 }
-

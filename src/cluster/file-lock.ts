@@ -6,7 +6,11 @@ import { setTimeout as sleep } from 'node:timers/promises';
  * A cross-process lock file holding the owner's PID. A lock whose owner is gone is stale and taken over,
  * so a build killed halfway never blocks the next one.
  */
-export async function withFileLock<T>(path: string, progress: ((l: string) => void) | undefined, fn: () => Promise<T>): Promise<T> {
+export async function withFileLock<T>(
+  path: string,
+  progress: ((l: string) => void) | undefined,
+  fn: () => Promise<T>,
+): Promise<T> {
   await mkdir(dirname(path), { recursive: true });
   let announced = false;
   for (;;) {

@@ -38,10 +38,14 @@ async function ip(args: string[]): Promise<string> {
     return stdout;
   } catch (err) {
     const e = err as NodeJS.ErrnoException & { stderr?: string };
-    if (e.code === 'ENOENT') throw new SandboxError('cluster.network', 'ip (iproute2) not found', { hint: 'apt-get install iproute2' });
+    if (e.code === 'ENOENT')
+      throw new SandboxError('cluster.network', 'ip (iproute2) not found', { hint: 'apt-get install iproute2' });
     throw new SandboxError('cluster.network', `ip ${args.join(' ')} failed: ${(e.stderr ?? e.message).trim()}`, {
       cause: err,
-      hint: process.getuid?.() === 0 ? undefined : 'the local cluster needs root (CAP_NET_ADMIN) to create its network namespace',
+      hint:
+        process.getuid?.() === 0
+          ? undefined
+          : 'the local cluster needs root (CAP_NET_ADMIN) to create its network namespace',
     });
   }
 }
@@ -94,7 +98,9 @@ export async function createClusterNetwork(): Promise<ClusterNetwork> {
       throw err;
     }
   }
-  throw new SandboxError('cluster.network', 'no free sbx-<k> network namespace slot', { hint: 'run `sbx down --all` to remove stale ones' });
+  throw new SandboxError('cluster.network', 'no free sbx-<k> network namespace slot', {
+    hint: 'run `sbx down --all` to remove stale ones',
+  });
 }
 
 export async function deleteClusterNetwork(net: Pick<ClusterNetwork, 'netns' | 'hostInterface'>): Promise<void> {

@@ -58,8 +58,21 @@ async function newCa(dir: string, name: string, commonName: string): Promise<Cer
   const pair = { cert: join(dir, `${name}.crt`), key: join(dir, `${name}.key`) };
   await newKey(pair.key);
   await openssl([
-    'req', '-x509', '-new', '-key', pair.key, '-subj', `/CN=${commonName}`, '-days', '3650', '-out', pair.cert,
-    '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign,digitalSignature',
+    'req',
+    '-x509',
+    '-new',
+    '-key',
+    pair.key,
+    '-subj',
+    `/CN=${commonName}`,
+    '-days',
+    '3650',
+    '-out',
+    pair.cert,
+    '-addext',
+    'basicConstraints=critical,CA:TRUE',
+    '-addext',
+    'keyUsage=critical,keyCertSign,cRLSign,digitalSignature',
   ]);
   return pair;
 }
@@ -72,11 +85,27 @@ export async function issueCert(dir: string, ca: CertPair, req: CertRequest): Pr
   const eku = { server: 'serverAuth', client: 'clientAuth', both: 'serverAuth,clientAuth' }[req.usage];
   const sans = [...(req.dnsNames ?? []).map((d) => `DNS:${d}`), ...(req.ips ?? []).map((i) => `IP:${i}`)];
   await openssl([
-    'req', '-x509', '-new', '-key', pair.key, '-subj', subject, '-days', '365', '-out', pair.cert,
-    '-CA', ca.cert, '-CAkey', ca.key,
-    '-addext', 'basicConstraints=critical,CA:FALSE',
-    '-addext', 'keyUsage=critical,digitalSignature,keyEncipherment',
-    '-addext', `extendedKeyUsage=${eku}`,
+    'req',
+    '-x509',
+    '-new',
+    '-key',
+    pair.key,
+    '-subj',
+    subject,
+    '-days',
+    '365',
+    '-out',
+    pair.cert,
+    '-CA',
+    ca.cert,
+    '-CAkey',
+    ca.key,
+    '-addext',
+    'basicConstraints=critical,CA:FALSE',
+    '-addext',
+    'keyUsage=critical,digitalSignature,keyEncipherment',
+    '-addext',
+    `extendedKeyUsage=${eku}`,
     ...(sans.length ? ['-addext', `subjectAltName=${sans.join(',')}`] : []),
   ]);
   return pair;
@@ -97,10 +126,27 @@ export async function createPki(opts: PkiOptions): Promise<Pki> {
     newCa(dir, 'ca', 'sandbox-operator-local-ca'),
     newCa(dir, 'front-proxy-ca', 'sandbox-operator-front-proxy-ca'),
   ]);
-  const svc = ['kubernetes', 'kubernetes.default', 'kubernetes.default.svc', `kubernetes.default.svc.${opts.clusterDomain}`, 'localhost'];
+  const svc = [
+    'kubernetes',
+    'kubernetes.default',
+    'kubernetes.default.svc',
+    `kubernetes.default.svc.${opts.clusterDomain}`,
+    'localhost',
+  ];
   const [apiserver, apiserverKubeletClient, admin, controllerManager, scheduler, frontProxyClient] = await Promise.all([
-    issueCert(dir, ca, { name: 'apiserver', commonName: 'kube-apiserver', usage: 'server', dnsNames: svc, ips: [...opts.apiserverIps, opts.serviceIp, '127.0.0.1'] }),
-    issueCert(dir, ca, { name: 'apiserver-kubelet-client', commonName: 'kube-apiserver-kubelet-client', organization: 'system:masters', usage: 'client' }),
+    issueCert(dir, ca, {
+      name: 'apiserver',
+      commonName: 'kube-apiserver',
+      usage: 'server',
+      dnsNames: svc,
+      ips: [...opts.apiserverIps, opts.serviceIp, '127.0.0.1'],
+    }),
+    issueCert(dir, ca, {
+      name: 'apiserver-kubelet-client',
+      commonName: 'kube-apiserver-kubelet-client',
+      organization: 'system:masters',
+      usage: 'client',
+    }),
     issueCert(dir, ca, { name: 'admin', commonName: 'sbx-admin', organization: 'system:masters', usage: 'client' }),
     issueCert(dir, ca, { name: 'controller-manager', commonName: 'system:kube-controller-manager', usage: 'client' }),
     issueCert(dir, ca, { name: 'scheduler', commonName: 'system:kube-scheduler', usage: 'client' }),
@@ -110,5 +156,17 @@ export async function createPki(opts: PkiOptions): Promise<Pki> {
   const serviceAccountPub = join(dir, 'sa.pub');
   await newKey(serviceAccountKey);
   await openssl(['pkey', '-in', serviceAccountKey, '-pubout', '-out', serviceAccountPub]);
-  return { dir, ca, frontProxyCa, frontProxyClient, apiserver, apiserverKubeletClient, admin, controllerManager, scheduler, serviceAccountKey, serviceAccountPub };
+  return {
+    dir,
+    ca,
+    frontProxyCa,
+    frontProxyClient,
+    apiserver,
+    apiserverKubeletClient,
+    admin,
+    controllerManager,
+    scheduler,
+    serviceAccountKey,
+    serviceAccountPub,
+  };
 }

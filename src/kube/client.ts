@@ -138,7 +138,10 @@ export class KubeClient {
     this.timeoutMs = opts.timeoutMs ?? 30_000;
   }
 
-  static async fromKubeconfig(kubeconfig: string | KubeConfig | undefined, opts: ClientOptions = {}): Promise<KubeClient> {
+  static async fromKubeconfig(
+    kubeconfig: string | KubeConfig | undefined,
+    opts: ClientOptions = {},
+  ): Promise<KubeClient> {
     let kc: KubeConfig;
     if (kubeconfig instanceof KubeConfig) kc = kubeconfig;
     else {
@@ -148,7 +151,9 @@ export class KubeClient {
     }
     const cluster = kc.getCurrentCluster();
     if (!cluster)
-      throw new SandboxError('kube.config', 'the kubeconfig names no current cluster', { hint: 'pass --kubeconfig or set KUBECONFIG' });
+      throw new SandboxError('kube.config', 'the kubeconfig names no current cluster', {
+        hint: 'pass --kubeconfig or set KUBECONFIG',
+      });
     const tls: RequestOptions = {};
     await kc.applyToHTTPSOptions(tls);
     return new KubeClient(cluster.server, tls, opts);
@@ -162,12 +167,28 @@ export class KubeClient {
     this.agent.destroy();
   }
 
-  async get<T extends KubeObject>(rt: ResourceType, namespace: string | undefined, name: string, subresource?: string): Promise<T> {
-    return this.call<T>({ verb: 'get', method: 'GET', path: objectPath(rt, namespace, name, subresource), resource: rt.plural });
+  async get<T extends KubeObject>(
+    rt: ResourceType,
+    namespace: string | undefined,
+    name: string,
+    subresource?: string,
+  ): Promise<T> {
+    return this.call<T>({
+      verb: 'get',
+      method: 'GET',
+      path: objectPath(rt, namespace, name, subresource),
+      resource: rt.plural,
+    });
   }
 
   async list<T extends KubeObject>(rt: ResourceType, namespace?: string, opts: ListOptions = {}): Promise<KubeList<T>> {
-    return this.call<KubeList<T>>({ verb: 'list', method: 'GET', path: collectionPath(rt, namespace), resource: rt.plural, query: { ...opts } });
+    return this.call<KubeList<T>>({
+      verb: 'list',
+      method: 'GET',
+      path: collectionPath(rt, namespace),
+      resource: rt.plural,
+      query: { ...opts },
+    });
   }
 
   async create<T extends KubeObject>(rt: ResourceType, obj: T, opts: WriteOptions = {}): Promise<T> {
@@ -182,7 +203,11 @@ export class KubeClient {
   }
 
   /** Full update (PUT); carries metadata.resourceVersion, so it is an optimistic-concurrency write. */
-  async update<T extends KubeObject>(rt: ResourceType, obj: T, opts: WriteOptions & { subresource?: string } = {}): Promise<T> {
+  async update<T extends KubeObject>(
+    rt: ResourceType,
+    obj: T,
+    opts: WriteOptions & { subresource?: string } = {},
+  ): Promise<T> {
     const name = obj.metadata.name ?? '';
     return this.call<T>({
       verb: opts.subresource ? `update/${opts.subresource}` : 'update',
@@ -215,12 +240,21 @@ export class KubeClient {
 
   async delete(rt: ResourceType, namespace: string | undefined, name: string, opts: DeleteOptions = {}): Promise<void> {
     const body = Object.keys(opts).length ? { apiVersion: 'v1', kind: 'DeleteOptions', ...opts } : undefined;
-    await this.call<unknown>({ verb: 'delete', method: 'DELETE', path: objectPath(rt, namespace, name), resource: rt.plural, body });
+    await this.call<unknown>({
+      verb: 'delete',
+      method: 'DELETE',
+      path: objectPath(rt, namespace, name),
+      resource: rt.plural,
+      body,
+    });
   }
 
   /** Raw request for paths outside the typed verbs (discovery, /metrics, subresources with custom bodies). */
   async raw(method: RequestSpec['method'], path: string, body?: unknown, contentType?: string): Promise<string> {
-    return this.send({ verb: method.toLowerCase(), method, path, resource: 'raw', body, contentType }, true) as Promise<string>;
+    return this.send(
+      { verb: method.toLowerCase(), method, path, resource: 'raw', body, contentType },
+      true,
+    ) as Promise<string>;
   }
 
   private async call<T>(spec: RequestSpec): Promise<T> {
@@ -231,7 +265,8 @@ export class KubeClient {
     if (this.limiter) await this.limiter.take();
     const started = performance.now();
     const url = this.url(spec.path, spec.query);
-    const payload = spec.body === undefined ? undefined : typeof spec.body === 'string' ? spec.body : JSON.stringify(spec.body);
+    const payload =
+      spec.body === undefined ? undefined : typeof spec.body === 'string' ? spec.body : JSON.stringify(spec.body);
     const headers: Record<string, string | number> = {
       accept: 'application/json',
       'user-agent': this.userAgent,
@@ -243,28 +278,45 @@ export class KubeClient {
     }
     const doRequest = this.base.protocol === 'https:' ? httpsRequest : httpRequest;
     return new Promise((resolve, reject) => {
-      const req = doRequest(url, { method: spec.method, agent: this.agent, headers, timeout: spec.timeoutMs ?? this.timeoutMs }, (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => {
-          const code = res.statusCode ?? 0;
-          const body = Buffer.concat(chunks).toString('utf8');
-          this.metrics?.requests.inc({ verb: spec.verb, resource: spec.resource, code: String(code) });
-          this.metrics?.latency.observe({ verb: spec.verb }, (performance.now() - started) / 1000);
-          if (code < 200 || code >= 300) return reject(StatusError.fromResponse(code, body, spec.verb, spec.path));
-          if (raw) return resolve(body);
-          try {
-            resolve(body ? JSON.parse(body) : undefined);
-          } catch (err) {
-            reject(new SandboxError('kube.decode', `${spec.verb} ${spec.path}: invalid JSON response`, { cause: err }));
-          }
-        });
-        res.on('error', reject);
-      });
-      req.on('timeout', () => req.destroy(new SandboxError('kube.timeout', `${spec.verb} ${spec.path}: no response within ${spec.timeoutMs ?? this.timeoutMs} ms`)));
+      const req = doRequest(
+        url,
+        { method: spec.method, agent: this.agent, headers, timeout: spec.timeoutMs ?? this.timeoutMs },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => {
+            const code = res.statusCode ?? 0;
+            const body = Buffer.concat(chunks).toString('utf8');
+            this.metrics?.requests.inc({ verb: spec.verb, resource: spec.resource, code: String(code) });
+            this.metrics?.latency.observe({ verb: spec.verb }, (performance.now() - started) / 1000);
+            if (code < 200 || code >= 300) return reject(StatusError.fromResponse(code, body, spec.verb, spec.path));
+            if (raw) return resolve(body);
+            try {
+              resolve(body ? JSON.parse(body) : undefined);
+            } catch (err) {
+              reject(
+                new SandboxError('kube.decode', `${spec.verb} ${spec.path}: invalid JSON response`, { cause: err }),
+              );
+            }
+          });
+          res.on('error', reject);
+        },
+      );
+      req.on('timeout', () =>
+        req.destroy(
+          new SandboxError(
+            'kube.timeout',
+            `${spec.verb} ${spec.path}: no response within ${spec.timeoutMs ?? this.timeoutMs} ms`,
+          ),
+        ),
+      );
       req.on('error', (err) => {
         this.metrics?.requests.inc({ verb: spec.verb, resource: spec.resource, code: '<error>' });
-        reject(err instanceof SandboxError ? err : new SandboxError('kube.transport', `${spec.verb} ${spec.path}: ${err.message}`, { cause: err }));
+        reject(
+          err instanceof SandboxError
+            ? err
+            : new SandboxError('kube.transport', `${spec.verb} ${spec.path}: ${err.message}`, { cause: err }),
+        );
       });
       req.end(payload);
     });
@@ -274,10 +326,20 @@ export class KubeClient {
    * Stream a watch. Resolves when the server ends the stream (timeoutSeconds, or a closed connection); rejects on
    * a non-2xx answer (e.g. 410 Expired for a too-old resourceVersion) or when `signal` aborts.
    */
-  watch<T>(rt: ResourceType, namespace: string | undefined, opts: WatchOptions, onEvent: (ev: WatchEvent<T>) => void, signal?: AbortSignal): Promise<void> {
+  watch<T>(
+    rt: ResourceType,
+    namespace: string | undefined,
+    opts: WatchOptions,
+    onEvent: (ev: WatchEvent<T>) => void,
+    signal?: AbortSignal,
+  ): Promise<void> {
     const url = this.url(collectionPath(rt, namespace), { ...opts, watch: true });
     const doRequest = this.base.protocol === 'https:' ? httpsRequest : httpRequest;
-    const headers = { accept: 'application/json', 'user-agent': this.userAgent, ...(this.tls.headers as Record<string, string> | undefined) };
+    const headers = {
+      accept: 'application/json',
+      'user-agent': this.userAgent,
+      ...(this.tls.headers as Record<string, string> | undefined),
+    };
     this.metrics?.requests.inc({ verb: 'watch', resource: rt.plural, code: 'start' });
     return new Promise((resolve, reject) => {
       const req = doRequest(url, { method: 'GET', agent: this.agent, headers, signal }, (res) => {
@@ -316,7 +378,8 @@ export class KubeClient {
 
   private url(path: string, query?: Record<string, string | number | boolean | undefined>): URL {
     const url = new URL(path, this.base);
-    if (query) for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== '') url.searchParams.set(k, String(v));
+    if (query)
+      for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== '') url.searchParams.set(k, String(v));
     return url;
   }
 }

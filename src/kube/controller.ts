@@ -48,7 +48,12 @@ function makeMetrics(registry: Registry) {
       labelNames: ['controller', 'result'],
       registers: [registry],
     }),
-    errors: new Counter({ name: 'controller_runtime_reconcile_errors_total', help: 'Reconcile errors', labelNames: ['controller'], registers: [registry] }),
+    errors: new Counter({
+      name: 'controller_runtime_reconcile_errors_total',
+      help: 'Reconcile errors',
+      labelNames: ['controller'],
+      registers: [registry],
+    }),
     duration: new Histogram({
       name: 'controller_runtime_reconcile_time_seconds',
       help: 'Reconcile duration',
@@ -102,12 +107,18 @@ export class Controller {
   }
 
   /** Reconcile the controller owner (of `ownerKind`) of objects of a dependent kind. */
-  owns<T extends KubeObject>(informer: Informer<T>, ownerKind: string, ownerGroup: string, predicate?: Predicate<T>): this {
+  owns<T extends KubeObject>(
+    informer: Informer<T>,
+    ownerKind: string,
+    ownerGroup: string,
+    predicate?: Predicate<T>,
+  ): this {
     return this.watches(
       informer,
       (obj) => {
         const ref = obj.metadata.ownerReferences?.find((r) => r.controller);
-        if (!ref || ref.kind !== ownerKind || !ref.apiVersion.startsWith(ownerGroup ? `${ownerGroup}/` : 'v')) return [];
+        if (!ref || ref.kind !== ownerKind || !ref.apiVersion.startsWith(ownerGroup ? `${ownerGroup}/` : 'v'))
+          return [];
         return [obj.metadata.namespace ? `${obj.metadata.namespace}/${ref.name}` : ref.name];
       },
       predicate,

@@ -1,5 +1,14 @@
 export { KubeClient, resetClientMetricsCache } from './client.js';
-export type { ClientOptions, PatchType, ListOptions, WatchOptions, WatchEvent, KubeList, WriteOptions, DeleteOptions } from './client.js';
+export type {
+  ClientOptions,
+  PatchType,
+  ListOptions,
+  WatchOptions,
+  WatchEvent,
+  KubeList,
+  WriteOptions,
+  DeleteOptions,
+} from './client.js';
 export { Informer } from './informer.js';
 export type { EventHandler, InformerOptions } from './informer.js';
 export { WorkQueue } from './workqueue.js';
@@ -10,7 +19,15 @@ export type { ManagerOptions, Runnable } from './manager.js';
 export { LeaderElector } from './leader-election.js';
 export { mergePatch, applyMergePatch } from './merge-patch.js';
 export { controllerRef, controllerOf, isControlledBy, refGroup } from './ownership.js';
-export { StatusError, isNotFound, isAlreadyExists, isConflict, isInvalid, isGone, isForbidden } from './status-errors.js';
+export {
+  StatusError,
+  isNotFound,
+  isAlreadyExists,
+  isConflict,
+  isInvalid,
+  isGone,
+  isForbidden,
+} from './status-errors.js';
 export type { KubeStatus } from './status-errors.js';
 export * from './resource.js';
 export * from './api-resources.js';

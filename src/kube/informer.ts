@@ -37,8 +37,18 @@ function informerMetrics(registry: Registry | undefined) {
   let m = metricsFor.get(registry);
   if (!m) {
     m = {
-      events: new Counter({ name: 'informer_watch_events_total', help: 'Watch events received', labelNames: ['resource', 'type'], registers: [registry] }),
-      lists: new Counter({ name: 'informer_lists_total', help: 'Full LISTs (start and 410 relists)', labelNames: ['resource', 'why'], registers: [registry] }),
+      events: new Counter({
+        name: 'informer_watch_events_total',
+        help: 'Watch events received',
+        labelNames: ['resource', 'type'],
+        registers: [registry],
+      }),
+      lists: new Counter({
+        name: 'informer_lists_total',
+        help: 'Full LISTs (start and 410 relists)',
+        labelNames: ['resource', 'why'],
+        registers: [registry],
+      }),
     };
     metricsFor.set(registry, m);
   }

@@ -108,7 +108,7 @@ export class LeaderElector {
     lease.spec = {
       holderIdentity: this.identity,
       leaseDurationSeconds: Math.round(this.leaseDurationMs / 1000),
-      acquireTime: spec.holderIdentity === this.identity ? spec.acquireTime ?? nowIso : nowIso,
+      acquireTime: spec.holderIdentity === this.identity ? (spec.acquireTime ?? nowIso) : nowIso,
       renewTime: nowIso,
       leaseTransitions: transitions,
     };

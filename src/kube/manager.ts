@@ -53,7 +53,10 @@ export class Manager {
   }
 
   /** The shared informer for a resource type (one watch per type per process). */
-  informer<T extends KubeObject>(rt: ResourceType, opts: Omit<InformerOptions, 'logger' | 'registry'> = {}): Informer<T> {
+  informer<T extends KubeObject>(
+    rt: ResourceType,
+    opts: Omit<InformerOptions, 'logger' | 'registry'> = {},
+  ): Informer<T> {
     const id = `${rt.group}/${rt.version}/${rt.plural}|${opts.namespace ?? ''}|${opts.labelSelector ?? ''}|${opts.fieldSelector ?? ''}`;
     let inf = this.informers.get(id);
     if (!inf) {
@@ -144,15 +147,23 @@ export class Manager {
       this.boundAddresses.health = await this.listen(health, async (path) => {
         if (path === '/healthz') return { type: 'text/plain', body: 'ok' };
         if (path === '/readyz') {
-          const failing = [...(this.synced ? [] : ['informers']), ...this.readyChecks.filter((c) => !c.check()).map((c) => c.name)];
-          return failing.length ? { status: 503, type: 'text/plain', body: `not ready: ${failing.join(', ')}` } : { type: 'text/plain', body: 'ok' };
+          const failing = [
+            ...(this.synced ? [] : ['informers']),
+            ...this.readyChecks.filter((c) => !c.check()).map((c) => c.name),
+          ];
+          return failing.length
+            ? { status: 503, type: 'text/plain', body: `not ready: ${failing.join(', ')}` }
+            : { type: 'text/plain', body: 'ok' };
         }
         return undefined;
       });
     }
   }
 
-  private listen(bind: string, handle: (path: string) => Promise<{ status?: number; type: string; body: string } | undefined>): Promise<string> {
+  private listen(
+    bind: string,
+    handle: (path: string) => Promise<{ status?: number; type: string; body: string } | undefined>,
+  ): Promise<string> {
     const [host, port] = splitHostPort(bind);
     const server = createServer((req, res) => {
       handle(new URL(req.url ?? '/', 'http://x').pathname).then(

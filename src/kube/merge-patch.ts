@@ -9,9 +9,10 @@ export function mergePatch(from: unknown, to: unknown): unknown {
   if (isDeepStrictEqual(from, to)) return undefined;
   if (!isPlainObject(from) || !isPlainObject(to)) return to === undefined ? null : to;
   const patch: Record<string, unknown> = {};
-  for (const key of Object.keys(from)) if (!(key in to) || to[key] === undefined) {
-    if (from[key] !== undefined) patch[key] = null;
-  }
+  for (const key of Object.keys(from))
+    if (!(key in to) || to[key] === undefined) {
+      if (from[key] !== undefined) patch[key] = null;
+    }
   for (const [key, value] of Object.entries(to)) {
     if (value === undefined) continue;
     const sub = mergePatch(from[key], value);

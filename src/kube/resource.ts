@@ -46,10 +46,17 @@ export function apiVersionOf(rt: Pick<ResourceType, 'group' | 'version'>): strin
 
 export function collectionPath(rt: ResourceType, namespace?: string): string {
   const base = rt.group ? `/apis/${rt.group}/${rt.version}` : `/api/${rt.version}`;
-  return rt.namespaced && namespace ? `${base}/namespaces/${encodeURIComponent(namespace)}/${rt.plural}` : `${base}/${rt.plural}`;
+  return rt.namespaced && namespace
+    ? `${base}/namespaces/${encodeURIComponent(namespace)}/${rt.plural}`
+    : `${base}/${rt.plural}`;
 }
 
-export function objectPath(rt: ResourceType, namespace: string | undefined, name: string, subresource?: string): string {
+export function objectPath(
+  rt: ResourceType,
+  namespace: string | undefined,
+  name: string,
+  subresource?: string,
+): string {
   return `${collectionPath(rt, namespace)}/${encodeURIComponent(name)}${subresource ? `/${subresource}` : ''}`;
 }
 
@@ -64,7 +71,13 @@ export function splitKey(key: string): { namespace: string | undefined; name: st
   return i < 0 ? { namespace: undefined, name: key } : { namespace: key.slice(0, i), name: key.slice(i + 1) };
 }
 
-const core = (kind: string, plural: string, namespaced = true): ResourceType => ({ group: '', version: 'v1', kind, plural, namespaced });
+const core = (kind: string, plural: string, namespaced = true): ResourceType => ({
+  group: '',
+  version: 'v1',
+  kind,
+  plural,
+  namespaced,
+});
 
 export const Pods = core('Pod', 'pods');
 export const Services = core('Service', 'services');
@@ -74,9 +87,27 @@ export const Secrets = core('Secret', 'secrets');
 export const Namespaces = core('Namespace', 'namespaces', false);
 export const Nodes = core('Node', 'nodes', false);
 export const Events = core('Event', 'events');
-export const Leases: ResourceType = { group: 'coordination.k8s.io', version: 'v1', kind: 'Lease', plural: 'leases', namespaced: true };
-export const NetworkPolicies: ResourceType = { group: 'networking.k8s.io', version: 'v1', kind: 'NetworkPolicy', plural: 'networkpolicies', namespaced: true };
-export const EventsV1: ResourceType = { group: 'events.k8s.io', version: 'v1', kind: 'Event', plural: 'events', namespaced: true };
+export const Leases: ResourceType = {
+  group: 'coordination.k8s.io',
+  version: 'v1',
+  kind: 'Lease',
+  plural: 'leases',
+  namespaced: true,
+};
+export const NetworkPolicies: ResourceType = {
+  group: 'networking.k8s.io',
+  version: 'v1',
+  kind: 'NetworkPolicy',
+  plural: 'networkpolicies',
+  namespaced: true,
+};
+export const EventsV1: ResourceType = {
+  group: 'events.k8s.io',
+  version: 'v1',
+  kind: 'Event',
+  plural: 'events',
+  namespaced: true,
+};
 export const CustomResourceDefinitions: ResourceType = {
   group: 'apiextensions.k8s.io',
   version: 'v1',
@@ -84,4 +115,10 @@ export const CustomResourceDefinitions: ResourceType = {
   plural: 'customresourcedefinitions',
   namespaced: false,
 };
-export const APIServices: ResourceType = { group: 'apiregistration.k8s.io', version: 'v1', kind: 'APIService', plural: 'apiservices', namespaced: false };
+export const APIServices: ResourceType = {
+  group: 'apiregistration.k8s.io',
+  version: 'v1',
+  kind: 'APIService',
+  plural: 'apiservices',
+  namespaced: false,
+};

@@ -24,7 +24,10 @@ export class StatusError extends SandboxError {
   readonly httpCode: number;
 
   constructor(httpCode: number, status: KubeStatus, verb: string, path: string) {
-    super(`kube.${(status.reason ?? 'Unknown').toLowerCase()}`, `${verb} ${path}: ${status.message ?? `HTTP ${httpCode}`}`);
+    super(
+      `kube.${(status.reason ?? 'Unknown').toLowerCase()}`,
+      `${verb} ${path}: ${status.message ?? `HTTP ${httpCode}`}`,
+    );
     this.name = 'StatusError';
     this.status = status;
     this.httpCode = httpCode;
@@ -49,19 +52,32 @@ export class StatusError extends SandboxError {
 
 function reasonForCode(code: number): string {
   switch (code) {
-    case 400: return 'BadRequest';
-    case 401: return 'Unauthorized';
-    case 403: return 'Forbidden';
-    case 404: return 'NotFound';
-    case 405: return 'MethodNotAllowed';
-    case 409: return 'Conflict';
-    case 410: return 'Expired';
-    case 422: return 'Invalid';
-    case 429: return 'TooManyRequests';
-    case 500: return 'InternalError';
-    case 503: return 'ServiceUnavailable';
-    case 504: return 'Timeout';
-    default: return 'Unknown';
+    case 400:
+      return 'BadRequest';
+    case 401:
+      return 'Unauthorized';
+    case 403:
+      return 'Forbidden';
+    case 404:
+      return 'NotFound';
+    case 405:
+      return 'MethodNotAllowed';
+    case 409:
+      return 'Conflict';
+    case 410:
+      return 'Expired';
+    case 422:
+      return 'Invalid';
+    case 429:
+      return 'TooManyRequests';
+    case 500:
+      return 'InternalError';
+    case 503:
+      return 'ServiceUnavailable';
+    case 504:
+      return 'Timeout';
+    default:
+      return 'Unknown';
   }
 }
 

@@ -14,9 +14,24 @@ export interface WorkQueueOptions {
 const metricsFor = new WeakMap<Registry, ReturnType<typeof makeMetrics>>();
 function makeMetrics(registry: Registry) {
   return {
-    depth: new Gauge({ name: 'workqueue_depth', help: 'Current depth of the workqueue', labelNames: ['name'], registers: [registry] }),
-    adds: new Counter({ name: 'workqueue_adds_total', help: 'Adds handled by the workqueue', labelNames: ['name'], registers: [registry] }),
-    retries: new Counter({ name: 'workqueue_retries_total', help: 'Rate-limited retries', labelNames: ['name'], registers: [registry] }),
+    depth: new Gauge({
+      name: 'workqueue_depth',
+      help: 'Current depth of the workqueue',
+      labelNames: ['name'],
+      registers: [registry],
+    }),
+    adds: new Counter({
+      name: 'workqueue_adds_total',
+      help: 'Adds handled by the workqueue',
+      labelNames: ['name'],
+      registers: [registry],
+    }),
+    retries: new Counter({
+      name: 'workqueue_retries_total',
+      help: 'Rate-limited retries',
+      labelNames: ['name'],
+      registers: [registry],
+    }),
     latency: new Histogram({
       name: 'workqueue_queue_duration_seconds',
       help: 'How long an item stays in the workqueue before being requested',

@@ -13,7 +13,11 @@ export interface Operator {
   run(signal: AbortSignal): Promise<void>;
 }
 
-export type ControllerRegistration = (op: { manager: Manager; config: OperatorConfig; log: Logger }) => void | Promise<void>;
+export type ControllerRegistration = (op: {
+  manager: Manager;
+  config: OperatorConfig;
+  log: Logger;
+}) => void | Promise<void>;
 
 const registrations: Array<{ name: string; extension: boolean; register: ControllerRegistration }> = [];
 
@@ -24,13 +28,20 @@ export function registerController(name: string, extension: boolean, register: C
 
 export async function buildOperator(config: OperatorConfig, log: Logger, client?: KubeClient): Promise<Operator> {
   const kube =
-    client ?? (await KubeClient.fromKubeconfig(config.kubeconfig, { qps: config.kubeApiQps, burst: config.kubeApiBurst, userAgent: 'sandbox-operator' }));
+    client ??
+    (await KubeClient.fromKubeconfig(config.kubeconfig, {
+      qps: config.kubeApiQps,
+      burst: config.kubeApiBurst,
+      userAgent: 'sandbox-operator',
+    }));
   const manager = new Manager({
     client: kube,
     logger: log,
     metricsBindAddress: config.metricsBindAddress,
     healthBindAddress: config.healthProbeBindAddress,
-    leaderElection: config.leaderElect ? { namespace: config.leaderElectionNamespace, name: config.leaderElectionId } : undefined,
+    leaderElection: config.leaderElect
+      ? { namespace: config.leaderElectionNamespace, name: config.leaderElectionId }
+      : undefined,
   });
   for (const r of registrations) {
     if (r.extension && !config.extensions) continue;

@@ -60,12 +60,17 @@ const duration = (v: string) => {
 };
 
 export function operatorCommand(): Command {
-  const b = (name: string, def: boolean, help: string) => new Option(`--${name} [bool]`, help).default(def).argParser(bool);
+  const b = (name: string, def: boolean, help: string) =>
+    new Option(`--${name} [bool]`, help).default(def).argParser(bool);
   return new Command('sandbox-operator')
     .description('Controllers for the agent-sandbox API (Sandbox, SandboxTemplate, SandboxWarmPool, SandboxClaim)')
     .option('--kubeconfig <path>', 'kubeconfig (default: in-cluster or $KUBECONFIG)')
     .option('--namespace <ns>', 'watch only this namespace (default: all namespaces)')
-    .option('--default-runtime <runtime>', 'runtime for Sandboxes that name none: standard | vk-cocoon | sandboxd', 'standard')
+    .option(
+      '--default-runtime <runtime>',
+      'runtime for Sandboxes that name none: standard | vk-cocoon | sandboxd',
+      'standard',
+    )
     .addOption(b('extensions', true, 'run the SandboxTemplate/SandboxWarmPool/SandboxClaim controllers'))
     .option('--cluster-domain <domain>', 'cluster DNS domain (Service FQDNs, cert SANs)', 'cluster.local')
     .option('--sandbox-concurrent-workers <n>', 'Sandbox reconcile workers', int, 16)
@@ -75,7 +80,12 @@ export function operatorCommand(): Command {
     .option('--sandbox-warm-pool-max-batch-size <n>', 'max Sandboxes a pool creates or deletes per pass', int, 300)
     .addOption(b('enable-warm-pool-eviction', true, 'mark warm pods safe-to-evict'))
     .addOption(b('sandbox-warm-pool-disable-cr-management', false, 'status-only warm pools (L3 mode)'))
-    .option('--sandbox-warm-pool-readiness-grace-period <d>', 'grace before an unready warm member is replaced', duration, 300_000)
+    .option(
+      '--sandbox-warm-pool-readiness-grace-period <d>',
+      'grace before an unready warm member is replaced',
+      duration,
+      300_000,
+    )
     .option('--sandbox-warm-pool-max-refill-rate <n>', 'warm Sandboxes created per second (0 = unpaced)', Number, 0)
     .option('--kube-api-qps <n>', 'client QPS (negative disables limiting)', Number, 200)
     .option('--kube-api-burst <n>', 'client burst', int, 400)
@@ -88,7 +98,11 @@ export function operatorCommand(): Command {
     .option('--webhook-host <host>', 'conversion webhook listen address', '0.0.0.0')
     .option('--webhook-cert-dir <dir>', 'serving certificate directory', '/tmp/k8s-webhook-server/serving-certs')
     .option('--webhook-service-name <name>', 'conversion webhook Service', 'sandbox-webhook-service')
-    .option('--webhook-namespace <ns>', 'namespace of the webhook Service and cert Secret (also the router namespace)', 'sandbox-system')
+    .option(
+      '--webhook-namespace <ns>',
+      'namespace of the webhook Service and cert Secret (also the router namespace)',
+      'sandbox-system',
+    )
     .option('--webhook-url <url>', 'reach the conversion webhook at this URL instead of the Service (local clusters)')
     .addOption(b('manage-webhook-certs', true, 'create/load the webhook serving cert and patch CRD caBundles'))
     .addOption(b('enable-webhook', true, 'serve the conversion webhook'))
@@ -109,7 +123,8 @@ export function toConfig(opts: Record<string, unknown>): OperatorConfig {
   positive('sandbox-template-concurrent-workers', opts.sandboxTemplateConcurrentWorkers);
   positive('sandbox-warm-pool-max-batch-size', opts.sandboxWarmPoolMaxBatchSize);
   positive('kube-api-burst', opts.kubeApiBurst);
-  if (errors.length) throw new SandboxError('operator.flags', errors.join('; '), { hint: 'see sandbox-operator --help' });
+  if (errors.length)
+    throw new SandboxError('operator.flags', errors.join('; '), { hint: 'see sandbox-operator --help' });
   const webhookNamespace = String(opts.webhookNamespace);
   return {
     kubeconfig: opts.kubeconfig as string | undefined,

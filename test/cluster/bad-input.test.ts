@@ -34,11 +34,16 @@ async function expectStartFailure(binDir: string): Promise<SandboxError> {
   } catch (err) {
     assert.ok(err instanceof SandboxError, `expected a SandboxError, got ${String(err)}`);
     // Nothing left behind: no new network namespace, no process whose command line names this data dir.
-    assert.deepEqual((await listClusterNamespaces()).filter((n) => !before.has(n)), []);
+    assert.deepEqual(
+      (await listClusterNamespaces()).filter((n) => !before.has(n)),
+      [],
+    );
     const procs = await readdir('/proc');
     for (const p of procs) {
       if (!/^\d+$/.test(p)) continue;
-      const cmd = await import('node:fs/promises').then((fs) => fs.readFile(`/proc/${p}/cmdline`, 'latin1')).catch(() => '');
+      const cmd = await import('node:fs/promises')
+        .then((fs) => fs.readFile(`/proc/${p}/cmdline`, 'latin1'))
+        .catch(() => '');
       assert.ok(!cmd.includes(basename(dataDir)), `process ${p} still running: ${cmd.replaceAll('\0', ' ')}`);
     }
     return err;
@@ -63,7 +68,11 @@ describe('control plane bad input: clear errors, nothing left running', () => {
   });
 
   it('a broken binary (does not run) is named with its output', async () => {
-    const err = await expectStartFailure(await binDirWith(cluster, { etcd: '#!/bin/sh\necho "segmentation fault (simulated corruption)" >&2\nexit 139\n' }));
+    const err = await expectStartFailure(
+      await binDirWith(cluster, {
+        etcd: '#!/bin/sh\necho "segmentation fault (simulated corruption)" >&2\nexit 139\n',
+      }),
+    );
     assert.equal(err.code, 'cluster.binary-broken');
     assert.match(err.message, /etcd at .* does not run: .*segmentation fault/);
   });
@@ -87,12 +96,15 @@ describe('control plane bad input: clear errors, nothing left running', () => {
     process.env.GOPROXY = 'off';
     process.env.GOMODCACHE = join(cacheDir, 'empty-modcache');
     try {
-      await assert.rejects(obtain('kwok', { cacheDir: join(cacheDir, 'fresh'), progress: () => {} }), (err: unknown) => {
-        assert.ok(err instanceof SandboxError);
-        assert.equal(err.code, 'cluster.build');
-        assert.match(err.message, /kwok v0\.8\.0/);
-        return true;
-      });
+      await assert.rejects(
+        obtain('kwok', { cacheDir: join(cacheDir, 'fresh'), progress: () => {} }),
+        (err: unknown) => {
+          assert.ok(err instanceof SandboxError);
+          assert.equal(err.code, 'cluster.build');
+          assert.match(err.message, /kwok v0\.8\.0/);
+          return true;
+        },
+      );
     } finally {
       for (const [k, v] of Object.entries(saved)) {
         if (v === undefined) delete process.env[k];

@@ -32,8 +32,20 @@ describe('local control plane (real etcd + kube-apiserver + controller-manager +
     );
     try {
       await cluster.kubectl(['-n', ns.name, 'create', 'configmap', 'greeting', '--from-literal=hello=world']);
-      await cluster.kubectl(['-n', ns.name, 'patch', 'configmap', 'greeting', '--type=merge', '-p', '{"data":{"hello":"again"}}']);
-      await eventually(() => seen, { until: (s) => s.some((e) => e.type === 'MODIFIED' && e.value === 'again'), what: 'the MODIFIED event' });
+      await cluster.kubectl([
+        '-n',
+        ns.name,
+        'patch',
+        'configmap',
+        'greeting',
+        '--type=merge',
+        '-p',
+        '{"data":{"hello":"again"}}',
+      ]);
+      await eventually(() => seen, {
+        until: (s) => s.some((e) => e.type === 'MODIFIED' && e.value === 'again'),
+        what: 'the MODIFIED event',
+      });
       assert.deepEqual(seen[0], { type: 'ADDED', value: 'world' });
     } finally {
       req.abort();
@@ -49,14 +61,31 @@ describe('local control plane (real etcd + kube-apiserver + controller-manager +
         group: 'smoke.sbx.test',
         names: { kind: 'Widget', plural: 'widgets', singular: 'widget', listKind: 'WidgetList' },
         scope: 'Namespaced',
-        versions: [{ name: 'v1', served: true, storage: true, schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } } }],
+        versions: [
+          {
+            name: 'v1',
+            served: true,
+            storage: true,
+            schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } },
+          },
+        ],
       },
     };
     await cluster.kubectl(['apply', '-f', '-'], JSON.stringify(crd));
     try {
       await cluster.kubectl(['wait', '--for=condition=Established', '--timeout=30s', 'crd/widgets.smoke.sbx.test']);
-      await cluster.kubectl(['-n', ns.name, 'apply', '-f', '-'], JSON.stringify({ apiVersion: 'smoke.sbx.test/v1', kind: 'Widget', metadata: { name: 'w1' }, spec: { size: 3 } }));
-      const got = JSON.parse(await cluster.kubectl(['-n', ns.name, 'get', 'widget', 'w1', '-o', 'json'])) as { spec: { size: number } };
+      await cluster.kubectl(
+        ['-n', ns.name, 'apply', '-f', '-'],
+        JSON.stringify({
+          apiVersion: 'smoke.sbx.test/v1',
+          kind: 'Widget',
+          metadata: { name: 'w1' },
+          spec: { size: 3 },
+        }),
+      );
+      const got = JSON.parse(await cluster.kubectl(['-n', ns.name, 'get', 'widget', 'w1', '-o', 'json'])) as {
+        spec: { size: number };
+      };
       assert.equal(got.spec.size, 3);
     } finally {
       await cluster.kubectl(['delete', 'crd', 'widgets.smoke.sbx.test', '--wait=false']);
@@ -64,14 +93,31 @@ describe('local control plane (real etcd + kube-apiserver + controller-manager +
   });
 
   it('a Deployment gets a ReplicaSet and a Pod that is scheduled onto a simulated node and turns Ready; deleting it garbage-collects the Pods', async () => {
-    await cluster.kubectl(['-n', ns.name, 'create', 'deployment', 'web', '--image=registry.k8s.io/pause:3.10', '--replicas=2']);
-    type PodList = { items: Array<{ metadata: { name: string; ownerReferences?: Array<{ kind: string }> }; spec: { nodeName?: string }; status: { podIP?: string; conditions?: Array<{ type: string; status: string }> } }> };
+    await cluster.kubectl([
+      '-n',
+      ns.name,
+      'create',
+      'deployment',
+      'web',
+      '--image=registry.k8s.io/pause:3.10',
+      '--replicas=2',
+    ]);
+    type PodList = {
+      items: Array<{
+        metadata: { name: string; ownerReferences?: Array<{ kind: string }> };
+        spec: { nodeName?: string };
+        status: { podIP?: string; conditions?: Array<{ type: string; status: string }> };
+      }>;
+    };
     const pods = await eventually(
-      async () => JSON.parse(await cluster.kubectl(['-n', ns.name, 'get', 'pods', '-l', 'app=web', '-o', 'json'])) as PodList,
+      async () =>
+        JSON.parse(await cluster.kubectl(['-n', ns.name, 'get', 'pods', '-l', 'app=web', '-o', 'json'])) as PodList,
       {
         timeoutMs: 60_000,
         what: '2 Ready pods',
-        until: (l) => l.items.length === 2 && l.items.every((p) => p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')),
+        until: (l) =>
+          l.items.length === 2 &&
+          l.items.every((p) => p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True')),
       },
     );
     for (const p of pods.items) {
@@ -81,8 +127,15 @@ describe('local control plane (real etcd + kube-apiserver + controller-manager +
     }
     await cluster.kubectl(['-n', ns.name, 'delete', 'deployment', 'web', '--wait=false']);
     await eventually(
-      async () => JSON.parse(await cluster.kubectl(['-n', ns.name, 'get', 'pods,replicasets', '-o', 'json'])) as { items: unknown[] },
-      { timeoutMs: 60_000, what: 'the garbage collector to remove the ReplicaSet and Pods', until: (l) => l.items.length === 0 },
+      async () =>
+        JSON.parse(await cluster.kubectl(['-n', ns.name, 'get', 'pods,replicasets', '-o', 'json'])) as {
+          items: unknown[];
+        },
+      {
+        timeoutMs: 60_000,
+        what: 'the garbage collector to remove the ReplicaSet and Pods',
+        until: (l) => l.items.length === 0,
+      },
     );
   });
 });

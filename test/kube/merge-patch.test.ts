@@ -10,14 +10,30 @@ describe('mergePatch (diff before write)', () => {
     ['removed key becomes null', { a: 1, b: 2 }, { a: 1 }, { b: null }],
     ['nested change only', { m: { x: 1, y: 2 } }, { m: { x: 1, y: 3 } }, { m: { y: 3 } }],
     ['arrays are replaced whole', { l: [1, 2] }, { l: [1] }, { l: [1] }],
-    ['label removal', { metadata: { labels: { a: '1', b: '2' } } }, { metadata: { labels: { a: '1' } } }, { metadata: { labels: { b: null } } }],
+    [
+      'label removal',
+      { metadata: { labels: { a: '1', b: '2' } } },
+      { metadata: { labels: { a: '1' } } },
+      { metadata: { labels: { b: null } } },
+    ],
   ];
   for (const [name, from, to, want] of cases) it(name, () => assert.deepEqual(mergePatch(from, to), want));
 
   it('applying the patch reproduces the target (property, null-free JSON)', () => {
     const json = fc.letrec((tie) => ({
-      value: fc.oneof({ depthSize: 'small' }, fc.integer(), fc.string(), fc.boolean(), fc.array(tie('value'), { maxLength: 3 }), tie('object')),
-      object: fc.dictionary(fc.string({ minLength: 1, maxLength: 4 }).filter((k) => k !== '__proto__'), tie('value'), { maxKeys: 4, noNullPrototype: true }),
+      value: fc.oneof(
+        { depthSize: 'small' },
+        fc.integer(),
+        fc.string(),
+        fc.boolean(),
+        fc.array(tie('value'), { maxLength: 3 }),
+        tie('object'),
+      ),
+      object: fc.dictionary(
+        fc.string({ minLength: 1, maxLength: 4 }).filter((k) => k !== '__proto__'),
+        tie('value'),
+        { maxKeys: 4, noNullPrototype: true },
+      ),
     }));
     fc.assert(
       fc.property(json.object, json.object, (a, b) => {

@@ -22,7 +22,10 @@ async function load(): Promise<TestCluster> {
   const path = process.env.SBX_TEST_CLUSTER;
   if (path) {
     const info = JSON.parse(readFileSync(path, 'utf8')) as ClusterInfo;
-    return { ...info, kubectl: (args, input) => runKubectl(info.binaries.kubectl ?? 'kubectl', info.kubeconfigPath, args, input) };
+    return {
+      ...info,
+      kubectl: (args, input) => runKubectl(info.binaries.kubectl ?? 'kubectl', info.kubeconfigPath, args, input),
+    };
   }
   const env = readClusterEnvironment();
   const cluster = await startCluster({

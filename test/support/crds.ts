@@ -9,5 +9,17 @@ export async function installCrds(kubectl: (args: string[], input?: string) => P
   const files = (await readdir(CRD_DIR).catch(() => [] as string[])).filter((f) => f.endsWith('.yaml'));
   if (!files.length) return;
   await kubectl(['apply', '--server-side', '--force-conflicts', ...files.flatMap((f) => ['-f', join(CRD_DIR, f)])]);
-  await kubectl(['wait', '--for=condition=Established', '--timeout=60s', ...files.map((f) => `crd/${f.replace(/\.yaml$/, '').split('_').reverse().join('.')}`)]);
+  await kubectl([
+    'wait',
+    '--for=condition=Established',
+    '--timeout=60s',
+    ...files.map(
+      (f) =>
+        `crd/${f
+          .replace(/\.yaml$/, '')
+          .split('_')
+          .reverse()
+          .join('.')}`,
+    ),
+  ]);
 }

@@ -20,7 +20,9 @@ export async function eventually<T>(
     }
     if (Date.now() > deadline) {
       const msg = last instanceof Error ? last.message : String(last);
-      throw new Error(`timed out after ${opts.timeoutMs ?? 30_000} ms${opts.what ? ` waiting for ${opts.what}` : ''}: ${msg}`);
+      throw new Error(
+        `timed out after ${opts.timeoutMs ?? 30_000} ms${opts.what ? ` waiting for ${opts.what}` : ''}: ${msg}`,
+      );
     }
     await sleep(opts.intervalMs ?? 100);
   }

@@ -51,7 +51,9 @@ export function register(program: Command): void {
         process.exitCode = 1;
         return;
       }
-      process.stdout.write(`${state.status}: kubeconfig ${state.kubeconfigPath ?? '(pending)'}, pid ${state.supervisorPid}\n`);
+      process.stdout.write(
+        `${state.status}: kubeconfig ${state.kubeconfigPath ?? '(pending)'}, pid ${state.supervisorPid}\n`,
+      );
     });
 }
 
@@ -154,9 +156,12 @@ async function upDetached(opts: UpOptions): Promise<void> {
       process.stdout.write(`export KUBECONFIG=${resolve(state.kubeconfigPath)} PATH=${resolve(state.binDir)}:$PATH\n`);
       return;
     }
-    if (state?.status === 'failed') throw new SandboxError('cli.up-failed', `platform failed to start: ${state.error}`, { hint: `see ${logPath}` });
+    if (state?.status === 'failed')
+      throw new SandboxError('cli.up-failed', `platform failed to start: ${state.error}`, { hint: `see ${logPath}` });
     if (child.pid !== undefined && !isAlive(child.pid))
-      throw new SandboxError('cli.up-failed', 'the platform supervisor exited before it was ready', { hint: `see ${logPath}` });
+      throw new SandboxError('cli.up-failed', 'the platform supervisor exited before it was ready', {
+        hint: `see ${logPath}`,
+      });
   }
 }
 
@@ -171,7 +176,8 @@ async function down(opts: { all?: boolean }): Promise<void> {
     }
     // Whatever the supervisor could not stop (it was killed, say) goes now, by recorded PID.
     for (const pid of state.pids ?? []) if (isAlive(pid)) process.kill(pid, 'SIGKILL');
-    if (state.netns && state.hostInterface) await deleteClusterNetwork({ netns: state.netns, hostInterface: state.hostInterface });
+    if (state.netns && state.hostInterface)
+      await deleteClusterNetwork({ netns: state.netns, hostInterface: state.hostInterface });
     await rm(statePath(env.stateDir), { force: true });
     process.stderr.write('platform stopped\n');
   } else {
