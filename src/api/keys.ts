@@ -1,0 +1,101 @@
+/**
+ * Every well-known label and annotation key of the agent-sandbox API (spec §5), verbatim. Nothing else in the
+ * project spells these strings out.
+ */
+
+/** Labels. */
+export const LabelKeys = {
+  /** hash(sandbox name); on Pod, Service and PVCs of a Sandbox. */
+  sandboxNameHash: 'agents.x-k8s.io/sandbox-name-hash',
+  /** `"true"`: an unowned Pod/Service/PVC may be adopted by a Sandbox. */
+  adoptable: 'agents.x-k8s.io/adoptable',
+  /** hash(pool name); warm pool membership. */
+  warmPoolSandbox: 'agents.x-k8s.io/warm-pool-sandbox',
+  /** hash(template name). */
+  sandboxTemplateRefHash: 'agents.x-k8s.io/sandbox-template-ref-hash',
+  /** hash(JSON(template blueprint)). */
+  sandboxTemplateHash: 'agents.x-k8s.io/sandbox-template-hash',
+  /** Deprecated upstream label: hash(JSON(template.spec.podTemplate)). */
+  sandboxPodTemplateHash: 'agents.x-k8s.io/sandbox-pod-template-hash',
+  /** `warm` or `cold`. */
+  launchType: 'agents.x-k8s.io/launch-type',
+  /** Free string on claims/sandboxes; normalized on Pods. */
+  createdBy: 'agents.x-k8s.io/created-by',
+  /** The claim UID, on the Sandbox and its pod template. */
+  claimUid: 'agents.x-k8s.io/claim-uid',
+} as const;
+
+/** Annotations. */
+export const AnnotationKeys = {
+  podName: 'agents.x-k8s.io/pod-name',
+  propagatedLabels: 'agents.x-k8s.io/propagated-labels',
+  propagatedAnnotations: 'agents.x-k8s.io/propagated-annotations',
+  /** Template name, on Sandboxes (and, by contract, on claims the claim controller resolved: docs/api.md). */
+  sandboxTemplateRef: 'agents.x-k8s.io/sandbox-template-ref',
+  /** Assigned sandbox name, on the SandboxClaim (adoption record). */
+  sandboxName: 'agents.x-k8s.io/sandbox-name',
+  controllerFirstObservedAt: 'agents.x-k8s.io/controller-first-observed-at',
+  webhookFirstObservedAt: 'agents.x-k8s.io/webhook-first-observed-at',
+  clientFirstRequestedAt: 'agents.x-k8s.io/client-first-requested-at',
+  claimFirstReadyAt: 'agents.x-k8s.io/claim-first-ready-at',
+  creationLatencyRecorded: 'agents.x-k8s.io/creation-latency-recorded',
+  traceContext: 'opentelemetry.io/trace-context',
+  safeToEvict: 'cluster-autoscaler.kubernetes.io/safe-to-evict',
+  /** Upstream migration tooling marks shadow pools with these (not written by the operator). */
+  migrationShadow: 'agents.x-k8s.io/migration-shadow',
+  migrationSourceTemplate: 'agents.x-k8s.io/migration-source-template',
+  /** Runtime adapter mode on the pod template (§10). */
+  runtime: 'sandbox.cocoonstack.io/runtime',
+} as const;
+
+/**
+ * Conversion bookkeeping (spec §4). The `v1alpha1-*-state` keys live on hub (v1beta1) objects and hold what only
+ * v1alpha1 can express; the `v1beta1-*` keys live on v1alpha1 views and hold what only v1beta1 can express.
+ * `v1beta1-<kind>-state` is ours (not in the spec): it makes v1beta1 -> v1alpha1 -> v1beta1 exact (docs/api.md).
+ */
+export const ConversionKeys = {
+  sandboxV1alpha1State: 'api.agents.x-k8s.io/v1alpha1-sandbox-state',
+  sandboxTemplateV1alpha1State: 'api.agents.x-k8s.io/v1alpha1-sandboxtemplate-state',
+  sandboxWarmPoolV1alpha1State: 'api.agents.x-k8s.io/v1alpha1-sandboxwarmpool-state',
+  sandboxClaimV1alpha1State: 'api.agents.x-k8s.io/v1alpha1-sandboxclaim-state',
+  volumeClaimTemplatesPolicy: 'api.agents.x-k8s.io/v1beta1-volume-claim-templates-policy',
+  sandboxClaimVolumeClaimTemplates: 'api.agents.x-k8s.io/v1beta1-sandboxclaim-volume-claim-templates',
+  sandboxV1beta1State: 'api.agents.x-k8s.io/v1beta1-sandbox-state',
+  sandboxTemplateV1beta1State: 'api.agents.x-k8s.io/v1beta1-sandboxtemplate-state',
+  sandboxWarmPoolV1beta1State: 'api.agents.x-k8s.io/v1beta1-sandboxwarmpool-state',
+  sandboxClaimV1beta1State: 'api.agents.x-k8s.io/v1beta1-sandboxclaim-state',
+} as const;
+
+/** Annotations the aggregated apiserver / runtime adapter use (`sandbox.cocoonstack.io/*`, cocoonstack spec). */
+export const CocoonAnnotationKeys = {
+  claimId: 'sandbox.cocoonstack.io/claim-id',
+  address: 'sandbox.cocoonstack.io/address',
+  token: 'sandbox.cocoonstack.io/token',
+  deadline: 'sandbox.cocoonstack.io/deadline',
+  net: 'sandbox.cocoonstack.io/net',
+  ttlSeconds: 'sandbox.cocoonstack.io/ttl-seconds',
+  node: 'sandbox.cocoonstack.io/node',
+  phase: 'sandbox.cocoonstack.io/phase',
+  claim: 'sandbox.cocoonstack.io/claim',
+  size: 'sandbox.cocoonstack.io/size',
+  template: 'sandbox.cocoonstack.io/template',
+  runtime: 'sandbox.cocoonstack.io/runtime',
+  cocoonsetMode: 'cocoonset.cocoonstack.io/mode',
+  cocoonsetManaged: 'cocoonset.cocoonstack.io/managed',
+  cocoonsetImage: 'cocoonset.cocoonstack.io/image',
+  cocoonsetOs: 'cocoonset.cocoonstack.io/os',
+  vmName: 'vm.cocoonstack.io/name',
+} as const;
+
+/** Keys with these prefixes (and `opentelemetry.io/trace-context`) never propagate from a pod template to the Pod. */
+export const SystemKeyPrefixes = ['agents.x-k8s.io/', 'extensions.agents.x-k8s.io/'] as const;
+
+export function isSystemKey(key: string): boolean {
+  return key === AnnotationKeys.traceContext || SystemKeyPrefixes.some((p) => key.startsWith(p));
+}
+
+/** Field owner the Sandbox controller uses on creates. */
+export const SANDBOX_FIELD_OWNER = 'sandbox-controller';
+
+/** Prefix of the warm pool name a v1alpha1 claim with `warmpool: none|default` converts to (spec §4.4). */
+export const SHADOW_POOL_PREFIX = 'shadow-pool-';

@@ -1,0 +1,52 @@
+/**
+ * Fails when a checked-in generated file differs from what `npm run generate` produces.
+ */
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { renderCrdFiles } from '../../src/api/crd.js';
+import { CORE_GEN_JSON, CORE_GEN_TS, KUBERNETES_VERSION, readCoreSources, renderCore } from '../../scripts/generate.js';
+
+const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const crdDir = join(repoRoot, 'deploy/crds');
+
+function goModuleCached(): string | false {
+  try {
+    const modCache = execFileSync('go', ['env', 'GOMODCACHE'], { encoding: 'utf8' }).trim();
+    return existsSync(join(modCache, `k8s.io/kubernetes@v${KUBERNETES_VERSION}`)) ? modCache : false;
+  } catch {
+    return false;
+  }
+}
+
+describe('generated files', () => {
+  it('deploy/crds matches the schemas in src/api', () => {
+    const files = renderCrdFiles();
+    const onDisk = readdirSync(crdDir)
+      .filter((f) => f.endsWith('.yaml'))
+      .sort();
+    assert.deepEqual(onDisk, Object.keys(files).sort(), 'deploy/crds holds exactly the generated files');
+    for (const [name, content] of Object.entries(files)) {
+      assert.ok(
+        readFileSync(join(crdDir, name), 'utf8') === content,
+        `deploy/crds/${name} is stale: run npm run generate`,
+      );
+    }
+  });
+
+  it(
+    'src/api/generated/core-v1.36.gen.* matches the Kubernetes OpenAPI document',
+    { skip: !goModuleCached() && `k8s.io/kubernetes@v${KUBERNETES_VERSION} is not in the Go module cache` },
+    async () => {
+      const { json, ts } = await renderCore(readCoreSources());
+      assert.ok(
+        readFileSync(CORE_GEN_JSON, 'utf8') === json,
+        'core-v1.36.gen.json is stale: npm run generate -- --core',
+      );
+      assert.ok(readFileSync(CORE_GEN_TS, 'utf8') === ts, 'core-v1.36.gen.ts is stale: npm run generate -- --core');
+    },
+  );
+});
