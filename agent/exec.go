@@ -1,0 +1,386 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// ---- reaper: as PID 1 we reap every child; statuses of our own processes are routed to waiters ----
+
+var (
+	procMu sync.Mutex
+	procs  = map[int]chan syscall.WaitStatus{}
+)
+
+func startReaper() {
+	ch := make(chan os.Signal, 16)
+	signal.Notify(ch, syscall.SIGCHLD)
+	go func() {
+		for range ch {
+			reapAll()
+		}
+	}()
+	// Safety net against a lost SIGCHLD.
+	go func() {
+		for {
+			time.Sleep(2 * time.Second)
+			reapAll()
+		}
+	}()
+}
+
+func reapAll() {
+	for {
+		var ws syscall.WaitStatus
+		procMu.Lock()
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if err == syscall.EINTR {
+			procMu.Unlock()
+			continue
+		}
+		if pid <= 0 || err != nil {
+			procMu.Unlock()
+			return
+		}
+		if c, ok := procs[pid]; ok {
+			delete(procs, pid)
+			c <- ws
+		}
+		procMu.Unlock()
+	}
+}
+
+// spawn forks under procMu so the reaper cannot see the exit before the waiter is registered.
+func spawn(argv0 string, argv []string, attr *syscall.ProcAttr) (int, chan syscall.WaitStatus, error) {
+	procMu.Lock()
+	defer procMu.Unlock()
+	pid, err := syscall.ForkExec(argv0, argv, attr)
+	if err != nil {
+		return 0, nil, err
+	}
+	c := make(chan syscall.WaitStatus, 1)
+	procs[pid] = c
+	return pid, c, nil
+}
+
+func lookPath(name, path string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	for _, dir := range filepath.SplitList(path) {
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", newOpError("ENOENT", fmt.Sprintf("executable %q not found in PATH", name))
+}
+
+func ioctl(fd uintptr, req uintptr, arg unsafe.Pointer) error {
+	_, _, e := syscall.Syscall(syscall.SYS_IOCTL, fd, req, uintptr(arg))
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+const (
+	tiocsptlck = 0x40045431
+	tiocgptn   = 0x80045430
+)
+
+type winsize struct{ Row, Col, X, Y uint16 }
+
+func setWinsize(f *os.File, cols, rows int) error {
+	ws := winsize{Row: uint16(rows), Col: uint16(cols)}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ierr error
+	if err := rc.Control(func(fd uintptr) { ierr = ioctl(fd, syscall.TIOCSWINSZ, unsafe.Pointer(&ws)) }); err != nil {
+		return err
+	}
+	return ierr
+}
+
+func openPty() (master, slave *os.File, err error) {
+	master, err = os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	rc, err := master.SyscallConn()
+	if err != nil {
+		master.Close()
+		return nil, nil, err
+	}
+	var n uint32
+	var ierr error
+	_ = rc.Control(func(fd uintptr) {
+		var unlock int32
+		if ierr = ioctl(fd, tiocsptlck, unsafe.Pointer(&unlock)); ierr == nil {
+			ierr = ioctl(fd, tiocgptn, unsafe.Pointer(&n))
+		}
+	})
+	if ierr != nil {
+		master.Close()
+		return nil, nil, ierr
+	}
+	slave, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		master.Close()
+		return nil, nil, err
+	}
+	return master, slave, nil
+}
+
+const chunk = 32 << 10
+
+// pump copies r to frames of type t until EOF/error, then signals wg.
+func (s *session) pump(id uint32, t byte, r *os.File, wg *sync.WaitGroup) {
+	defer wg.Done()
+	buf := make([]byte, chunk)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			s.send(t, id, append([]byte(nil), buf[:n]...))
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func signalName(sig syscall.Signal) string {
+	names := map[syscall.Signal]string{syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT",
+		syscall.SIGKILL: "SIGKILL", syscall.SIGTERM: "SIGTERM", syscall.SIGUSR1: "SIGUSR1", syscall.SIGUSR2: "SIGUSR2",
+		syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGABRT: "SIGABRT", syscall.SIGSEGV: "SIGSEGV"}
+	if n, ok := names[sig]; ok {
+		return n
+	}
+	return fmt.Sprintf("SIG%d", int(sig))
+}
+
+func (s *session) startExec(id uint32, req *Request) {
+	if len(req.Argv) == 0 {
+		s.reply(id, nil, newOpError("EINVAL", "argv is empty"))
+		return
+	}
+	envMap := map[string]string{"PATH": defaultPath, "HOME": "/root", "LANG": "C.UTF-8"}
+	if req.Pty != nil {
+		envMap["TERM"] = "xterm-256color"
+	}
+	for k, v := range req.Env {
+		envMap[k] = v
+	}
+	env := make([]string, 0, len(envMap))
+	for k, v := range envMap {
+		env = append(env, k+"="+v)
+	}
+	pathVar := defaultPath
+	if p, ok := req.Env["PATH"]; ok {
+		pathVar = p
+	}
+	bin, err := lookPath(req.Argv[0], pathVar)
+	if err != nil {
+		s.reply(id, nil, err)
+		return
+	}
+	cwd := req.Cwd
+	if cwd == "" {
+		cwd = "/"
+	}
+	sys := &syscall.SysProcAttr{Setpgid: true}
+	if req.UID != nil || req.GID != nil {
+		cred := &syscall.Credential{}
+		if req.UID != nil {
+			cred.Uid = uint32(*req.UID)
+		}
+		if req.GID != nil {
+			cred.Gid = uint32(*req.GID)
+		}
+		sys.Credential = cred
+	}
+
+	var closeAfterStart []*os.File
+	var outR, errR, stdinW, master *os.File
+	var files []uintptr
+	fail := func(err error) {
+		for _, f := range closeAfterStart {
+			f.Close()
+		}
+		for _, f := range []*os.File{outR, errR, stdinW, master} {
+			if f != nil {
+				f.Close()
+			}
+		}
+		s.reply(id, nil, err)
+	}
+	if req.Pty != nil {
+		m, sl, err := openPty()
+		if err != nil {
+			fail(err)
+			return
+		}
+		master = m
+		closeAfterStart = append(closeAfterStart, sl)
+		if req.Pty.Cols > 0 && req.Pty.Rows > 0 {
+			_ = setWinsize(master, req.Pty.Cols, req.Pty.Rows)
+		}
+		files = []uintptr{sl.Fd(), sl.Fd(), sl.Fd()}
+		sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0, Credential: sys.Credential}
+	} else {
+		var inR *os.File
+		if req.Stdin {
+			r, w, err := os.Pipe()
+			if err != nil {
+				fail(err)
+				return
+			}
+			inR, stdinW = r, w
+		} else {
+			n, err := os.Open(os.DevNull)
+			if err != nil {
+				fail(err)
+				return
+			}
+			inR = n
+		}
+		closeAfterStart = append(closeAfterStart, inR)
+		or, ow, err := os.Pipe()
+		if err != nil {
+			fail(err)
+			return
+		}
+		outR = or
+		closeAfterStart = append(closeAfterStart, ow)
+		er, ew, err := os.Pipe()
+		if err != nil {
+			fail(err)
+			return
+		}
+		errR = er
+		closeAfterStart = append(closeAfterStart, ew)
+		files = []uintptr{inR.Fd(), ow.Fd(), ew.Fd()}
+	}
+	st := &stream{}
+	var pid int
+	st.signal = func(sig int) error {
+		if pid <= 0 {
+			return newOpError("ESRCH", "process not started")
+		}
+		// Signal the whole process group, so `sh -c` children go too.
+		if err := syscall.Kill(-pid, syscall.Signal(sig)); err != nil {
+			return syscall.Kill(pid, syscall.Signal(sig))
+		}
+		return nil
+	}
+	if master != nil {
+		st.resize = func(cols, rows int) error { return setWinsize(master, cols, rows) }
+	}
+	stdinTarget := stdinW
+	if master != nil {
+		stdinTarget = master
+	}
+	if stdinTarget != nil {
+		st.in = make(chan []byte, 16)
+	}
+	if err := s.register(id, st); err != nil {
+		fail(err)
+		return
+	}
+	p, wait, err := spawn(bin, req.Argv, &syscall.ProcAttr{Dir: cwd, Env: env, Files: files, Sys: sys})
+	for _, f := range closeAfterStart {
+		f.Close()
+	}
+	if err != nil {
+		for _, f := range []*os.File{outR, errR, stdinW, master} {
+			if f != nil {
+				f.Close()
+			}
+		}
+		s.reply(id, nil, err)
+		return
+	}
+	pid = p
+	s.sendJSON(TEvt, id, map[string]any{"type": "started", "pid": pid})
+
+	procDone := make(chan struct{})
+	if st.in != nil {
+		in := st.in
+		go func() {
+			for {
+				var data []byte
+				select {
+				case data = <-in:
+				case <-procDone:
+					return
+				}
+				if len(data) == 0 {
+					if stdinW != nil {
+						stdinW.Close()
+					} else if master != nil {
+						_, _ = master.Write([]byte{4}) // ^D
+					}
+					continue
+				}
+				_, _ = stdinTarget.Write(data)
+			}
+		}()
+	}
+	var wg sync.WaitGroup
+	if master != nil {
+		wg.Add(1)
+		go s.pump(id, TOut, master, &wg)
+	} else {
+		wg.Add(2)
+		go s.pump(id, TOut, outR, &wg)
+		go s.pump(id, TErr, errR, &wg)
+	}
+	go func() {
+		timedOut := false
+		var ws syscall.WaitStatus
+		if req.TimeoutMs > 0 {
+			t := time.NewTimer(time.Duration(req.TimeoutMs) * time.Millisecond)
+			select {
+			case ws = <-wait:
+			case <-t.C:
+				timedOut = true
+				_ = syscall.Kill(-pid, syscall.SIGKILL)
+				ws = <-wait
+			}
+			t.Stop()
+		} else {
+			ws = <-wait
+		}
+		// Drain output; a background grandchild may hold the pipes open, so bound the wait.
+		drained := make(chan struct{})
+		go func() { wg.Wait(); close(drained) }()
+		select {
+		case <-drained:
+		case <-time.After(500 * time.Millisecond):
+		}
+		for _, f := range []*os.File{outR, errR, stdinW, master} {
+			if f != nil {
+				f.Close()
+			}
+		}
+		<-drained
+		close(procDone)
+		res := map[string]any{"exitCode": ws.ExitStatus(), "timedOut": timedOut}
+		if ws.Signaled() {
+			res["exitCode"] = 128 + int(ws.Signal())
+			res["signal"] = signalName(ws.Signal())
+		}
+		s.reply(id, res, nil)
+	}()
+}

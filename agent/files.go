@@ -1,0 +1,455 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+const maxListEntries = 10000
+
+func checkPath(p string) error {
+	if p == "" || !filepath.IsAbs(p) {
+		return newOpError("EINVAL", fmt.Sprintf("path must be absolute: %q", p))
+	}
+	return nil
+}
+
+func fileType(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "dir"
+	case m&os.ModeSymlink != 0:
+		return "symlink"
+	case m.IsRegular():
+		return "file"
+	default:
+		return "other"
+	}
+}
+
+func statInfo(p string, fi os.FileInfo) map[string]any {
+	m := map[string]any{"path": p, "name": fi.Name(), "type": fileType(fi.Mode()), "size": fi.Size(),
+		"mode": uint32(fi.Mode().Perm()), "mtimeMs": fi.ModTime().UnixMilli()}
+	if fi.Mode()&os.ModeSymlink != 0 {
+		if t, err := os.Readlink(p); err == nil {
+			m["target"] = t
+		}
+	}
+	return m
+}
+
+func fileStat(p string) (map[string]any, error) {
+	if err := checkPath(p); err != nil {
+		return nil, err
+	}
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return nil, err
+	}
+	return statInfo(p, fi), nil
+}
+
+func fileList(p string, depth int) (map[string]any, error) {
+	if err := checkPath(p); err != nil {
+		return nil, err
+	}
+	if depth <= 0 {
+		depth = 1
+	}
+	entries := []map[string]any{}
+	truncated := false
+	var walk func(dir string, d int) error
+	walk = func(dir string, d int) error {
+		des, err := os.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		for _, de := range des {
+			if len(entries) >= maxListEntries {
+				truncated = true
+				return nil
+			}
+			full := filepath.Join(dir, de.Name())
+			fi, err := de.Info()
+			if err != nil {
+				continue
+			}
+			entries = append(entries, statInfo(full, fi))
+			if de.IsDir() && d < depth {
+				_ = walk(full, d+1)
+			}
+		}
+		return nil
+	}
+	if err := walk(p, 1); err != nil {
+		return nil, err
+	}
+	return map[string]any{"entries": entries, "truncated": truncated}, nil
+}
+
+func fileMkdir(p string, parents bool, mode uint32) error {
+	if err := checkPath(p); err != nil {
+		return err
+	}
+	if mode == 0 {
+		mode = 0o755
+	}
+	if parents {
+		return os.MkdirAll(p, os.FileMode(mode))
+	}
+	return os.Mkdir(p, os.FileMode(mode))
+}
+
+func fileMove(from, to string) error {
+	if err := checkPath(from); err != nil {
+		return err
+	}
+	if err := checkPath(to); err != nil {
+		return err
+	}
+	return os.Rename(from, to)
+}
+
+func fileRemove(p string, recursive bool) error {
+	if err := checkPath(p); err != nil {
+		return err
+	}
+	if p == "/" {
+		return newOpError("EINVAL", "refusing to remove /")
+	}
+	if _, err := os.Lstat(p); err != nil {
+		return err
+	}
+	if recursive {
+		return os.RemoveAll(p)
+	}
+	return os.Remove(p)
+}
+
+func (s *session) fileRead(id uint32, req *Request) {
+	if err := checkPath(req.Path); err != nil {
+		s.reply(id, nil, err)
+		return
+	}
+	f, err := os.Open(req.Path)
+	if err != nil {
+		s.reply(id, nil, err)
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		s.reply(id, nil, err)
+		return
+	}
+	if fi.IsDir() {
+		s.reply(id, nil, newOpError("EISDIR", req.Path+" is a directory"))
+		return
+	}
+	var r io.Reader = f
+	if req.Offset > 0 {
+		if _, err := f.Seek(req.Offset, io.SeekStart); err != nil {
+			s.reply(id, nil, err)
+			return
+		}
+	}
+	if req.Length > 0 {
+		r = io.LimitReader(f, req.Length)
+	}
+	buf := make([]byte, 256<<10)
+	var total int64
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if !s.send(TOut, id, append([]byte(nil), buf[:n]...)) {
+				return
+			}
+			total += int64(n)
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			s.reply(id, nil, err)
+			return
+		}
+	}
+	s.reply(id, map[string]any{"size": total}, nil)
+}
+
+// fileWrite: the host streams TIn frames for this id, then an empty frame (EOF).
+func (s *session) fileWrite(id uint32, req *Request) {
+	if err := checkPath(req.Path); err != nil {
+		s.reply(id, nil, err)
+		return
+	}
+	if req.Parents {
+		if err := os.MkdirAll(filepath.Dir(req.Path), 0o755); err != nil {
+			s.reply(id, nil, err)
+			return
+		}
+	}
+	mode := os.FileMode(0o644)
+	if req.Mode != 0 {
+		mode = os.FileMode(req.Mode)
+	}
+	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	if req.Append {
+		flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+	}
+	f, err := os.OpenFile(req.Path, flags, mode)
+	if err != nil {
+		s.reply(id, nil, err)
+		return
+	}
+	cancelled := make(chan struct{})
+	var once sync.Once
+	st := &stream{in: make(chan []byte, 16), cancel: func() { once.Do(func() { close(cancelled) }) }}
+	if err := s.register(id, st); err != nil {
+		f.Close()
+		s.reply(id, nil, err)
+		return
+	}
+	go func() {
+		defer f.Close()
+		var total int64
+		var werr error
+		for {
+			select {
+			case data := <-st.in:
+				if len(data) == 0 {
+					if werr == nil {
+						werr = f.Close()
+					}
+					s.reply(id, map[string]any{"size": total}, werr)
+					return
+				}
+				if werr == nil {
+					var n int
+					n, werr = f.Write(data)
+					total += int64(n)
+				}
+			case <-cancelled:
+				s.reply(id, nil, newOpError("ECANCELED", "write cancelled"))
+				return
+			}
+		}
+	}()
+}
+
+// ---- directory watch (inotify) ----
+
+func (s *session) fileWatch(id uint32, req *Request) {
+	if err := checkPath(req.Path); err != nil {
+		s.reply(id, nil, err)
+		return
+	}
+	fd, err := syscall.InotifyInit1(syscall.IN_CLOEXEC | syscall.IN_NONBLOCK)
+	if err != nil {
+		s.reply(id, nil, err)
+		return
+	}
+	const mask = syscall.IN_CREATE | syscall.IN_DELETE | syscall.IN_MODIFY | syscall.IN_CLOSE_WRITE |
+		syscall.IN_MOVED_FROM | syscall.IN_MOVED_TO | syscall.IN_ATTRIB | syscall.IN_DELETE_SELF
+	var mu sync.Mutex
+	wds := map[int32]string{}
+	add := func(dir string) {
+		wd, err := syscall.InotifyAddWatch(fd, dir, mask)
+		if err == nil {
+			mu.Lock()
+			wds[int32(wd)] = dir
+			mu.Unlock()
+		}
+	}
+	if fi, err := os.Stat(req.Path); err != nil || !fi.IsDir() {
+		syscall.Close(fd)
+		if err == nil {
+			err = newOpError("ENOTDIR", req.Path+" is not a directory")
+		}
+		s.reply(id, nil, err)
+		return
+	}
+	add(req.Path)
+	if req.Recursive {
+		_ = filepath.Walk(req.Path, func(p string, fi os.FileInfo, err error) error {
+			if err == nil && fi.IsDir() && p != req.Path {
+				add(p)
+			}
+			return nil
+		})
+	}
+	f := os.NewFile(uintptr(fd), "inotify") // non-blocking: registered with the poller, Close unblocks Read
+	var once sync.Once
+	st := &stream{cancel: func() { once.Do(func() { f.Close() }) }}
+	if err := s.register(id, st); err != nil {
+		f.Close()
+		s.reply(id, nil, err)
+		return
+	}
+	s.sendJSON(TEvt, id, map[string]any{"type": "watching"})
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := f.Read(buf)
+			if err != nil {
+				s.reply(id, nil, nil)
+				return
+			}
+			for off := 0; off+syscall.SizeofInotifyEvent <= n; {
+				ev := (*syscall.InotifyEvent)(unsafe.Pointer(&buf[off]))
+				nameBytes := buf[off+syscall.SizeofInotifyEvent : off+syscall.SizeofInotifyEvent+int(ev.Len)]
+				off += syscall.SizeofInotifyEvent + int(ev.Len)
+				name := strings.TrimRight(string(nameBytes), "\x00")
+				mu.Lock()
+				dir := wds[ev.Wd]
+				mu.Unlock()
+				p := dir
+				if name != "" {
+					p = filepath.Join(dir, name)
+				}
+				var op string
+				switch {
+				case ev.Mask&syscall.IN_CREATE != 0, ev.Mask&syscall.IN_MOVED_TO != 0:
+					op = "create"
+					if ev.Mask&syscall.IN_ISDIR != 0 && req.Recursive {
+						add(p)
+					}
+				case ev.Mask&(syscall.IN_DELETE|syscall.IN_DELETE_SELF) != 0:
+					op = "remove"
+				case ev.Mask&syscall.IN_MOVED_FROM != 0:
+					op = "rename"
+				case ev.Mask&(syscall.IN_MODIFY|syscall.IN_CLOSE_WRITE) != 0:
+					op = "write"
+				case ev.Mask&syscall.IN_ATTRIB != 0:
+					op = "chmod"
+				default:
+					continue
+				}
+				if !s.sendJSON(TEvt, id, map[string]any{"type": "fs", "op": op, "path": p}) {
+					st.cancel()
+				}
+			}
+		}
+	}()
+}
+
+// ---- tcp connect to a guest port (port-forward) ----
+
+func (s *session) tcpConnect(id uint32, req *Request) {
+	host := req.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if req.Port <= 0 || req.Port > 65535 {
+		s.reply(id, nil, newOpError("EINVAL", "port out of range"))
+		return
+	}
+	st := &stream{in: make(chan []byte, 16)}
+	var conn net.Conn
+	var connMu sync.Mutex
+	closed := make(chan struct{})
+	var once sync.Once
+	st.cancel = func() {
+		once.Do(func() {
+			close(closed)
+			connMu.Lock()
+			if conn != nil {
+				conn.Close()
+			}
+			connMu.Unlock()
+		})
+	}
+	if err := s.register(id, st); err != nil {
+		s.reply(id, nil, err)
+		return
+	}
+	go func() {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(host, strconv.Itoa(req.Port)), 5*time.Second)
+		if err != nil {
+			s.reply(id, nil, err)
+			return
+		}
+		connMu.Lock()
+		conn = c
+		connMu.Unlock()
+		select {
+		case <-closed:
+			c.Close()
+			s.reply(id, nil, newOpError("ECANCELED", "cancelled"))
+			return
+		default:
+		}
+		s.sendJSON(TEvt, id, map[string]any{"type": "connected"})
+		go func() {
+			for {
+				select {
+				case data := <-st.in:
+					if len(data) == 0 {
+						if tc, ok := c.(*net.TCPConn); ok {
+							_ = tc.CloseWrite()
+						}
+						continue
+					}
+					if _, err := c.Write(data); err != nil {
+						st.cancel()
+						return
+					}
+				case <-closed:
+					return
+				}
+			}
+		}()
+		buf := make([]byte, chunk)
+		for {
+			n, err := c.Read(buf)
+			if n > 0 {
+				if !s.send(TOut, id, append([]byte(nil), buf[:n]...)) {
+					break
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		st.cancel()
+		s.reply(id, nil, nil)
+	}()
+}
+
+// ---- health ----
+
+func health() map[string]any {
+	res := map[string]any{}
+	var si syscall.Sysinfo_t
+	if syscall.Sysinfo(&si) == nil {
+		res["uptimeMs"] = si.Uptime * 1000
+		res["load1"] = float64(si.Loads[0]) / 65536
+		res["processes"] = si.Procs
+	}
+	if f, err := os.Open("/proc/meminfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) >= 2 {
+				switch fields[0] {
+				case "MemTotal:":
+					res["memTotalKiB"], _ = strconv.Atoi(fields[1])
+				case "MemAvailable:":
+					res["memAvailableKiB"], _ = strconv.Atoi(fields[1])
+				}
+			}
+		}
+		f.Close()
+	}
+	return res
+}

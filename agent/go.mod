@@ -1,0 +1,3 @@
+module sandbox-operator/agent
+
+go 1.26

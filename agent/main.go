@@ -1,0 +1,548 @@
+// Command sandbox-agent runs inside each microVM (usually as PID 1) and serves the host over one
+// multiplexed virtio-serial stream: exec (pipes or PTY, signals, exit codes), files, directory
+// watch, TCP connect to guest ports, health. See docs/agent-protocol.md.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+const maxStreams = 1024
+
+// transport is the byte stream to the host. Read returns io.EOF when the host is not connected.
+type transport interface {
+	Read(p []byte) (int, error)
+	Write(p []byte) error
+	WaitHost()
+}
+
+// ---- virtio-serial port ----
+
+type vport struct {
+	fd   int
+	sigs chan os.Signal
+}
+
+func openVport(path string) (*vport, error) {
+	fd, err := syscall.Open(path, syscall.O_RDWR|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	p := &vport{fd: fd, sigs: make(chan os.Signal, 1)}
+	signal.Notify(p.sigs, syscall.SIGIO)
+	// SIGIO arrives when the host opens the port (and on data); we only rely on it while waiting.
+	_, _, _ = syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_SETOWN, uintptr(os.Getpid()))
+	return p, nil
+}
+
+func (p *vport) Read(b []byte) (int, error) {
+	for {
+		n, err := syscall.Read(p.fd, b)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		if n == 0 {
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+func (p *vport) Write(b []byte) error {
+	for len(b) > 0 {
+		n, err := syscall.Write(p.fd, b)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+func (p *vport) setAsync(on bool) {
+	fl, _, _ := syscall.Syscall(syscall.SYS_FCNTL, uintptr(p.fd), syscall.F_GETFL, 0)
+	if on {
+		fl |= syscall.O_ASYNC
+	} else {
+		fl &^= syscall.O_ASYNC
+	}
+	_, _, _ = syscall.Syscall(syscall.SYS_FCNTL, uintptr(p.fd), syscall.F_SETFL, fl)
+}
+
+// WaitHost sleeps until the host may have connected: SIGIO, or a timeout that backs off to 1 s.
+var waitBackoff = time.Millisecond
+
+func (p *vport) WaitHost() {
+	p.setAsync(true)
+	select {
+	case <-p.sigs:
+		waitBackoff = time.Millisecond
+	case <-time.After(waitBackoff):
+		if waitBackoff < time.Second {
+			waitBackoff *= 2
+		}
+	}
+}
+
+// ---- unix socket (for running the agent on a host, e.g. protocol tests) ----
+
+type unixListener struct {
+	ln   net.Listener
+	mu   sync.Mutex
+	conn net.Conn
+}
+
+func (u *unixListener) WaitHost() {
+	c, err := u.ln.Accept()
+	if err != nil {
+		time.Sleep(100 * time.Millisecond)
+		return
+	}
+	u.mu.Lock()
+	if u.conn != nil {
+		u.conn.Close()
+	}
+	u.conn = c
+	u.mu.Unlock()
+}
+
+func (u *unixListener) cur() net.Conn {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.conn
+}
+
+func (u *unixListener) Read(b []byte) (int, error) {
+	c := u.cur()
+	if c == nil {
+		return 0, io.EOF
+	}
+	n, err := c.Read(b)
+	if err != nil {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (u *unixListener) Write(b []byte) error {
+	c := u.cur()
+	if c == nil {
+		return errors.New("host not connected")
+	}
+	_, err := c.Write(b)
+	return err
+}
+
+// ---- sessions ----
+
+var writeMu sync.Mutex // one writer at a time; stale writes of a dead session finish before a new magic
+
+type stream struct {
+	in     chan []byte // non-nil if the op accepts TIn frames
+	cancel func()
+	signal func(sig int) error
+	resize func(cols, rows int) error
+}
+
+type session struct {
+	t       transport
+	out     chan []byte
+	done    chan struct{}
+	alive   atomic.Bool
+	mu      sync.Mutex
+	streams map[uint32]*stream
+}
+
+func newSession(t transport) *session {
+	s := &session{t: t, out: make(chan []byte, 64), done: make(chan struct{}), streams: map[uint32]*stream{}}
+	s.alive.Store(true)
+	writeMu.Lock()
+	err := t.Write([]byte(AgentMagic))
+	writeMu.Unlock()
+	if err != nil {
+		s.alive.Store(false)
+	}
+	go s.writer()
+	return s
+}
+
+func (s *session) writer() {
+	for {
+		select {
+		case f := <-s.out:
+			if !s.alive.Load() {
+				continue
+			}
+			writeMu.Lock()
+			err := s.t.Write(f)
+			writeMu.Unlock()
+			if err != nil {
+				s.alive.Store(false)
+			}
+		case <-s.done:
+			return
+		}
+	}
+}
+
+func (s *session) close() {
+	s.alive.Store(false)
+	select {
+	case <-s.done:
+		return
+	default:
+		close(s.done)
+	}
+	s.mu.Lock()
+	streams := s.streams
+	s.streams = map[uint32]*stream{}
+	s.mu.Unlock()
+	// Streams that only make sense with a host (watches, tcp, uploads) end; processes keep running.
+	for _, st := range streams {
+		if st.cancel != nil {
+			st.cancel()
+		}
+	}
+}
+
+// send queues a frame; it blocks while the host is slow (backpressure) and drops it if the session ended.
+func (s *session) send(t byte, id uint32, payload []byte) bool {
+	f := encodeFrame(t, id, payload)
+	select {
+	case s.out <- f:
+		return true
+	case <-s.done:
+		return false
+	}
+}
+
+func (s *session) sendJSON(t byte, id uint32, v any) bool { return s.send(t, id, mustJSON(v)) }
+
+func (s *session) reply(id uint32, res map[string]any, err error) {
+	s.unregister(id)
+	if err != nil {
+		var oe *opError
+		code, msg := "EIO", err.Error()
+		if errors.As(err, &oe) {
+			code, msg = oe.Code, oe.Message
+		} else {
+			code = errnoCode(err)
+		}
+		s.sendJSON(TRes, id, map[string]any{"ok": false, "code": code, "message": msg})
+		return
+	}
+	if res == nil {
+		res = map[string]any{}
+	}
+	res["ok"] = true
+	s.sendJSON(TRes, id, res)
+}
+
+func errnoCode(err error) string {
+	var en syscall.Errno
+	if errors.As(err, &en) {
+		switch en {
+		case syscall.ENOENT:
+			return "ENOENT"
+		case syscall.EEXIST:
+			return "EEXIST"
+		case syscall.EACCES, syscall.EPERM:
+			return "EACCES"
+		case syscall.ENOTDIR:
+			return "ENOTDIR"
+		case syscall.EISDIR:
+			return "EISDIR"
+		case syscall.ENOTEMPTY:
+			return "ENOTEMPTY"
+		case syscall.ECONNREFUSED:
+			return "ECONNREFUSED"
+		case syscall.ESRCH:
+			return "ESRCH"
+		}
+		return "E" + strings.ToUpper(strings.ReplaceAll(en.Error(), " ", "_"))
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		return "ENOENT"
+	}
+	return "EIO"
+}
+
+func (s *session) register(id uint32, st *stream) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.streams[id]; dup {
+		return newOpError("EBUSY", fmt.Sprintf("id %d already in use", id))
+	}
+	if len(s.streams) >= maxStreams {
+		return newOpError("ELIMIT", "too many concurrent operations")
+	}
+	s.streams[id] = st
+	return nil
+}
+
+func (s *session) unregister(id uint32) {
+	s.mu.Lock()
+	delete(s.streams, id)
+	s.mu.Unlock()
+}
+
+func (s *session) lookup(id uint32) *stream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.streams[id]
+}
+
+// serve reads frames until the host disconnects.
+func (s *session) serve(r *bufio.Reader) {
+	for {
+		f, err := readFrame(r)
+		if errors.Is(err, errFrameTooLarge) {
+			s.sendJSON(TRes, f.ID, map[string]any{"ok": false, "code": "EFRAMETOOLARGE", "message": fmt.Sprintf("frame payload over %d bytes", MaxPayload)})
+			continue
+		}
+		if err != nil {
+			return
+		}
+		switch f.Type {
+		case TReq:
+			s.handleRequest(f)
+		case TIn:
+			if st := s.lookup(f.ID); st != nil && st.in != nil {
+				select {
+				case st.in <- f.Payload:
+				case <-s.done:
+					return
+				}
+			}
+		default:
+			s.sendJSON(TRes, f.ID, map[string]any{"ok": false, "code": "EPROTO", "message": fmt.Sprintf("unexpected frame type %d", f.Type)})
+		}
+	}
+}
+
+func (s *session) handleRequest(f Frame) {
+	if len(f.Payload) > MaxJSON {
+		s.sendJSON(TRes, f.ID, map[string]any{"ok": false, "code": "EFRAMETOOLARGE", "message": fmt.Sprintf("request over %d bytes", MaxJSON)})
+		return
+	}
+	var req Request
+	if err := json.Unmarshal(f.Payload, &req); err != nil {
+		s.sendJSON(TRes, f.ID, map[string]any{"ok": false, "code": "EINVAL", "message": "bad request: " + err.Error()})
+		return
+	}
+	id := f.ID
+	switch req.Op {
+	case "ping":
+		s.reply(id, nil, nil)
+	case "hello":
+		setTime(req.TimeUnixNs)
+		reseed(req.Seed)
+		s.reply(id, map[string]any{"protocol": ProtocolVersion, "version": AgentVersion, "pid": os.Getpid(),
+			"features": []string{"exec", "pty", "signal", "files", "watch", "tcp", "health", "time"}}, nil)
+	case "time.set":
+		setTime(req.TimeUnixNs)
+		s.reply(id, nil, nil)
+	case "health":
+		s.reply(id, health(), nil)
+	case "sync":
+		syscall.Sync()
+		s.reply(id, nil, nil)
+	case "exec":
+		s.startExec(id, &req)
+	case "signal", "resize", "cancel":
+		st := s.lookup(req.Target)
+		if st == nil {
+			s.reply(id, nil, newOpError("ENOENT", fmt.Sprintf("no operation with id %d", req.Target)))
+			return
+		}
+		var err error
+		switch req.Op {
+		case "signal":
+			if st.signal == nil {
+				err = newOpError("EINVAL", "target does not take signals")
+			} else {
+				err = st.signal(req.Signal)
+			}
+		case "resize":
+			if st.resize == nil {
+				err = newOpError("EINVAL", "target has no pty")
+			} else {
+				err = st.resize(req.Cols, req.Rows)
+			}
+		default:
+			if st.cancel != nil {
+				st.cancel()
+			}
+		}
+		s.reply(id, nil, err)
+	case "file.read":
+		go s.fileRead(id, &req)
+	case "file.write":
+		s.fileWrite(id, &req)
+	case "file.stat":
+		go func() { res, err := fileStat(req.Path); s.reply(id, res, err) }()
+	case "file.list":
+		go func() { res, err := fileList(req.Path, req.Depth); s.reply(id, res, err) }()
+	case "file.mkdir":
+		go func() { s.reply(id, nil, fileMkdir(req.Path, req.Parents, req.Mode)) }()
+	case "file.move":
+		go func() { s.reply(id, nil, fileMove(req.Path, req.To)) }()
+	case "file.remove":
+		go func() { s.reply(id, nil, fileRemove(req.Path, req.Recursive)) }()
+	case "file.watch":
+		s.fileWatch(id, &req)
+	case "tcp.connect":
+		s.tcpConnect(id, &req)
+	default:
+		s.reply(id, nil, newOpError("EUNKNOWNOP", "unknown op "+req.Op))
+	}
+}
+
+// reseed mixes host entropy into the kernel pool and forces a CRNG reseed (RNDRESEEDCRNG), so clones
+// restored from the same snapshot do not produce the same random numbers.
+func reseed(seed []byte) {
+	if len(seed) == 0 || os.Getpid() != 1 {
+		return
+	}
+	f, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = f.Write(seed)
+	if rc, err := f.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _ = ioctl(fd, 0x5207, nil) })
+	}
+}
+
+func setTime(ns int64) {
+	if ns <= 0 || os.Getpid() != 1 {
+		return
+	}
+	tv := syscall.NsecToTimeval(ns)
+	_ = syscall.Settimeofday(&tv)
+}
+
+// ---- main loop ----
+
+// awaitMagic consumes bytes until HostMagic has been seen; false on EOF.
+func awaitMagic(r *bufio.Reader) bool {
+	window := make([]byte, 0, len(HostMagic))
+	for {
+		c, err := r.ReadByte()
+		if err != nil {
+			return false
+		}
+		if len(window) == len(HostMagic) {
+			copy(window, window[1:])
+			window = window[:len(window)-1]
+		}
+		window = append(window, c)
+		if string(window) == HostMagic {
+			return true
+		}
+	}
+}
+
+func run(t transport) {
+	for {
+		r := bufio.NewReaderSize(t, 64<<10)
+		if !awaitMagic(r) {
+			t.WaitHost()
+			continue
+		}
+		if vp, ok := t.(*vport); ok {
+			vp.setAsync(false)
+		}
+		s := newSession(t)
+		s.serve(r)
+		s.close()
+	}
+}
+
+func findPort(name string) (string, error) {
+	dirs, _ := filepath.Glob("/sys/class/virtio-ports/*")
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "name"))
+		if err == nil && strings.TrimSpace(string(b)) == name {
+			return "/dev/" + filepath.Base(d), nil
+		}
+	}
+	return "", fmt.Errorf("no virtio port named %q", name)
+}
+
+func main() {
+	portFlag := flag.String("port", "", "virtio port device, or unix:/path to listen on (default: the port named sandbox.agent)")
+	flag.Parse()
+	startReaper()
+	if os.Getpid() == 1 {
+		initGuest()
+	}
+	var t transport
+	switch {
+	case strings.HasPrefix(*portFlag, "unix:"):
+		path := strings.TrimPrefix(*portFlag, "unix:")
+		_ = os.Remove(path)
+		ln, err := net.Listen("unix", path)
+		if err != nil {
+			fatal(err)
+		}
+		t = &unixListener{ln: ln}
+	default:
+		path := *portFlag
+		var err error
+		for i := 0; path == "" && i < 500; i++ {
+			if path, err = findPort("sandbox.agent"); err != nil {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		if path == "" {
+			fatal(err)
+		}
+		vp, err := openVport(path)
+		if err != nil {
+			fatal(err)
+		}
+		t = vp
+	}
+	run(t)
+}
+
+func fatal(err error) {
+	fmt.Fprintf(os.Stderr, "sandbox-agent: %v\n", err)
+	if os.Getpid() == 1 {
+		// PID 1 must not exit (kernel panic); keep reaping so the VM stays inspectable.
+		select {}
+	}
+	os.Exit(1)
+}
+
+func initGuest() {
+	_ = os.Setenv("PATH", defaultPath)
+	_ = os.Setenv("HOME", "/root")
+	_ = syscall.Sethostname([]byte("sandbox"))
+	if f, err := os.OpenFile("/dev/ttyS0", os.O_WRONLY, 0); err == nil {
+		fmt.Fprintf(f, "SBX_AGENT_START %s\n", AgentVersion)
+		f.Close()
+	}
+}

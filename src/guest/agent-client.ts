@@ -1,0 +1,604 @@
+/**
+ * Host side of the guest agent: one multiplexed connection (virtio-serial, exposed by QEMU as a unix
+ * socket) carrying exec, files, watch, TCP and health. Everything the guest sends is treated as hostile:
+ * frames are size-checked before they are buffered, output collection is capped, and every request has
+ * a deadline so a guest that never answers gives a clear error in bounded time.
+ */
+import { randomBytes } from 'node:crypto';
+import { connect as netConnect, type Socket } from 'node:net';
+import { constants as osConstants } from 'node:os';
+import { Duplex } from 'node:stream';
+import { SandboxError } from '../errors.js';
+import { AGENT_MAGIC, encodeFrame, FrameDecoder, FrameType, HOST_MAGIC, MAX_JSON, MAX_PAYLOAD, PROTOCOL_VERSION, type Frame } from './protocol.js';
+
+export interface AgentInfo {
+  protocol: number;
+  version: string;
+  pid: number;
+  features: string[];
+}
+
+export interface AgentHealth {
+  uptimeMs?: number;
+  load1?: number;
+  processes?: number;
+  memTotalKiB?: number;
+  memAvailableKiB?: number;
+}
+
+export interface AgentConnectOptions {
+  /** Deadline for connecting and the hello handshake. @default 10000 */
+  connectTimeoutMs?: number;
+  /** Default deadline of unary requests (stat, mkdir, ping, ...). @default 30000 */
+  requestTimeoutMs?: number;
+  /** Largest frame payload accepted from the guest. @default 1 MiB */
+  maxPayload?: number;
+  signal?: AbortSignal;
+}
+
+export interface ExecOptions {
+  env?: Record<string, string>;
+  cwd?: string;
+  /** Keep stdin open for `write()`; otherwise the process reads /dev/null. */
+  stdin?: boolean;
+  /** Run under a pseudo-terminal of this size (stdout and stderr are merged). */
+  pty?: { cols: number; rows: number };
+  /** The agent kills the process group (SIGKILL) after this long. */
+  timeoutMs?: number;
+  uid?: number;
+  gid?: number;
+  onStdout?: (chunk: Buffer) => void;
+  onStderr?: (chunk: Buffer) => void;
+  /** Collect output into the result (capped at maxOutputBytes per stream). @default true */
+  collect?: boolean;
+  /** @default 64 MiB */
+  maxOutputBytes?: number;
+  signal?: AbortSignal;
+}
+
+export interface ExecResult {
+  exitCode: number;
+  /** Set if the process died from a signal (then exitCode is 128+n). */
+  signal?: string;
+  timedOut: boolean;
+  stdout: Buffer;
+  stderr: Buffer;
+  /** True if output was cut at maxOutputBytes. */
+  truncated: boolean;
+}
+
+export interface FileStat {
+  path: string;
+  name: string;
+  type: 'file' | 'dir' | 'symlink' | 'other';
+  size: number;
+  mode: number;
+  mtimeMs: number;
+  target?: string;
+}
+
+export interface WatchEvent {
+  op: 'create' | 'write' | 'remove' | 'rename' | 'chmod';
+  path: string;
+}
+
+interface Pending {
+  op?: string;
+  resolve: (res: Record<string, unknown>) => void;
+  reject: (err: Error) => void;
+  onEvent?: (evt: Record<string, unknown>) => void;
+  onOut?: (b: Buffer) => void;
+  onErr?: (b: Buffer) => void;
+  timer?: NodeJS.Timeout;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function signalNumber(sig: string | number): number {
+  if (typeof sig === 'number') return sig;
+  const n = (osConstants.signals as Record<string, number | undefined>)[sig.startsWith('SIG') ? sig : `SIG${sig}`];
+  if (n === undefined) throw new SandboxError('INVALID_ARGUMENT', `unknown signal ${sig}`, { hint: 'use a name like SIGTERM or a number' });
+  return n;
+}
+
+function agentError(op: string, res: Record<string, unknown>): SandboxError {
+  const code = typeof res.code === 'string' ? res.code : 'EIO';
+  const message = typeof res.message === 'string' ? res.message : 'agent error';
+  const hints: Record<string, string> = {
+    ENOENT: 'check the path or command name inside the guest',
+    EFRAMETOOLARGE: 'split the data into chunks of at most 1 MiB',
+    EUNKNOWNOP: 'the guest agent is older than this host; rebuild the guest image',
+  };
+  return new SandboxError(`AGENT_${code}`, `${op}: ${message}`, { hint: hints[code] });
+}
+
+/** A running guest process. */
+export class ExecProcess {
+  readonly pid: Promise<number>;
+  readonly result: Promise<ExecResult>;
+
+  constructor(
+    private readonly client: AgentClient,
+    readonly id: number,
+    pid: Promise<number>,
+    result: Promise<ExecResult>,
+  ) {
+    this.pid = pid;
+    this.result = result;
+    // Callers that only use `wait()` later must not see an unhandled rejection in between.
+    pid.catch(() => undefined);
+    result.catch(() => undefined);
+  }
+
+  wait(): Promise<ExecResult> {
+    return this.result;
+  }
+
+  /** Send bytes to stdin (requires `stdin: true` or a pty). */
+  write(data: Buffer | string): void {
+    const b = typeof data === 'string' ? Buffer.from(data) : data;
+    for (let off = 0; off < b.length; off += MAX_PAYLOAD) this.client.sendRaw(FrameType.In, this.id, b.subarray(off, off + MAX_PAYLOAD));
+  }
+
+  closeStdin(): void {
+    this.client.sendRaw(FrameType.In, this.id, Buffer.alloc(0));
+  }
+
+  /** Signal the process group. */
+  async kill(signal: string | number = 'SIGTERM'): Promise<void> {
+    await this.client.request('signal', { target: this.id, signal: signalNumber(signal) });
+  }
+
+  async resize(cols: number, rows: number): Promise<void> {
+    await this.client.request('resize', { target: this.id, cols, rows });
+  }
+}
+
+export class AgentFiles {
+  constructor(private readonly client: AgentClient) {}
+
+  async read(path: string, opts: { offset?: number; length?: number; maxBytes?: number; timeoutMs?: number } = {}): Promise<Buffer> {
+    const max = opts.maxBytes ?? 64 << 20;
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let tooBig = false;
+    await this.client.request(
+      'file.read',
+      { path, offset: opts.offset, length: opts.length },
+      {
+        timeoutMs: opts.timeoutMs,
+        onOut: (b) => {
+          size += b.length;
+          if (size > max) tooBig = true;
+          else chunks.push(b);
+        },
+      },
+    );
+    if (tooBig) {
+      throw new SandboxError('FILE_TOO_LARGE', `${path} is larger than ${max} bytes`, { hint: 'pass a larger maxBytes or read a range with offset/length' });
+    }
+    return Buffer.concat(chunks);
+  }
+
+  async readText(path: string): Promise<string> {
+    return (await this.read(path)).toString('utf8');
+  }
+
+  async write(path: string, data: Buffer | string, opts: { mode?: number; append?: boolean; parents?: boolean; timeoutMs?: number } = {}): Promise<number> {
+    const b = typeof data === 'string' ? Buffer.from(data) : data;
+    const { id, done } = this.client.start('file.write', { path, mode: opts.mode, append: opts.append, parents: opts.parents }, { timeoutMs: opts.timeoutMs });
+    const step = 256 << 10;
+    for (let off = 0; off < b.length; off += step) await this.client.sendRawAsync(FrameType.In, id, b.subarray(off, off + step));
+    this.client.sendRaw(FrameType.In, id, Buffer.alloc(0));
+    const res = await done;
+    return Number(res.size ?? 0);
+  }
+
+  async stat(path: string): Promise<FileStat> {
+    return (await this.client.request('file.stat', { path })) as unknown as FileStat;
+  }
+
+  async exists(path: string): Promise<boolean> {
+    try {
+      await this.stat(path);
+      return true;
+    } catch (err) {
+      if (err instanceof SandboxError && err.code === 'AGENT_ENOENT') return false;
+      throw err;
+    }
+  }
+
+  async list(path: string, opts: { depth?: number } = {}): Promise<{ entries: FileStat[]; truncated: boolean }> {
+    const res = await this.client.request('file.list', { path, depth: opts.depth });
+    return { entries: res.entries as FileStat[], truncated: Boolean(res.truncated) };
+  }
+
+  async mkdir(path: string, opts: { parents?: boolean; mode?: number } = {}): Promise<void> {
+    await this.client.request('file.mkdir', { path, parents: opts.parents, mode: opts.mode });
+  }
+
+  async move(from: string, to: string): Promise<void> {
+    await this.client.request('file.move', { path: from, to });
+  }
+
+  async remove(path: string, opts: { recursive?: boolean } = {}): Promise<void> {
+    await this.client.request('file.remove', { path, recursive: opts.recursive });
+  }
+
+  /** Watch a directory; resolves once the watch is in place. */
+  async watch(path: string, onEvent: (e: WatchEvent) => void, opts: { recursive?: boolean } = {}): Promise<{ close(): Promise<void>; done: Promise<void> }> {
+    let ready!: () => void;
+    const readyP = new Promise<void>((r) => (ready = r));
+    const { id, done } = this.client.start(
+      'file.watch',
+      { path, recursive: opts.recursive },
+      {
+        timeoutMs: 0,
+        onEvent: (e) => {
+          if (e.type === 'watching') ready();
+          else if (e.type === 'fs') onEvent({ op: e.op as WatchEvent['op'], path: String(e.path) });
+        },
+      },
+    );
+    await Promise.race([readyP, done]);
+    const finished = done.then(() => undefined);
+    finished.catch(() => undefined);
+    return {
+      done: finished,
+      close: async () => {
+        await this.client.request('cancel', { target: id }).catch(() => undefined);
+        await finished.catch(() => undefined);
+      },
+    };
+  }
+}
+
+/** One connection to a guest agent. */
+export class AgentClient {
+  readonly files: AgentFiles;
+  info!: AgentInfo;
+  private nextId = 1;
+  private readonly pending = new Map<number, Pending>();
+  private closedErr: SandboxError | undefined;
+  private readonly decoder: FrameDecoder;
+  private readonly requestTimeoutMs: number;
+  private readonly closeListeners: ((err: SandboxError) => void)[] = [];
+
+  private constructor(
+    private readonly socket: Socket,
+    readonly socketPath: string,
+    opts: AgentConnectOptions,
+  ) {
+    this.files = new AgentFiles(this);
+    this.requestTimeoutMs = opts.requestTimeoutMs ?? 30_000;
+    this.decoder = new FrameDecoder({ expectMagic: AGENT_MAGIC, maxPayload: opts.maxPayload ?? MAX_PAYLOAD });
+    socket.on('data', (chunk: Buffer) => {
+      let frames: Frame[];
+      try {
+        frames = this.decoder.push(chunk);
+      } catch (err) {
+        this.fail(err instanceof SandboxError ? err : new SandboxError('AGENT_PROTOCOL', String(err)));
+        return;
+      }
+      for (const f of frames) this.onFrame(f);
+    });
+    socket.on('error', (err) => this.fail(new SandboxError('AGENT_DISCONNECTED', `agent connection error: ${err.message}`, { cause: err })));
+    socket.on('close', () => this.fail(new SandboxError('AGENT_DISCONNECTED', 'agent connection closed', { hint: 'the VM stopped or the connection was closed' })));
+  }
+
+  /** Connect to the agent socket (retrying while it does not exist yet) and complete the hello handshake. */
+  static async connect(socketPath: string, opts: AgentConnectOptions = {}): Promise<AgentClient> {
+    const timeoutMs = opts.connectTimeoutMs ?? 10_000;
+    const deadline = Date.now() + timeoutMs;
+    let socket: Socket | undefined;
+    let lastErr: unknown;
+    while (!socket) {
+      if (opts.signal?.aborted) throw new SandboxError('ABORTED', 'agent connect aborted', { cause: opts.signal.reason });
+      try {
+        socket = await new Promise<Socket>((resolve, reject) => {
+          const s = netConnect(socketPath);
+          s.once('connect', () => {
+            s.removeAllListeners('error');
+            resolve(s);
+          });
+          s.once('error', reject);
+        });
+      } catch (err) {
+        lastErr = err;
+        if (Date.now() > deadline) break;
+        await sleep(2);
+      }
+    }
+    if (!socket) {
+      throw new SandboxError('AGENT_UNREACHABLE', `cannot connect to the agent socket ${socketPath}: ${String((lastErr as Error | undefined)?.message ?? lastErr)}`, {
+        cause: lastErr,
+        hint: 'the VM is not running or its QEMU exited; check the VM log',
+      });
+    }
+    socket.setNoDelay(true);
+    const client = new AgentClient(socket, socketPath, opts);
+    socket.write(HOST_MAGIC);
+    const left = Math.max(1, deadline - Date.now());
+    try {
+      const res = await client.request('hello', { timeUnixNs: Date.now() * 1e6, seed: randomBytes(32).toString('base64') }, { timeoutMs: left, signal: opts.signal });
+      client.info = { protocol: Number(res.protocol), version: String(res.version), pid: Number(res.pid), features: (res.features as string[] | undefined) ?? [] };
+    } catch (err) {
+      client.close();
+      if (err instanceof SandboxError && err.code === 'AGENT_TIMEOUT') {
+        throw new SandboxError('AGENT_UNRESPONSIVE', `the guest agent did not answer within ${timeoutMs} ms`, {
+          cause: err,
+          hint: 'the guest may be paused, still booting or hung; check the VM console log',
+        });
+      }
+      throw err;
+    }
+    if (client.info.protocol !== PROTOCOL_VERSION) {
+      client.close();
+      throw new SandboxError('AGENT_VERSION', `agent speaks protocol ${client.info.protocol}, host speaks ${PROTOCOL_VERSION}`, { hint: 'rebuild the guest image' });
+    }
+    return client;
+  }
+
+  get closed(): boolean {
+    return this.closedErr !== undefined;
+  }
+
+  onClose(fn: (err: SandboxError) => void): void {
+    this.closeListeners.push(fn);
+  }
+
+  close(): void {
+    this.fail(new SandboxError('AGENT_DISCONNECTED', 'agent connection closed by the host'));
+    this.socket.destroy();
+  }
+
+  private fail(err: SandboxError): void {
+    if (this.closedErr) return;
+    this.closedErr = err;
+    this.socket.destroy();
+    for (const [, p] of this.pending) {
+      if (p.timer) clearTimeout(p.timer);
+      p.reject(err);
+    }
+    this.pending.clear();
+    for (const fn of this.closeListeners) fn(err);
+  }
+
+  private onFrame(f: Frame): void {
+    const p = this.pending.get(f.id);
+    if (!p) return; // late frames of a cancelled/timed-out request
+    switch (f.type) {
+      case FrameType.Res: {
+        this.pending.delete(f.id);
+        if (p.timer) clearTimeout(p.timer);
+        let res: Record<string, unknown>;
+        try {
+          res = JSON.parse(f.payload.toString('utf8')) as Record<string, unknown>;
+        } catch {
+          p.reject(new SandboxError('AGENT_PROTOCOL', 'agent sent malformed JSON'));
+          return;
+        }
+        if (res.ok === true) {
+          delete res.ok;
+          p.resolve(res);
+        } else p.reject(agentError(p.op ?? 'request', res));
+        return;
+      }
+      case FrameType.Evt:
+        try {
+          p.onEvent?.(JSON.parse(f.payload.toString('utf8')) as Record<string, unknown>);
+        } catch {
+          /* ignore malformed events */
+        }
+        return;
+      case FrameType.Out:
+        p.onOut?.(f.payload);
+        return;
+      case FrameType.Err:
+        p.onErr?.(f.payload);
+        return;
+      default:
+        this.fail(new SandboxError('AGENT_PROTOCOL', `agent sent unexpected frame type ${f.type}`));
+    }
+  }
+
+  /** @internal */
+  sendRaw(type: FrameType, id: number, payload: Buffer): boolean {
+    if (this.closedErr) throw this.closedErr;
+    return this.socket.write(encodeFrame(type, id, payload));
+  }
+
+  /** @internal send and wait for the socket to drain (backpressure for bulk uploads). */
+  async sendRawAsync(type: FrameType, id: number, payload: Buffer): Promise<void> {
+    if (!this.sendRaw(type, id, payload)) {
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          this.socket.off('drain', done);
+          this.socket.off('close', done);
+          resolve();
+        };
+        this.socket.on('drain', done);
+        this.socket.on('close', done);
+      });
+    }
+  }
+
+  /** @internal Start an operation; `done` settles with its final response. timeoutMs 0 = none. */
+  start(
+    op: string,
+    args: Record<string, unknown>,
+    handlers: Omit<Pending, 'op' | 'resolve' | 'reject' | 'timer'> & { timeoutMs?: number; signal?: AbortSignal } = {},
+  ): { id: number; done: Promise<Record<string, unknown>> } {
+    if (this.closedErr) throw this.closedErr;
+    const id = this.nextId++;
+    if (this.nextId > 0xffff_fff0) this.nextId = 1;
+    const payload = Buffer.from(JSON.stringify({ op, ...args }));
+    if (payload.length > MAX_JSON) {
+      throw new SandboxError('AGENT_FRAME_TOO_LARGE', `${op} request is ${payload.length} bytes, over the ${MAX_JSON}-byte limit`, {
+        hint: 'send large data as file content, not as arguments',
+      });
+    }
+    const timeoutMs = handlers.timeoutMs ?? this.requestTimeoutMs;
+    const done = new Promise<Record<string, unknown>>((resolve, reject) => {
+      const p: Pending = { op, resolve, reject, onEvent: handlers.onEvent, onOut: handlers.onOut, onErr: handlers.onErr };
+      if (timeoutMs > 0) {
+        p.timer = setTimeout(() => {
+          this.pending.delete(id);
+          reject(new SandboxError('AGENT_TIMEOUT', `${op} got no answer from the guest agent within ${timeoutMs} ms`, { hint: 'the guest may be paused or overloaded' }));
+        }, timeoutMs);
+      }
+      const signal = handlers.signal;
+      if (signal) {
+        const onAbort = () => {
+          if (!this.pending.has(id)) return;
+          this.pending.delete(id);
+          if (p.timer) clearTimeout(p.timer);
+          reject(new SandboxError('ABORTED', `${op} aborted`, { cause: signal.reason }));
+          if (!this.closedErr) this.start('cancel', { target: id }).done.catch(() => undefined);
+        };
+        if (signal.aborted) queueMicrotask(onAbort);
+        else signal.addEventListener('abort', onAbort, { once: true });
+      }
+      this.pending.set(id, p);
+    });
+    this.socket.write(encodeFrame(FrameType.Req, id, payload));
+    return { id, done };
+  }
+
+  async request(op: string, args: Record<string, unknown> = {}, handlers: Parameters<AgentClient['start']>[2] = {}): Promise<Record<string, unknown>> {
+    return this.start(op, args, handlers).done;
+  }
+
+  async ping(timeoutMs?: number): Promise<void> {
+    await this.request('ping', {}, { timeoutMs });
+  }
+
+  async health(): Promise<AgentHealth> {
+    return (await this.request('health')) as AgentHealth;
+  }
+
+  /** Set the guest wall clock (clones and resumed VMs wake with the clock of their snapshot). */
+  async setTime(date = new Date()): Promise<void> {
+    await this.request('time.set', { timeUnixNs: date.getTime() * 1e6 });
+  }
+
+  async sync(): Promise<void> {
+    await this.request('sync');
+  }
+
+  exec(argv: readonly string[], opts: ExecOptions = {}): ExecProcess {
+    const collect = opts.collect ?? true;
+    const max = opts.maxOutputBytes ?? 64 << 20;
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    let outLen = 0;
+    let errLen = 0;
+    let truncated = false;
+    let resolvePid!: (pid: number) => void;
+    let rejectPid!: (e: Error) => void;
+    const pid = new Promise<number>((res, rej) => {
+      resolvePid = res;
+      rejectPid = rej;
+    });
+    const { id, done } = this.start(
+      'exec',
+      { argv, env: opts.env, cwd: opts.cwd, stdin: opts.stdin, pty: opts.pty, timeoutMs: opts.timeoutMs, uid: opts.uid, gid: opts.gid },
+      {
+        timeoutMs: opts.timeoutMs ? opts.timeoutMs + 10_000 : 0,
+        signal: opts.signal,
+        onEvent: (e) => {
+          if (e.type === 'started') resolvePid(Number(e.pid));
+        },
+        onOut: (b) => {
+          opts.onStdout?.(b);
+          if (!collect) return;
+          if (outLen + b.length > max) truncated = true;
+          else {
+            out.push(b);
+            outLen += b.length;
+          }
+        },
+        onErr: (b) => {
+          opts.onStderr?.(b);
+          if (!collect) return;
+          if (errLen + b.length > max) truncated = true;
+          else {
+            err.push(b);
+            errLen += b.length;
+          }
+        },
+      },
+    );
+    const result = done.then(
+      (res) => {
+        const r: ExecResult = {
+          exitCode: Number(res.exitCode),
+          timedOut: Boolean(res.timedOut),
+          stdout: Buffer.concat(out),
+          stderr: Buffer.concat(err),
+          truncated,
+        };
+        if (typeof res.signal === 'string') r.signal = res.signal;
+        return r;
+      },
+      (e: unknown) => {
+        rejectPid(e as Error);
+        throw e;
+      },
+    );
+    return new ExecProcess(this, id, pid, result);
+  }
+
+  /** Run a command to completion and collect its output. */
+  async run(argv: readonly string[], opts: Omit<ExecOptions, 'collect'> = {}): Promise<ExecResult> {
+    return this.exec(argv, opts).wait();
+  }
+
+  /** Open a TCP connection from inside the guest to `host:port` (default 127.0.0.1), as a Duplex stream. */
+  async connectTcp(port: number, host = '127.0.0.1'): Promise<Duplex> {
+    let connected!: () => void;
+    const connectedP = new Promise<void>((r) => (connected = r));
+    // eslint-disable-next-line prefer-const
+    let duplex: Duplex;
+    const { id, done } = this.start(
+      'tcp.connect',
+      { port, host },
+      {
+        timeoutMs: 0,
+        onEvent: (e) => {
+          if (e.type === 'connected') connected();
+        },
+        onOut: (b) => duplex.push(b),
+      },
+    );
+    duplex = new Duplex({
+      write: (chunk: Buffer, _enc, cb) => {
+        try {
+          for (let off = 0; off < chunk.length; off += MAX_PAYLOAD) this.sendRaw(FrameType.In, id, chunk.subarray(off, off + MAX_PAYLOAD));
+          cb();
+        } catch (e) {
+          cb(e as Error);
+        }
+      },
+      final: (cb) => {
+        try {
+          this.sendRaw(FrameType.In, id, Buffer.alloc(0));
+        } catch {
+          /* connection gone */
+        }
+        cb();
+      },
+      read: () => undefined,
+      destroy: (e, cb) => {
+        if (!this.closedErr) this.start('cancel', { target: id }).done.catch(() => undefined);
+        cb(e);
+      },
+    });
+    done.then(
+      () => duplex.push(null),
+      (e: unknown) => duplex.destroy(e as Error),
+    );
+    await Promise.race([connectedP, done]);
+    return duplex;
+  }
+}

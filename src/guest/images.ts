@@ -1,0 +1,69 @@
+/**
+ * Named guest templates (selected like container images: a Pod's `containers[0].image`), and the
+ * image (kernel + initramfs + optional read-only rootfs) each one boots.
+ */
+import { SandboxError } from '../errors.js';
+import { contentHash, type Progress } from './build/cache.js';
+import { ensureInitramfs } from './build/initramfs.js';
+import { ensureKernel } from './build/kernel.js';
+import { ensureRootfs } from './build/rootfs.js';
+
+export interface GuestTemplateDef {
+  name: string;
+  description: string;
+  /** Debian packages of the read-only root filesystem (none = the initramfs' busybox only). */
+  packages?: readonly string[];
+  memoryMiB: number;
+  network: 'none' | 'egress';
+  /** Commands run once in the template VM before the snapshot. */
+  warmup?: readonly (readonly string[])[];
+}
+
+const BASE_PACKAGES = ['base-files', 'bash', 'coreutils', 'dash', 'grep', 'sed', 'findutils', 'gzip', 'tar', 'procps', 'ca-certificates', 'util-linux', 'diffutils'];
+
+export const GUEST_TEMPLATES: Readonly<Record<string, GuestTemplateDef>> = {
+  'sandbox/minimal': { name: 'sandbox/minimal', description: 'busybox in the initramfs, no root filesystem, no network', memoryMiB: 128, network: 'none' },
+  'sandbox/base': { name: 'sandbox/base', description: 'Debian bookworm userland (bash, coreutils, ...), read-only root + tmpfs copy-on-write layer, no network', packages: BASE_PACKAGES, memoryMiB: 128, network: 'none' },
+  'sandbox/python': {
+    name: 'sandbox/python',
+    description: 'sandbox/base + python3, egress networking (user-mode NAT)',
+    packages: [...BASE_PACKAGES, 'python3'],
+    memoryMiB: 256,
+    network: 'egress',
+    warmup: [['python3', '-c', 'import json, os, sys']],
+  },
+};
+
+export function listGuestTemplates(): GuestTemplateDef[] {
+  return Object.values(GUEST_TEMPLATES);
+}
+
+export interface GuestImageArtifact {
+  kernel: string;
+  initramfs: string;
+  rootfs?: string;
+  rootfsType?: 'ext4';
+  hash: string;
+  def: GuestTemplateDef;
+}
+
+/** Build (or find in the cache) everything a named template boots. */
+export async function ensureGuestImage(name: string, opts: { progress?: Progress } = {}): Promise<GuestImageArtifact> {
+  const def = GUEST_TEMPLATES[name] ?? GUEST_TEMPLATES[name.replace(/:latest$/, '')];
+  if (!def) {
+    throw new SandboxError('TEMPLATE_UNKNOWN', `unknown template ${name}`, { hint: `known templates: ${Object.keys(GUEST_TEMPLATES).join(', ')}` });
+  }
+  const [kernel, initramfs] = await Promise.all([ensureKernel(opts), ensureInitramfs(opts)]);
+  if (!def.packages) {
+    return { kernel: kernel.vmlinux, initramfs: initramfs.path, hash: contentHash(['image-v1', kernel.hash, initramfs.hash]), def };
+  }
+  const rootfs = await ensureRootfs(def.packages, opts);
+  return {
+    kernel: kernel.vmlinux,
+    initramfs: initramfs.path,
+    rootfs: rootfs.path,
+    rootfsType: 'ext4',
+    hash: contentHash(['image-v1', kernel.hash, initramfs.hash, rootfs.hash]),
+    def,
+  };
+}

@@ -1,0 +1,16 @@
+/**
+ * Public surface of src/guest: the host side of the agent protocol and the guest image builds.
+ * Imports nothing of ours except errors and logging.
+ */
+export { AgentClient, AgentFiles, ExecProcess } from './agent-client.js';
+export type { AgentConnectOptions, AgentHealth, AgentInfo, ExecOptions, ExecResult, FileStat, WatchEvent } from './agent-client.js';
+export { FrameDecoder, FrameType, encodeFrame, HOST_MAGIC, AGENT_MAGIC, MAX_PAYLOAD, MAX_JSON, PROTOCOL_VERSION } from './protocol.js';
+export type { Frame } from './protocol.js';
+export { cachedArtifact, contentHash, guestCacheRoot, silentProgress, stderrProgress } from './build/cache.js';
+export type { Progress } from './build/cache.js';
+export { ensureKernel, kernelHash } from './build/kernel.js';
+export type { KernelArtifact } from './build/kernel.js';
+export { ensureAgent } from './build/agent.js';
+export { ensureInitramfs } from './build/initramfs.js';
+export { ensureGuestImage, GUEST_TEMPLATES, listGuestTemplates } from './images.js';
+export type { GuestImageArtifact, GuestTemplateDef } from './images.js';

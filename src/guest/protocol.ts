@@ -1,0 +1,98 @@
+/**
+ * Wire format of the guest agent (docs/agent-protocol.md), host side. One byte stream carries frames:
+ *
+ *   u32 BE length L (= 5 + payload length) | u8 type | u32 BE id | payload
+ *
+ * Anything coming from the guest is hostile input: frames over MAX_PAYLOAD are a protocol error and
+ * end the connection; they are never buffered.
+ */
+import { SandboxError } from '../errors.js';
+
+export const PROTOCOL_VERSION = 1;
+export const HOST_MAGIC = 'SBXHOST1\n';
+export const AGENT_MAGIC = 'SBXAGENT1\n';
+export const HEADER_LEN = 9;
+/** Largest payload of one frame, both directions. */
+export const MAX_PAYLOAD = 1 << 20;
+/** Largest JSON request the agent accepts. */
+export const MAX_JSON = 64 << 10;
+
+export const FrameType = {
+  Req: 1,
+  Res: 2,
+  Evt: 3,
+  Out: 4,
+  Err: 5,
+  In: 6,
+} as const;
+export type FrameType = (typeof FrameType)[keyof typeof FrameType];
+
+export interface Frame {
+  type: number;
+  id: number;
+  payload: Buffer;
+}
+
+export function encodeFrame(type: FrameType, id: number, payload: Buffer): Buffer {
+  if (payload.length > MAX_PAYLOAD) {
+    throw new SandboxError('AGENT_FRAME_TOO_LARGE', `frame payload of ${payload.length} bytes is over the ${MAX_PAYLOAD}-byte limit`, {
+      hint: 'split the data into chunks of at most 1 MiB',
+    });
+  }
+  const b = Buffer.allocUnsafe(HEADER_LEN + payload.length);
+  b.writeUInt32BE(5 + payload.length, 0);
+  b.writeUInt8(type, 4);
+  b.writeUInt32BE(id >>> 0, 5);
+  payload.copy(b, HEADER_LEN);
+  return b;
+}
+
+/**
+ * Incremental decoder. `push` returns the complete frames; it throws AGENT_PROTOCOL on a frame over the
+ * limit (as soon as its header arrives) or a malformed header.
+ */
+export class FrameDecoder {
+  private buf: Buffer = Buffer.alloc(0);
+  private synced: boolean;
+
+  constructor(opts: { expectMagic?: string; maxPayload?: number } = {}) {
+    this.magic = opts.expectMagic;
+    this.synced = opts.expectMagic === undefined;
+    this.maxPayload = opts.maxPayload ?? MAX_PAYLOAD;
+  }
+
+  private readonly magic: string | undefined;
+  private readonly maxPayload: number;
+
+  get isSynced(): boolean {
+    return this.synced;
+  }
+
+  push(chunk: Buffer): Frame[] {
+    this.buf = this.buf.length === 0 ? chunk : Buffer.concat([this.buf, chunk]);
+    if (!this.synced && this.magic !== undefined) {
+      // Bytes before the agent's magic are stale output of an earlier session; drop them.
+      const at = this.buf.indexOf(this.magic);
+      if (at < 0) {
+        if (this.buf.length > this.magic.length) this.buf = this.buf.subarray(this.buf.length - this.magic.length);
+        return [];
+      }
+      this.buf = this.buf.subarray(at + this.magic.length);
+      this.synced = true;
+    }
+    const frames: Frame[] = [];
+    while (this.buf.length >= 4) {
+      const len = this.buf.readUInt32BE(0);
+      if (len < 5) throw new SandboxError('AGENT_PROTOCOL', `malformed frame: length ${len} below header size`);
+      if (len - 5 > this.maxPayload) {
+        throw new SandboxError('AGENT_FRAME_TOO_LARGE', `agent sent a frame of ${len - 5} bytes, over the ${this.maxPayload}-byte limit`, {
+          hint: 'the guest agent is misbehaving or not ours; destroy the VM',
+        });
+      }
+      if (this.buf.length < 4 + len) break;
+      frames.push({ type: this.buf.readUInt8(4), id: this.buf.readUInt32BE(5), payload: Buffer.from(this.buf.subarray(HEADER_LEN, 4 + len)) });
+      this.buf = this.buf.subarray(4 + len);
+    }
+    return frames;
+  }
+}

@@ -1,0 +1,77 @@
+/**
+ * Outgoing migration into a file without letting QEMU spawn anything (`-sandbox spawn=deny`): QEMU
+ * connects to a unix socket we listen on, and we stream what it sends into the file. Incoming state is
+ * passed to QEMU as an inherited file descriptor (`fd:3`).
+ */
+import { createWriteStream, chmodSync, rmSync } from 'node:fs';
+import { createServer, type Socket } from 'node:net';
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { SandboxError } from '../errors.js';
+import type { QmpClient } from './qmp.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+interface MigrateInfo {
+  status?: string;
+  'error-desc'?: string;
+}
+
+/** Poll query-migrate until the migration is completed (or failed) within timeoutMs. */
+export async function waitMigration(qmp: QmpClient, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (let delay = 1; ; delay = Math.min(delay * 2, 20)) {
+    const info = await qmp.execute<MigrateInfo>('query-migrate');
+    if (info.status === 'completed') return;
+    if (info.status === 'failed' || info.status === 'cancelled') {
+      throw new SandboxError('VM_MIGRATION_FAILED', `${what} failed: ${info['error-desc'] ?? info.status}`, { hint: 'see qemu.log in the VM run dir' });
+    }
+    if (Date.now() > deadline) {
+      await qmp.execute('migrate_cancel').catch(() => undefined);
+      throw new SandboxError('VM_MIGRATION_TIMEOUT', `${what} did not finish within ${timeoutMs} ms`, { hint: 'the host may be overloaded; retry' });
+    }
+    await sleep(delay);
+  }
+}
+
+/** Migrate the VM's state (per the capabilities already set) into `file`. */
+export async function migrateToFile(qmp: QmpClient, file: string, sockDir: string, opts: { timeoutMs?: number; what?: string } = {}): Promise<number> {
+  const what = opts.what ?? 'snapshot';
+  const timeoutMs = opts.timeoutMs ?? 120_000;
+  const sockPath = join(sockDir, `mig-${randomBytes(4).toString('hex')}.sock`);
+  const server = createServer();
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(sockPath, () => resolve());
+  });
+  chmodSync(sockPath, 0o666); // QEMU may run as an unprivileged user by then
+  let conn: Socket | undefined;
+  const written = new Promise<number>((resolve, reject) => {
+    server.once('connection', (c) => {
+      conn = c;
+      const ws = createWriteStream(file);
+      let bytes = 0;
+      c.on('data', (d: Buffer) => (bytes += d.length));
+      c.pipe(ws);
+      ws.once('finish', () => resolve(bytes));
+      ws.once('error', reject);
+      c.once('error', reject);
+    });
+  });
+  written.catch(() => undefined);
+  try {
+    await qmp.execute('migrate', { uri: `unix:${sockPath}` });
+    await waitMigration(qmp, timeoutMs, what);
+    const bytes = await Promise.race([
+      written,
+      sleep(timeoutMs).then(() => {
+        throw new SandboxError('VM_MIGRATION_TIMEOUT', `${what}: state stream did not end`);
+      }),
+    ]);
+    return bytes;
+  } finally {
+    conn?.destroy();
+    server.close();
+    rmSync(sockPath, { force: true });
+  }
+}

@@ -1,0 +1,63 @@
+/** Driver options resolved once (option -> env -> default). The only place in src/vmm that reads process.env. */
+import { accessSync, constants, mkdirSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+import type { Accel } from './types.js';
+
+export interface QemuDriverOptions {
+  /** @default `qemu-system-x86_64` (env SBX_QEMU) */
+  qemuBinary?: string;
+  /** @default 'auto' (env SBX_ACCEL) */
+  accel?: Accel;
+  /** Per-VM run dirs (sockets, pid, logs). Keep it short: unix socket paths are limited to 107 bytes.
+   * @default /run/sandbox-operator/vms as root, else $XDG_RUNTIME_DIR/sandbox-operator/vms, else /tmp/sbx-<uid>/vms (env SBX_RUN_DIR) */
+  runRoot?: string;
+  /** Template snapshots (RAM file + device state). @default ${SBX_CACHE_DIR:-~/.cache/sandbox-operator}/vm/templates */
+  templateRoot?: string;
+  /** Host TSC kHz for the guest's calibration args. @default read from the host */
+  tscKHz?: number;
+  /** Unprivileged user QEMU drops to when we run as root; `null` disables. @default 'nobody' if present */
+  runAs?: string | null;
+}
+
+export interface ResolvedDriverOptions {
+  readonly qemuBinary: string;
+  readonly accel: Accel;
+  readonly runRoot: string;
+  readonly templateRoot: string;
+  readonly tscKHz: number | undefined;
+  readonly runAs: string | null | undefined;
+}
+
+function writable(dir: string): boolean {
+  try {
+    mkdirSync(dir, { recursive: true });
+    accessSync(dir, constants.W_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export function resolveDriverOptions(opts: QemuDriverOptions = {}): ResolvedDriverOptions {
+  const env = process.env;
+  const accel = (opts.accel ?? (env.SBX_ACCEL as Accel | undefined) ?? 'auto') as Accel;
+  let runRoot = opts.runRoot ?? env.SBX_RUN_DIR;
+  if (!runRoot) {
+    const candidates = [
+      process.getuid?.() === 0 ? '/run/sandbox-operator/vms' : undefined,
+      env.XDG_RUNTIME_DIR ? join(env.XDG_RUNTIME_DIR, 'sandbox-operator', 'vms') : undefined,
+      `/tmp/sbx-${process.getuid?.() ?? 'u'}/vms`,
+    ].filter((c): c is string => c !== undefined);
+    runRoot = candidates.find(writable) ?? candidates[candidates.length - 1]!;
+  }
+  const cacheBase = env.SBX_CACHE_DIR ?? join(homedir(), '.cache', 'sandbox-operator');
+  return {
+    qemuBinary: opts.qemuBinary ?? env.SBX_QEMU ?? 'qemu-system-x86_64',
+    accel,
+    runRoot,
+    templateRoot: opts.templateRoot ?? join(cacheBase, 'vm', 'templates'),
+    tscKHz: opts.tscKHz,
+    runAs: opts.runAs,
+  };
+}

@@ -1,0 +1,133 @@
+/**
+ * QEMU process launcher and registry. Every QEMU we start is tracked by PID until it has exited and
+ * been reaped; `liveQemuPids()` is what tests assert on. Processes run in their own process group
+ * (so a daemon restart does not take them down and they can be re-adopted), with stdout/stderr going
+ * to a log file in the VM's run dir.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, openSync, readFileSync } from 'node:fs';
+import { SandboxError } from '../errors.js';
+
+export interface QemuProcess {
+  pid: number;
+  /** Resolves with the exit description once the process is gone (and reaped if it was our child). */
+  exited: Promise<string>;
+  readonly alive: boolean;
+  /** SIGKILL and wait for the exit. */
+  kill(): Promise<void>;
+}
+
+const live = new Map<number, QemuProcess>();
+
+/** PIDs of QEMU processes started (or adopted) by this process that have not exited yet. */
+export function liveQemuPids(): number[] {
+  return [...live.keys()];
+}
+
+export function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+  // A zombie is not alive.
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+/** Field 22 of /proc/<pid>/stat (start time in clock ticks), to tell a PID apart from a reused one. */
+export function pidStartTicks(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return Number(rest[19]);
+  } catch {
+    return undefined;
+  }
+}
+
+export function launchQemu(binary: string, argv: readonly string[], opts: { logFile: string; extraFds?: readonly number[] }): QemuProcess {
+  const logFd = openSync(opts.logFile, 'a');
+  let child: ChildProcess;
+  try {
+    child = spawn(binary, argv, { stdio: ['ignore', logFd, logFd, ...(opts.extraFds ?? [])], detached: true, env: {} });
+  } finally {
+    closeSync(logFd);
+  }
+  const pid = child.pid;
+  if (pid === undefined) {
+    throw new SandboxError('VM_SPAWN_FAILED', `cannot start ${binary}`, { hint: 'install qemu-system-x86 (scripts/bootstrap.sh)' });
+  }
+  child.unref();
+  let alive = true;
+  const exited = new Promise<string>((resolve) => {
+    child.once('exit', (code, signal) => {
+      alive = false;
+      live.delete(pid);
+      resolve(signal ? `killed by ${signal}` : `exit code ${code}`);
+    });
+  });
+  const proc: QemuProcess = {
+    pid,
+    exited,
+    get alive() {
+      return alive;
+    },
+    async kill() {
+      if (alive) {
+        child.ref(); // keep the event loop alive until the exit is reaped
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          /* already gone */
+        }
+      }
+      await exited;
+    },
+  };
+  live.set(pid, proc);
+  return proc;
+}
+
+/** Track a QEMU that is not our child (re-adopted after a daemon restart): its exit is polled. */
+export function adoptQemu(pid: number): QemuProcess {
+  const existing = live.get(pid);
+  if (existing) return existing;
+  let alive = pidAlive(pid);
+  let resolveExit!: (s: string) => void;
+  const exited = new Promise<string>((r) => (resolveExit = r));
+  const poll = setInterval(() => {
+    if (!pidAlive(pid)) {
+      alive = false;
+      clearInterval(poll);
+      live.delete(pid);
+      resolveExit('exited');
+    }
+  }, 20);
+  poll.unref();
+  const proc: QemuProcess = {
+    pid,
+    exited,
+    get alive() {
+      return alive;
+    },
+    async kill() {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+      await exited;
+    },
+  };
+  if (alive) live.set(pid, proc);
+  else {
+    clearInterval(poll);
+    resolveExit('exited');
+  }
+  return proc;
+}

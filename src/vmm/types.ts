@@ -1,0 +1,132 @@
+/**
+ * Shared types of the VMM layer: the VM lifecycle as an explicit state machine (style.md §3), template
+ * and VM specs, and the driver interface that sandboxd builds on.
+ */
+import { SandboxError } from '../errors.js';
+
+/** `auto` = KVM only where the CPU exposes VMX/SVM and a probe boot succeeds, else TCG. */
+export type Accel = 'auto' | 'kvm' | 'tcg';
+/** `none` = no NIC; `egress` = QEMU user networking (slirp), host forwards bound to 127.0.0.1 only. */
+export type NetworkLane = 'none' | 'egress';
+
+export type VmState = 'starting' | 'running' | 'paused' | 'hibernated' | 'failed' | 'destroyed';
+
+export type VmAction = 'exec' | 'pause' | 'resume' | 'hibernate' | 'restore' | 'checkpoint' | 'fork' | 'destroy' | 'stats';
+
+/** Which actions each state admits; anything else is a typed refusal (VM_INVALID_STATE). */
+export const ALLOWED_ACTIONS: Readonly<Record<VmState, readonly VmAction[]>> = {
+  starting: ['destroy', 'stats'],
+  running: ['exec', 'pause', 'hibernate', 'checkpoint', 'fork', 'destroy', 'stats'],
+  paused: ['resume', 'hibernate', 'checkpoint', 'fork', 'destroy', 'stats'],
+  hibernated: ['restore', 'destroy', 'stats'],
+  failed: ['destroy', 'stats'],
+  destroyed: [],
+};
+
+export function assertAllowed(vmId: string, state: VmState, action: VmAction): void {
+  if (ALLOWED_ACTIONS[state].includes(action)) return;
+  const allowed = ALLOWED_ACTIONS[state];
+  throw new SandboxError('VM_INVALID_STATE', `cannot ${action} VM ${vmId}: it is ${state}`, {
+    hint: allowed.length ? `in state ${state} the VM accepts: ${allowed.join(', ')}` : 'the VM is gone; create a new one',
+  });
+}
+
+/** The guest image a template boots: kernel + initramfs (+ read-only root filesystem). */
+export interface GuestImage {
+  kernel: string;
+  initramfs: string;
+  rootfs?: string;
+  rootfsType?: 'ext4' | 'squashfs';
+  /** Content hash of kernel+initramfs+rootfs (keys template caches). */
+  hash: string;
+}
+
+export interface TemplateSpec {
+  /** Image-like name, e.g. `sandbox/base`. */
+  name: string;
+  image: GuestImage;
+  /** @default 128 */
+  memoryMiB?: number;
+  /** @default 1 */
+  vcpus?: number;
+  /** @default 'none' */
+  network?: NetworkLane;
+  /** Commands run in the template before the snapshot (warm caches, e.g. start python once). */
+  warmup?: readonly (readonly string[])[];
+}
+
+/** A snapshotted template on disk: clones map `memFile` copy-on-write and load `stateFile`. */
+export interface Template {
+  name: string;
+  /** Content hash of everything that makes the snapshot. */
+  hash: string;
+  dir: string;
+  memFile: string;
+  stateFile: string;
+  memoryMiB: number;
+  vcpus: number;
+  network: NetworkLane;
+  accel: 'kvm' | 'tcg';
+  image: GuestImage;
+  /** The kernel cmdline the template booted with (clones must match its device set, not its cmdline). */
+  cmdline: string;
+  createdAt: string;
+  /** Cold boot to agent answering, in ms (measured when the template was made). */
+  bootMs: number;
+}
+
+export interface HostForward {
+  /** Host port on 127.0.0.1 (0 = pick a free one). */
+  hostPort: number;
+  guestPort: number;
+}
+
+export interface CloneOptions {
+  /** VM id (default: generated `vm-<hex>`). */
+  id?: string;
+  /** Loopback-only host forwards (egress lane only). */
+  hostForwards?: readonly HostForward[];
+  /** Deadline for the clone to answer. @default 15000 */
+  readyTimeoutMs?: number;
+  /** Free-form labels persisted with the VM (e.g. sandbox name). */
+  labels?: Record<string, string>;
+  signal?: AbortSignal;
+}
+
+export interface VmStats {
+  id: string;
+  state: VmState;
+  pid?: number;
+  /** Resident set size of the QEMU process. */
+  rssKiB?: number;
+  /** Proportional set size (shared template pages divided among clones). */
+  pssKiB?: number;
+  privateDirtyKiB?: number;
+  /** User+system CPU time of the QEMU process. */
+  cpuMs?: number;
+  uptimeMs: number;
+}
+
+/** What is persisted in `<runDir>/vm.json` so a restarted daemon can list and re-adopt VMs. */
+export interface VmRecord {
+  id: string;
+  state: VmState;
+  pid?: number;
+  /** /proc/<pid>/stat start time, to detect PID reuse. */
+  pidStartTicks?: number;
+  runDir: string;
+  qmpSocket: string;
+  agentSocket: string;
+  template: { name: string; hash: string; dir: string };
+  memoryMiB: number;
+  vcpus: number;
+  network: NetworkLane;
+  accel: 'kvm' | 'tcg';
+  hostForwards: HostForward[];
+  labels: Record<string, string>;
+  createdAt: string;
+  /** Set while hibernated. */
+  hibernateFile?: string;
+  /** The argv QEMU was started with (for restore and diagnostics). */
+  argv: string[];
+}

@@ -1,0 +1,144 @@
+/**
+ * The agent protocol without a VM: the real Go agent listening on a unix socket on this host, and a
+ * hostile fake agent. Covers frame limits on both sides and a guest that never answers.
+ */
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, connect, type Server } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { SandboxError } from '../../src/errors.js';
+import { AGENT_MAGIC, AgentClient, encodeFrame, ensureAgent, FrameDecoder, FrameType, HOST_MAGIC, MAX_PAYLOAD } from '../../src/guest/index.js';
+import { BUILD_TIMEOUT_MS, sleep } from './helpers.js';
+
+describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
+  let dir: string;
+  let agent: ChildProcess;
+  let sock: string;
+
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'sbxa-'));
+    sock = join(dir, 'agent.sock');
+    const bin = (await ensureAgent({ progress: (l) => process.stderr.write(`  [build] ${l}\n`) })).binary;
+    agent = spawn(bin, ['-port', `unix:${sock}`], { stdio: 'ignore' });
+  });
+
+  after(async () => {
+    agent.kill('SIGKILL');
+    await new Promise((r) => (agent.exitCode !== null || agent.signalCode !== null ? r(undefined) : agent.once('exit', r)));
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('decodes frames split at any byte boundary', () => {
+    const frames = Buffer.concat([Buffer.from(AGENT_MAGIC), encodeFrame(FrameType.Res, 7, Buffer.from('{"ok":true}')), encodeFrame(FrameType.Out, 7, Buffer.from('abc'))]);
+    const dec = new FrameDecoder({ expectMagic: AGENT_MAGIC });
+    const got = [...frames].flatMap((b) => dec.push(Buffer.from([b])));
+    assert.deepEqual(
+      got.map((f) => [f.type, f.id, f.payload.toString()]),
+      [
+        [FrameType.Res, 7, '{"ok":true}'],
+        [FrameType.Out, 7, 'abc'],
+      ],
+    );
+  });
+
+  it('rejects an outgoing frame over the limit before sending it', () => {
+    assert.throws(() => encodeFrame(FrameType.In, 1, Buffer.alloc(MAX_PAYLOAD + 1)), (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_FRAME_TOO_LARGE');
+  });
+
+  it('the agent answers an oversized frame with an error and stays usable', async () => {
+    // Bypass the client's own check: hand-build a frame header that announces MAX_PAYLOAD+1 bytes.
+    const header = Buffer.alloc(9);
+    header.writeUInt32BE(5 + MAX_PAYLOAD + 1, 0);
+    header.writeUInt8(FrameType.Req, 4);
+    header.writeUInt32BE(999_999, 5);
+    const res = await new Promise<string>((resolve) => {
+      const s = connect(sock);
+      const dec = new FrameDecoder({ expectMagic: AGENT_MAGIC });
+      s.on('data', (d: Buffer) => {
+        for (const f of dec.push(d)) {
+          if (f.id === 999_999) {
+            resolve(f.payload.toString());
+            s.destroy();
+          }
+        }
+      });
+      s.write(HOST_MAGIC);
+      s.write(Buffer.concat([header, Buffer.alloc(MAX_PAYLOAD + 1)]));
+    });
+    const body = JSON.parse(res) as { ok: boolean; code: string };
+    assert.deepEqual([body.ok, body.code], [false, 'EFRAMETOOLARGE']);
+    const c2 = await AgentClient.connect(sock);
+    assert.equal((await c2.run(['echo', 'still-fine'])).stdout.toString(), 'still-fine\n');
+    c2.close();
+  });
+
+  it('a hostile agent sending an oversized frame is cut off with a clear error', async () => {
+    const evil = join(dir, 'evil.sock');
+    const server: Server = createServer((s) => {
+      s.once('data', () => {
+        const header = Buffer.alloc(9);
+        header.writeUInt32BE(5 + 64 * MAX_PAYLOAD, 0);
+        header.writeUInt8(FrameType.Out, 4);
+        header.writeUInt32BE(1, 5);
+        s.write(Buffer.concat([Buffer.from(AGENT_MAGIC), header, Buffer.alloc(1024)]));
+      });
+    });
+    await new Promise<void>((r) => server.listen(evil, r));
+    try {
+      const t0 = Date.now();
+      await assert.rejects(AgentClient.connect(evil, { connectTimeoutMs: 5000 }), (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_FRAME_TOO_LARGE');
+      assert.ok(Date.now() - t0 < 2000);
+    } finally {
+      server.close();
+    }
+  });
+
+  it('a guest that never answers gives AGENT_UNRESPONSIVE within the deadline', async () => {
+    const mute = join(dir, 'mute.sock');
+    const server = createServer(() => undefined);
+    await new Promise<void>((r) => server.listen(mute, r));
+    try {
+      const t0 = Date.now();
+      await assert.rejects(AgentClient.connect(mute, { connectTimeoutMs: 500 }), (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_UNRESPONSIVE');
+      const took = Date.now() - t0;
+      assert.ok(took >= 450 && took < 2000, `took ${took} ms`);
+    } finally {
+      server.close();
+    }
+  });
+
+  it('a missing socket gives AGENT_UNREACHABLE within the deadline', async () => {
+    const t0 = Date.now();
+    await assert.rejects(AgentClient.connect(join(dir, 'nope.sock'), { connectTimeoutMs: 300 }), (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_UNREACHABLE');
+    assert.ok(Date.now() - t0 < 2000);
+  });
+
+  it('execs, streams, watches and forwards TCP', async () => {
+    const c = await AgentClient.connect(sock);
+    try {
+      const r = await c.run(['sh', '-c', 'echo out; echo err >&2; exit 4']);
+      assert.deepEqual([r.exitCode, r.stdout.toString(), r.stderr.toString()], [4, 'out\n', 'err\n']);
+      const events: string[] = [];
+      const w = await c.files.watch(dir, (e) => events.push(`${e.op}:${e.path}`));
+      await c.files.write(join(dir, 'w.txt'), 'x');
+      for (let i = 0; i < 50 && !events.includes(`create:${join(dir, 'w.txt')}`); i++) await sleep(20);
+      await w.close();
+      assert.ok(events.includes(`create:${join(dir, 'w.txt')}`), events.join(' '));
+      // TCP to a port on the agent's side (here: this host)
+      const echo = createServer((s) => s.pipe(s));
+      await new Promise<void>((r) => echo.listen(0, '127.0.0.1', r));
+      const port = (echo.address() as { port: number }).port;
+      const d = await c.connectTcp(port);
+      const got = new Promise<string>((resolve) => d.once('data', (b: Buffer) => resolve(b.toString())));
+      d.write('ping-over-agent');
+      assert.equal(await got, 'ping-over-agent');
+      d.destroy();
+      echo.close();
+    } finally {
+      c.close();
+    }
+  });
+});
