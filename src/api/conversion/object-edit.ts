@@ -39,6 +39,7 @@ export function annotation(meta: ObjectMeta | undefined, key: string): string | 
 
 /** The merge patch that turns `from` into `to` (undefined when they are equal). */
 export function mergeDiff(from: unknown, to: unknown): Json | undefined {
+  if (from === to) return undefined; // conversions share unchanged subtrees (pod templates) with their input
   if (isPlainObject(from) && isPlainObject(to)) {
     const patch: JsonObject = {};
     for (const key of Object.keys(to)) {

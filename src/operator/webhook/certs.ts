@@ -1,0 +1,220 @@
+/**
+ * Serving certificates of the conversion webhook (spec §11): a Secret (`ca.crt`, `tls.crt`, `tls.key`) is
+ * reused when present and still fit (valid for another 30 days and covering the needed names), else an
+ * ECDSA P-256 CA and serving certificate are generated (a create race adopts the winner); tls.crt/tls.key go to
+ * the cert dir; every webhook-converted CRD gets the client config and caBundle by merge patch.
+ * With `manageCerts: false` (cert-manager) tls.crt/tls.key must already be in the cert dir and CRDs are left alone.
+ */
+import { X509Certificate } from 'node:crypto';
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { SandboxError } from '../../errors.js';
+import type { Logger } from '../../log/logger.js';
+import type { WebhookCertStore } from './cert-store.js';
+import { generateEcdsaP256, issueCertificate, privateKeyPem, publicKeyOf } from './x509.js';
+import { createPrivateKey } from 'node:crypto';
+
+export const CA_COMMON_NAME = 'sandbox-conversion-webhook-ca';
+export const DEFAULT_CERT_SECRET = 'sandbox-webhook-certs';
+const VALIDITY_MS = 365 * 24 * 3600 * 1000;
+const RENEW_BEFORE_MS = 30 * 24 * 3600 * 1000;
+
+export interface CertificateBundle {
+  caPem: string;
+  certPem: string;
+  keyPem: string;
+}
+
+export interface WebhookIdentity {
+  serviceName: string;
+  namespace: string;
+  clusterDomain: string;
+  /** Extra SANs (DNS names or IPs), e.g. the host of a `clientConfig.url`. */
+  extraSans?: readonly string[];
+}
+
+export function serviceSans(id: WebhookIdentity): string[] {
+  const { serviceName: s, namespace: n, clusterDomain: d } = id;
+  return [s, `${s}.${n}`, `${s}.${n}.svc`, `${s}.${n}.svc.${d}`, ...(id.extraSans ?? [])];
+}
+
+/** A fresh CA + serving certificate for `id`. */
+export function generateBundle(id: WebhookIdentity, now = new Date()): CertificateBundle {
+  const ca = generateEcdsaP256();
+  const notAfter = new Date(now.getTime() + VALIDITY_MS);
+  const notBefore = new Date(now.getTime() - 5 * 60 * 1000);
+  const caPem = issueCertificate({
+    commonName: CA_COMMON_NAME,
+    publicKey: ca.publicKey,
+    signingKey: ca.privateKey,
+    isCa: true,
+    notBefore,
+    notAfter,
+  });
+  const leaf = generateEcdsaP256();
+  const certPem = issueCertificate({
+    commonName: `${id.serviceName}.${id.namespace}.svc`,
+    publicKey: leaf.publicKey,
+    issuer: { commonName: CA_COMMON_NAME, privateKey: ca.privateKey, publicKey: ca.publicKey },
+    isCa: false,
+    subjectAltNames: serviceSans(id),
+    notBefore,
+    notAfter,
+  });
+  return { caPem, certPem, keyPem: privateKeyPem(leaf.privateKey) };
+}
+
+/** Why a bundle cannot be used for `id` (undefined when it can). */
+export function unfitReason(
+  bundle: Partial<CertificateBundle>,
+  id: WebhookIdentity,
+  now = new Date(),
+): string | undefined {
+  if (!bundle.caPem || !bundle.certPem || !bundle.keyPem) return 'incomplete';
+  try {
+    const ca = new X509Certificate(bundle.caPem);
+    const cert = new X509Certificate(bundle.certPem);
+    if (!cert.verify(ca.publicKey)) return 'serving certificate not signed by ca.crt';
+    const key = createPrivateKey(bundle.keyPem);
+    if (!publicKeyOf(key).equals(cert.publicKey)) return 'tls.key does not match tls.crt';
+    if (new Date(cert.validTo).getTime() - now.getTime() < RENEW_BEFORE_MS) return 'expires within 30 days';
+    for (const san of serviceSans(id)) {
+      const ok = /^[\d.]+$|:/.test(san) ? cert.checkIP(san) !== undefined : cert.checkHost(san) !== undefined;
+      if (!ok) return `does not cover ${san}`;
+    }
+  } catch (err) {
+    return `unparsable: ${(err as Error).message}`;
+  }
+  return undefined;
+}
+
+const fromSecret = (data: Record<string, string>): Partial<CertificateBundle> => ({
+  caPem: data['ca.crt'],
+  certPem: data['tls.crt'],
+  keyPem: data['tls.key'],
+});
+const toSecret = (b: CertificateBundle): Record<string, string> => ({
+  'ca.crt': b.caPem,
+  'tls.crt': b.certPem,
+  'tls.key': b.keyPem,
+});
+
+/** Loads the Secret's bundle, or creates/renews it. */
+export async function ensureCertSecret(
+  store: WebhookCertStore,
+  secretName: string,
+  id: WebhookIdentity,
+  log: Logger,
+): Promise<CertificateBundle> {
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const existing = await store.getSecret(id.namespace, secretName);
+    if (existing) {
+      const bundle = fromSecret(existing.data);
+      const reason = unfitReason(bundle, id);
+      if (reason === undefined) {
+        log.info({ secret: `${id.namespace}/${secretName}` }, 'reusing webhook certificates');
+        return bundle as CertificateBundle;
+      }
+      const fresh = generateBundle(id);
+      const result = await store.updateSecret(id.namespace, secretName, toSecret(fresh), existing.resourceVersion);
+      if (result === 'updated') {
+        log.info({ secret: `${id.namespace}/${secretName}`, reason }, 'renewed webhook certificates');
+        return fresh;
+      }
+      continue;
+    }
+    const fresh = generateBundle(id);
+    if ((await store.createSecret(id.namespace, secretName, toSecret(fresh))) === 'created') {
+      log.info({ secret: `${id.namespace}/${secretName}` }, 'created webhook certificates');
+      return fresh;
+    }
+    // Lost the create race: loop and adopt the winner's Secret.
+  }
+  throw new SandboxError(
+    'WebhookCertsContended',
+    `could not settle Secret ${id.namespace}/${secretName} after 5 attempts`,
+    {
+      hint: 'another process keeps rewriting it; check for a second operator with a different service name',
+    },
+  );
+}
+
+/** Writes tls.crt/tls.key into `certDir` atomically. */
+export async function writeCertDir(
+  certDir: string,
+  bundle: Pick<CertificateBundle, 'certPem' | 'keyPem'>,
+): Promise<void> {
+  await mkdir(certDir, { recursive: true });
+  for (const [file, content, mode] of [
+    ['tls.crt', bundle.certPem, 0o644],
+    ['tls.key', bundle.keyPem, 0o600],
+  ] as const) {
+    const tmp = join(certDir, `.${file}.tmp`);
+    await writeFile(tmp, content, { mode });
+    await rename(tmp, join(certDir, file));
+  }
+}
+
+export async function readCertDir(certDir: string): Promise<Pick<CertificateBundle, 'certPem' | 'keyPem'>> {
+  try {
+    const [certPem, keyPem] = await Promise.all([
+      readFile(join(certDir, 'tls.crt'), 'utf8'),
+      readFile(join(certDir, 'tls.key'), 'utf8'),
+    ]);
+    return { certPem, keyPem };
+  } catch (err) {
+    throw new SandboxError('WebhookCertsMissing', `no tls.crt/tls.key in ${certDir}`, {
+      cause: err,
+      hint: 'with --manage-webhook-certs=false the certificates must be provisioned (e.g. by cert-manager) before start',
+    });
+  }
+}
+
+export interface ConversionClientTarget {
+  /** Service reference (spec §11 defaults), used unless `url` is set. */
+  service: { name: string; namespace: string; path: string; port?: number };
+  /** `clientConfig.url` instead of a Service (the local platform reaches the operator by URL). */
+  url?: string;
+}
+
+/** The merge patch that points a CRD's conversion webhook at us. */
+export function conversionPatch(
+  target: ConversionClientTarget,
+  caPem: string,
+  existingReviewVersions: string[] | undefined,
+): Record<string, unknown> {
+  const caBundle = Buffer.from(caPem).toString('base64');
+  const clientConfig: Record<string, unknown> = target.url
+    ? { url: target.url, service: null, caBundle }
+    : { service: { ...target.service }, url: null, caBundle };
+  const webhook: Record<string, unknown> = { clientConfig };
+  if (!existingReviewVersions || existingReviewVersions.length === 0)
+    webhook['conversionReviewVersions'] = ['v1', 'v1beta1'];
+  return { spec: { conversion: { strategy: 'Webhook', webhook } } };
+}
+
+/** Patches every named CRD whose conversion strategy is Webhook; returns the names patched. */
+export async function injectCaBundle(
+  store: WebhookCertStore,
+  crdNames: readonly string[],
+  target: ConversionClientTarget,
+  caPem: string,
+  log: Logger,
+): Promise<string[]> {
+  const patched: string[] = [];
+  for (const name of crdNames) {
+    const state = await store.getCrdConversion(name);
+    if (!state) {
+      log.warn({ crd: name }, 'CRD not installed; conversion webhook not configured for it');
+      continue;
+    }
+    if (state.strategy !== 'Webhook') {
+      log.info({ crd: name, strategy: state.strategy }, 'CRD does not use webhook conversion; left alone');
+      continue;
+    }
+    await store.mergePatchCrd(name, conversionPatch(target, caPem, state.conversionReviewVersions));
+    patched.push(name);
+  }
+  log.info({ crds: patched }, 'conversion webhook caBundle injected');
+  return patched;
+}
