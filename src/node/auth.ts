@@ -1,0 +1,39 @@
+import { timingSafeEqual } from 'node:crypto';
+
+/**
+ * sandboxd's three token kinds (cocoonstack-spec §1.1): the node's root token (operator path: full access), tenant
+ * tokens (may create claims, never drive operator surfaces) and per-sandbox tokens returned by a claim (guard that
+ * sandbox's own endpoints). With no root token and no tenants configured the API is open — only when a flag says so.
+ */
+export type Principal = { kind: 'root' } | { kind: 'tenant'; name: string } | { kind: 'anonymous' } | { kind: 'bearer'; token: string };
+
+export interface AuthConfig {
+  rootToken: string | undefined;
+  tenants: ReadonlyMap<string, string>; // token -> tenant name
+  allowAnonymous: boolean;
+}
+
+function same(a: string, b: string): boolean {
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && timingSafeEqual(x, y);
+}
+
+/** Who is calling; `bearer` = an unknown token that may still be a sandbox token (checked per sandbox). */
+export function identify(header: string | undefined, cfg: AuthConfig): Principal | undefined {
+  const m = header ? /^Bearer\s+(.+)$/i.exec(header.trim()) : null;
+  if (!m) return cfg.allowAnonymous ? { kind: 'anonymous' } : undefined;
+  const token = m[1]!.trim();
+  if (cfg.rootToken && same(token, cfg.rootToken)) return { kind: 'root' };
+  for (const [t, name] of cfg.tenants) if (same(token, t)) return { kind: 'tenant', name };
+  return { kind: 'bearer', token };
+}
+
+export function isOperator(p: Principal): boolean {
+  return p.kind === 'root' || p.kind === 'anonymous';
+}
+
+export function mayAccessSandbox(p: Principal, sandboxToken: string): boolean {
+  if (isOperator(p)) return true;
+  return p.kind === 'bearer' && same(p.token, sandboxToken);
+}

@@ -1,0 +1,531 @@
+import { randomBytes } from 'node:crypto';
+import { EventEmitter } from 'node:events';
+import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { SandboxError } from '../errors.js';
+import { silentLogger, type Logger } from '../log/logger.js';
+import { ensureTemplate, QemuMicrovmDriver, type Template, type Vm } from '../vmm/index.js';
+import { ensureGuestImage, GUEST_TEMPLATES, silentProgress } from '../guest/index.js';
+import { templateFromImage } from '../vmm/index.js';
+import { keyString, parseKeyString, SIZE_TIERS, type PoolKey } from './pool-key.js';
+
+/**
+ * The node's microVM engine: warm pools per key refilled by copy-on-write clones in the background, claims that
+ * pop a running VM from memory (no boot and no I/O on the claim path), leases with deadlines, and state that
+ * survives a daemon restart (VMs keep running; claims are re-read from disk and re-attached).
+ */
+
+export interface EngineOptions {
+  dataDir: string;
+  nodeName: string;
+  advertiseAddr: string;
+  driver?: QemuMicrovmDriver;
+  /** Most claimed sandboxes at once; beyond it claims get 429. */
+  maxClaims?: number;
+  /** Clones made in parallel while refilling. */
+  refillConcurrency?: number;
+  defaultTtlSeconds?: number;
+  maxTtlSeconds?: number;
+  logger?: Logger;
+}
+
+export interface ClaimRequest {
+  key: PoolKey;
+  ttlSeconds?: number;
+  claimRef?: string;
+  /** Provision a dedicated VM when the pool is empty (default true). */
+  provisionOnMiss?: boolean;
+}
+
+export interface SandboxRecord {
+  id: string;
+  token: string;
+  key: PoolKey;
+  vmId: string;
+  claimRef?: string;
+  claimedAt: string;
+  deadline: string;
+  hibernated: boolean;
+  fromCheckpoint?: string;
+  /** How the claim was served: warm pop or on-demand clone. */
+  source: 'warm' | 'provisioned' | 'fork' | 'checkpoint';
+}
+
+export interface PoolStatus {
+  key: PoolKey;
+  warm: number;
+  refilling: number;
+  target: number;
+  golden: boolean;
+}
+
+interface Pool {
+  key: PoolKey;
+  target: number;
+  warm: Vm[];
+  refilling: number;
+  template?: Template;
+  lastError?: string;
+}
+
+export interface CheckpointRecord {
+  id: string;
+  name?: string;
+  sandboxId: string;
+  key: PoolKey;
+  createdAt: string;
+  template: Template;
+}
+
+const LABEL_POOL = 'sandboxd.pool';
+const LABEL_NODE = 'sandboxd.node';
+
+export class NodeEngine extends EventEmitter {
+  readonly driver: QemuMicrovmDriver;
+  private readonly pools = new Map<string, Pool>();
+  private readonly claims = new Map<string, SandboxRecord>();
+  private readonly byClaimRef = new Map<string, string>();
+  private readonly checkpoints = new Map<string, CheckpointRecord>();
+  private readonly templates = new Map<string, Promise<Template>>();
+  private readonly log: Logger;
+  private readonly opts: Required<Omit<EngineOptions, 'driver' | 'logger'>>;
+  private reaper: NodeJS.Timeout | undefined;
+  private persistTimer: NodeJS.Timeout | undefined;
+  private closed = false;
+  private provisioning = 0;
+  readonly counters = { claims: 0, warmHits: 0, provisioned: 0, releases: 0, reaps: 0, forks: 0 };
+
+  constructor(opts: EngineOptions) {
+    super();
+    this.opts = {
+      dataDir: opts.dataDir,
+      nodeName: opts.nodeName,
+      advertiseAddr: opts.advertiseAddr,
+      maxClaims: opts.maxClaims ?? 200,
+      refillConcurrency: opts.refillConcurrency ?? 2,
+      defaultTtlSeconds: opts.defaultTtlSeconds ?? 300,
+      maxTtlSeconds: opts.maxTtlSeconds ?? 86_400,
+    };
+    this.log = opts.logger ?? silentLogger;
+    mkdirSync(this.opts.dataDir, { recursive: true });
+    this.driver = opts.driver ?? new QemuMicrovmDriver({ runRoot: join(this.opts.dataDir, 'vms'), logger: this.log });
+  }
+
+  get nodeName(): string {
+    return this.opts.nodeName;
+  }
+
+  get advertiseAddr(): string {
+    return this.opts.advertiseAddr;
+  }
+
+  /** Re-attach to VMs a previous daemon left running; reap the ones nothing accounts for. */
+  async start(): Promise<{ adopted: number; reaped: number }> {
+    const saved = this.readState();
+    let adopted = 0;
+    let reaped = 0;
+    for (const rec of this.driver.list()) {
+      if (rec.labels[LABEL_NODE] !== this.opts.nodeName) continue;
+      const claim = saved.claims.find((c) => c.vmId === rec.id);
+      const poolKey = rec.labels[LABEL_POOL];
+      if (!rec.alive && rec.state !== 'hibernated') {
+        this.driver.removeStale(rec.id);
+        if (claim) this.log.warn({ sandbox: claim.id }, 'claimed VM died while the daemon was down; dropping the claim');
+        continue;
+      }
+      try {
+        const vm = await this.driver.adopt(rec.id);
+        if (claim) {
+          this.claims.set(claim.id, claim);
+          if (claim.claimRef) this.byClaimRef.set(claim.claimRef, claim.id);
+          adopted++;
+        } else if (poolKey && this.pools.has(poolKey)) {
+          this.pools.get(poolKey)!.warm.push(vm);
+          adopted++;
+        } else if (poolKey) {
+          // A warm VM of a pool whose target we will learn again (PUT /v1/pools); keep it warm meanwhile.
+          const pool = this.ensurePool(parseKeyString(poolKey), 0);
+          pool.warm.push(vm);
+          adopted++;
+        } else {
+          await vm.destroy();
+          reaped++;
+        }
+      } catch (err) {
+        this.log.warn({ err, vm: rec.id }, 'could not re-adopt a VM; destroying it');
+        await this.driver.adopt(rec.id).then((vm) => vm.destroy()).catch(() => this.driver.removeStale(rec.id));
+        reaped++;
+      }
+    }
+    for (const target of saved.targets) {
+      const pool = this.ensurePool(target.key, target.warm);
+      pool.target = target.warm;
+    }
+    this.reaper = setInterval(() => void this.reapExpired(), 1000);
+    this.reaper.unref();
+    this.schedulePersist();
+    for (const pool of this.pools.values()) this.refill(pool);
+    this.log.info({ adopted, reaped, claims: this.claims.size }, 'engine started');
+    return { adopted, reaped };
+  }
+
+  async close(opts: { destroyVms: boolean }): Promise<void> {
+    this.closed = true;
+    if (this.reaper) clearInterval(this.reaper);
+    this.flushPersist();
+    if (opts.destroyVms) {
+      await this.driver.destroyAll();
+      this.claims.clear();
+      for (const p of this.pools.values()) p.warm = [];
+      this.flushPersist();
+    }
+  }
+
+  // ------------------------------------------------------------------ templates
+
+  knownTemplates(): string[] {
+    return Object.keys(GUEST_TEMPLATES);
+  }
+
+  assertKnownTemplate(template: string): void {
+    if (!GUEST_TEMPLATES[template])
+      throw new SandboxError('bad-request', `template: unknown template "${template}"`, {
+        hint: `known templates: ${this.knownTemplates().join(', ')}`,
+      });
+  }
+
+  /** The snapshot every clone of this key starts from (built once, cached on disk by content hash). */
+  template(key: PoolKey): Promise<Template> {
+    const k = keyString(key);
+    let t = this.templates.get(k);
+    if (!t) {
+      t = (async () => {
+        this.assertKnownTemplate(key.template);
+        const img = await ensureGuestImage(key.template, { progress: silentProgress });
+        const spec = templateFromImage(img);
+        const tier = SIZE_TIERS[key.size];
+        return this.driver.createTemplate(
+          { ...spec, name: `${key.template}@${key.net}-${key.size}`, memoryMiB: Math.max(tier.memoryMiB, spec.memoryMiB ?? 0), vcpus: tier.vcpus, network: key.net },
+          { progress: (l) => this.log.info({ template: k }, l) },
+        );
+      })();
+      t.catch(() => this.templates.delete(k));
+      this.templates.set(k, t);
+    }
+    return t;
+  }
+
+  /** Build the named template without a pool (e.g. at startup, to make the first claim fast). */
+  async prepare(key: PoolKey): Promise<void> {
+    await this.template(key);
+  }
+
+  // ------------------------------------------------------------------ pools
+
+  private ensurePool(key: PoolKey, target: number): Pool {
+    const k = keyString(key);
+    let pool = this.pools.get(k);
+    if (!pool) {
+      pool = { key, target, warm: [], refilling: 0 };
+      this.pools.set(k, pool);
+    }
+    return pool;
+  }
+
+  /** Replace this node's warm targets wholesale; pools left out are drained (claims are never touched). */
+  setTargets(targets: Array<{ key: PoolKey; warm: number }>): void {
+    const wanted = new Map(targets.map((t) => [keyString(t.key), t]));
+    if (wanted.size !== targets.length) throw new SandboxError('bad-request', 'pools: duplicate pool');
+    for (const t of targets) this.assertKnownTemplate(t.key.template);
+    for (const [k, pool] of this.pools) {
+      if (!wanted.has(k)) pool.target = 0;
+    }
+    for (const t of targets) this.ensurePool(t.key, t.warm).target = t.warm;
+    for (const pool of this.pools.values()) {
+      this.trim(pool);
+      this.refill(pool);
+    }
+    this.schedulePersist();
+  }
+
+  poolStatus(): PoolStatus[] {
+    return [...this.pools.values()]
+      .filter((p) => p.target > 0 || p.warm.length > 0 || p.refilling > 0)
+      .map((p) => ({ key: p.key, warm: p.warm.length, refilling: p.refilling, target: p.target, golden: p.template !== undefined }));
+  }
+
+  poolErrors(): Array<{ key: PoolKey; error: string }> {
+    return [...this.pools.values()].filter((p) => p.lastError).map((p) => ({ key: p.key, error: p.lastError! }));
+  }
+
+  warmCount(key: PoolKey): number {
+    return this.pools.get(keyString(key))?.warm.length ?? 0;
+  }
+
+  private trim(pool: Pool): void {
+    while (pool.warm.length > pool.target) {
+      const vm = pool.warm.pop()!;
+      void vm.destroy().catch((err: unknown) => this.log.warn({ err, vm: vm.id }, 'destroying a surplus warm VM failed'));
+    }
+  }
+
+  private refill(pool: Pool): void {
+    if (this.closed) return;
+    while (pool.warm.length + pool.refilling < pool.target && this.inFlight() < this.opts.refillConcurrency) {
+      pool.refilling++;
+      void this.cloneInto(pool).finally(() => {
+        pool.refilling--;
+        // Refill the neediest pool next, so one big pool does not starve the others.
+        for (const p of [...this.pools.values()].sort((a, b) => a.warm.length / (a.target || 1) - b.warm.length / (b.target || 1))) this.refill(p);
+      });
+    }
+  }
+
+  private inFlight(): number {
+    let n = this.provisioning;
+    for (const p of this.pools.values()) n += p.refilling;
+    return n;
+  }
+
+  private async cloneInto(pool: Pool): Promise<void> {
+    try {
+      const template = await this.template(pool.key);
+      pool.template = template;
+      const vm = await this.driver.clone(template, { labels: { [LABEL_POOL]: keyString(pool.key), [LABEL_NODE]: this.opts.nodeName } });
+      if (this.closed || pool.warm.length >= pool.target) {
+        await vm.destroy();
+        return;
+      }
+      pool.warm.push(vm);
+      pool.lastError = undefined;
+      this.emit('warm', pool.key);
+    } catch (err) {
+      pool.lastError = err instanceof Error ? err.message : String(err);
+      this.log.warn({ err, pool: keyString(pool.key) }, 'refill clone failed');
+      await new Promise((r) => setTimeout(r, 1000).unref());
+    }
+  }
+
+  // ------------------------------------------------------------------ claims
+
+  get claimedCount(): number {
+    return this.claims.size;
+  }
+
+  get maxClaims(): number {
+    return this.opts.maxClaims;
+  }
+
+  /**
+   * Hand over a running VM. Warm hit: pop from memory and answer (the refill and the state write happen after).
+   * Miss: clone one now (tens of ms) unless `provisionOnMiss` is false.
+   */
+  async claim(req: ClaimRequest): Promise<SandboxRecord> {
+    if (this.claims.size >= this.opts.maxClaims)
+      throw new SandboxError('at-capacity', `node ${this.opts.nodeName} is at capacity (${this.opts.maxClaims} claims)`);
+    const pool = this.pools.get(keyString(req.key));
+    let vm = pool?.warm.pop();
+    let source: SandboxRecord['source'] = 'warm';
+    if (!vm) {
+      this.assertKnownTemplate(req.key.template);
+      if (req.provisionOnMiss === false) throw new SandboxError('warm-miss', `no warm sandbox for ${keyString(req.key)}`);
+      this.provisioning++;
+      try {
+        vm = await this.driver.clone(await this.template(req.key), { labels: { [LABEL_NODE]: this.opts.nodeName } });
+      } finally {
+        this.provisioning--;
+      }
+      source = 'provisioned';
+      this.counters.provisioned++;
+    } else this.counters.warmHits++;
+    const record = this.record(vm, req.key, source, req.ttlSeconds, req.claimRef);
+    if (pool) this.refill(pool);
+    return record;
+  }
+
+  private record(vm: Vm, key: PoolKey, source: SandboxRecord['source'], ttlSeconds: number | undefined, claimRef?: string): SandboxRecord {
+    const now = Date.now();
+    const rec: SandboxRecord = {
+      id: `sb_${randomBytes(8).toString('hex')}`,
+      token: randomBytes(24).toString('base64url'),
+      key,
+      vmId: vm.id,
+      claimedAt: new Date(now).toISOString(),
+      deadline: new Date(now + this.ttlMs(ttlSeconds)).toISOString(),
+      hibernated: false,
+      source,
+      ...(claimRef ? { claimRef } : {}),
+    };
+    this.claims.set(rec.id, rec);
+    if (claimRef) this.byClaimRef.set(claimRef, rec.id);
+    this.counters.claims++;
+    this.schedulePersist();
+    this.emit('claimed', rec);
+    return rec;
+  }
+
+  private ttlMs(ttlSeconds: number | undefined): number {
+    const s = !ttlSeconds || ttlSeconds <= 0 ? this.opts.defaultTtlSeconds : Math.min(ttlSeconds, this.opts.maxTtlSeconds);
+    return s * 1000;
+  }
+
+  get(id: string): SandboxRecord | undefined {
+    return this.claims.get(id);
+  }
+
+  byRef(claimRef: string): SandboxRecord | undefined {
+    const id = this.byClaimRef.get(claimRef);
+    return id ? this.claims.get(id) : undefined;
+  }
+
+  list(filter: { claimRef?: string } = {}): SandboxRecord[] {
+    const all = [...this.claims.values()];
+    return filter.claimRef ? all.filter((c) => c.claimRef === filter.claimRef) : all;
+  }
+
+  vm(id: string): Vm {
+    const rec = this.mustGet(id);
+    const vm = this.driver.get(rec.vmId);
+    if (!vm) throw new SandboxError('not-found', `sandbox ${id} has no VM any more`);
+    return vm;
+  }
+
+  private mustGet(id: string): SandboxRecord {
+    const rec = this.claims.get(id);
+    if (!rec) throw new SandboxError('not-found', `sandbox ${id} not found`);
+    return rec;
+  }
+
+  async release(id: string): Promise<void> {
+    const rec = this.mustGet(id);
+    this.claims.delete(id);
+    if (rec.claimRef && this.byClaimRef.get(rec.claimRef) === id) this.byClaimRef.delete(rec.claimRef);
+    this.counters.releases++;
+    this.schedulePersist();
+    this.emit('released', rec);
+    await this.driver.get(rec.vmId)?.destroy();
+  }
+
+  renew(id: string, ttlSeconds: number): SandboxRecord {
+    const rec = this.mustGet(id);
+    rec.deadline = new Date(Date.now() + this.ttlMs(ttlSeconds)).toISOString();
+    this.schedulePersist();
+    return rec;
+  }
+
+  private async reapExpired(): Promise<void> {
+    const now = Date.now();
+    for (const rec of [...this.claims.values()]) {
+      if (Date.parse(rec.deadline) <= now) {
+        this.counters.reaps++;
+        this.log.info({ sandbox: rec.id, claimRef: rec.claimRef }, 'lease expired; releasing');
+        await this.release(rec.id).catch((err: unknown) => this.log.warn({ err }, 'reaping failed'));
+      }
+    }
+  }
+
+  async hibernate(id: string): Promise<void> {
+    const rec = this.mustGet(id);
+    this.assertNotEgress(rec, 'hibernate');
+    if (rec.hibernated) return;
+    await this.vm(id).hibernate();
+    rec.hibernated = true;
+    this.schedulePersist();
+  }
+
+  async wake(id: string): Promise<void> {
+    const rec = this.mustGet(id);
+    if (!rec.hibernated) return;
+    await this.vm(id).restore();
+    rec.hibernated = false;
+    this.schedulePersist();
+  }
+
+  async fork(id: string, count: number, ttlSeconds?: number): Promise<SandboxRecord[]> {
+    const rec = this.mustGet(id);
+    this.assertNotEgress(rec, 'fork');
+    if (!Number.isInteger(count) || count < 1 || count > 16) throw new SandboxError('bad-request', `count: must be 1..16 (got ${count})`);
+    if (this.claims.size + count > this.opts.maxClaims) throw new SandboxError('at-capacity', `forking ${count} would exceed ${this.opts.maxClaims} claims`);
+    const children = await this.vm(id).fork(count, { labels: { [LABEL_NODE]: this.opts.nodeName } });
+    this.counters.forks += children.length;
+    return children.map((vm) => this.record(vm, rec.key, 'fork', ttlSeconds));
+  }
+
+  async checkpoint(id: string, name?: string): Promise<CheckpointRecord> {
+    const rec = this.mustGet(id);
+    this.assertNotEgress(rec, 'checkpoint');
+    const template = await this.vm(id).checkpoint(name ? `${name}@${id}` : undefined);
+    const ck: CheckpointRecord = {
+      id: `ck_${randomBytes(8).toString('hex')}`,
+      sandboxId: id,
+      key: rec.key,
+      createdAt: new Date().toISOString(),
+      template,
+      ...(name ? { name } : {}),
+    };
+    this.checkpoints.set(ck.id, ck);
+    this.schedulePersist();
+    return ck;
+  }
+
+  listCheckpoints(): CheckpointRecord[] {
+    return [...this.checkpoints.values()].sort((a, b) => b.createdAt.localeCompare(a.createdAt));
+  }
+
+  deleteCheckpoint(id: string): boolean {
+    const ck = this.checkpoints.get(id);
+    if (!ck) return false;
+    this.checkpoints.delete(id);
+    this.driver.deleteTemplate(ck.template);
+    this.schedulePersist();
+    return true;
+  }
+
+  async claimCheckpoint(id: string, ttlSeconds?: number): Promise<SandboxRecord> {
+    const ck = this.checkpoints.get(id);
+    if (!ck) throw new SandboxError('not-found', `checkpoint ${id} not found`);
+    if (this.claims.size >= this.opts.maxClaims) throw new SandboxError('at-capacity', `node ${this.opts.nodeName} is at capacity`);
+    const vm = await this.driver.clone(ck.template, { labels: { [LABEL_NODE]: this.opts.nodeName } });
+    const rec = this.record(vm, ck.key, 'checkpoint', ttlSeconds);
+    rec.fromCheckpoint = id;
+    return rec;
+  }
+
+  private assertNotEgress(rec: SandboxRecord, verb: string): void {
+    if (rec.key.net === 'egress') throw new SandboxError('conflict', `${verb} is not supported on the egress lane (sandbox ${rec.id})`);
+  }
+
+  // ------------------------------------------------------------------ persistence
+
+  private statePath(): string {
+    return join(this.opts.dataDir, 'state.json');
+  }
+
+  private readState(): { claims: SandboxRecord[]; targets: Array<{ key: PoolKey; warm: number }> } {
+    try {
+      const s = JSON.parse(readFileSync(this.statePath(), 'utf8')) as { claims?: SandboxRecord[]; targets?: Array<{ key: PoolKey; warm: number }> };
+      return { claims: s.claims ?? [], targets: s.targets ?? [] };
+    } catch {
+      return { claims: [], targets: [] };
+    }
+  }
+
+  /** State is written off the claim path: coalesced, then tmp + rename. */
+  private schedulePersist(): void {
+    if (this.persistTimer) return;
+    this.persistTimer = setTimeout(() => this.flushPersist(), 20);
+  }
+
+  private flushPersist(): void {
+    if (this.persistTimer) clearTimeout(this.persistTimer);
+    this.persistTimer = undefined;
+    const state = {
+      node: this.opts.nodeName,
+      claims: [...this.claims.values()],
+      targets: [...this.pools.values()].filter((p) => p.target > 0).map((p) => ({ key: p.key, warm: p.target })),
+    };
+    const tmp = `${this.statePath()}.tmp`;
+    writeFileSync(tmp, JSON.stringify(state), { mode: 0o600 });
+    renameSync(tmp, this.statePath());
+  }
+}

@@ -1,0 +1,411 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { SandboxError } from '../errors.js';
+import { silentLogger, type Logger } from '../log/logger.js';
+import { identify, isOperator, mayAccessSandbox, type AuthConfig, type Principal } from './auth.js';
+import type { CheckpointRecord, NodeEngine, SandboxRecord } from './engine.js';
+import type { PeerDirectory } from './peers.js';
+import { keyString, parsePoolKey, type PoolKey } from './pool-key.js';
+
+/**
+ * sandboxd's HTTP API (cocoonstack-spec §1): plain HTTP/1.1 + JSON, bearer tokens, `{"error": "..."}` on every
+ * non-2xx, request bodies capped at 1 MiB. Handlers only parse and authorize; the engine does the work, and one
+ * table maps its error codes to HTTP statuses.
+ */
+
+export const MAX_BODY_BYTES = 1 << 20;
+
+const STATUS_BY_CODE: Record<string, number> = {
+  'bad-request': 400,
+  unauthorized: 401,
+  forbidden: 403,
+  'not-found': 404,
+  conflict: 409,
+  'at-capacity': 429,
+  TEMPLATE_UNKNOWN: 400,
+  VM_INVALID_STATE: 409,
+  INVALID_ARGUMENT: 400,
+};
+
+class HttpError extends SandboxError {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(`http.${status}`, message);
+  }
+}
+
+export interface ApiServerOptions {
+  engine: NodeEngine;
+  auth: AuthConfig;
+  peers?: PeerDirectory;
+  logger?: Logger;
+  registry?: Registry;
+}
+
+type Route = (req: IncomingMessage, res: ServerResponse, who: Principal, params: string[], url: URL) => Promise<void>;
+
+export class SandboxdApi {
+  readonly server: Server;
+  readonly registry: Registry;
+  private readonly engine: NodeEngine;
+  private readonly log: Logger;
+  private readonly routes: Array<{ method: string; pattern: RegExp; handler: Route; public?: boolean }> = [];
+  private readonly metrics;
+
+  constructor(private readonly opts: ApiServerOptions) {
+    this.engine = opts.engine;
+    this.log = opts.logger ?? silentLogger;
+    this.registry = opts.registry ?? new Registry();
+    const r = [this.registry];
+    this.metrics = {
+      claims: new Counter({ name: 'sandboxd_claims_total', help: 'Claims served, by tier (warm|provisioned)', labelNames: ['tier'], registers: r }),
+      claimSeconds: new Histogram({
+        name: 'sandboxd_claim_seconds',
+        help: 'Claim handling time inside sandboxd',
+        labelNames: ['tier'],
+        buckets: [0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.005, 0.025, 0.1, 0.5, 2],
+        registers: r,
+      }),
+      releases: new Counter({ name: 'sandboxd_releases_total', help: 'Sandboxes released', registers: r }),
+      requests: new Counter({ name: 'sandboxd_http_requests_total', help: 'HTTP requests by route and status', labelNames: ['route', 'code'], registers: r }),
+    };
+    new Gauge({
+      name: 'sandboxd_pool_warm',
+      help: 'Warm VMs per pool',
+      labelNames: ['template', 'net', 'size'],
+      registers: r,
+      collect() {
+        this.reset();
+        for (const p of opts.engine.poolStatus()) this.set({ template: p.key.template, net: p.key.net, size: p.key.size }, p.warm);
+      },
+    });
+    new Gauge({
+      name: 'sandboxd_pool_target',
+      help: 'Warm target per pool',
+      labelNames: ['template', 'net', 'size'],
+      registers: r,
+      collect() {
+        this.reset();
+        for (const p of opts.engine.poolStatus()) this.set({ template: p.key.template, net: p.key.net, size: p.key.size }, p.target);
+      },
+    });
+    new Gauge({ name: 'sandboxd_claimed', help: 'Claimed sandboxes', registers: r, collect() { this.set(opts.engine.claimedCount); } });
+    this.defineRoutes();
+    this.server = createServer({ keepAliveTimeout: 90_000 }, (req, res) => void this.handle(req, res));
+  }
+
+  listen(host: string, port: number): Promise<AddressInfo> {
+    return new Promise((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(port, host, () => resolve(this.server.address() as AddressInfo));
+    });
+  }
+
+  close(): Promise<void> {
+    this.server.closeAllConnections();
+    return new Promise((r) => this.server.close(() => r()));
+  }
+
+  private route(method: string, path: string, handler: Route, isPublic = false) {
+    const pattern = new RegExp(`^${path.replace(/\{[a-z]+\}/g, '([^/]+)')}$`);
+    this.routes.push({ method, pattern, handler, public: isPublic });
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://sandboxd');
+    let routeName = 'unknown';
+    try {
+      const match = this.routes.find((r) => r.method === req.method && r.pattern.test(url.pathname));
+      if (!match) {
+        const pathExists = this.routes.some((r) => r.pattern.test(url.pathname));
+        throw new HttpError(pathExists ? 405 : 404, pathExists ? `method ${req.method} not allowed on ${url.pathname}` : `no route ${url.pathname}`);
+      }
+      routeName = match.pattern.source;
+      const params = (match.pattern.exec(url.pathname) ?? []).slice(1).map(decodeURIComponent);
+      let who: Principal | undefined = { kind: 'anonymous' };
+      if (!match.public) {
+        who = identify(req.headers.authorization, this.opts.auth);
+        if (!who) throw new HttpError(401, 'invalid api token');
+      }
+      await match.handler(req, res, who, params, url);
+    } catch (err) {
+      const status = err instanceof HttpError ? err.status : err instanceof SandboxError ? (STATUS_BY_CODE[err.code] ?? 500) : 500;
+      if (status >= 500) this.log.error({ err, path: url.pathname }, 'request failed');
+      const message = err instanceof SandboxError ? err.describe() : err instanceof Error ? err.message : String(err);
+      if (!res.headersSent) json(res, status, { error: message });
+      else res.end();
+    } finally {
+      this.metrics.requests.inc({ route: routeName, code: String(res.statusCode) });
+    }
+  }
+
+  private defineRoutes(): void {
+    const e = this.engine;
+    this.route('GET', '/healthz', async (_q, res) => text(res, 200, 'ok'), true);
+    this.route('GET', '/metrics', async (_q, res, who) => {
+      requireOperator(who);
+      text(res, 200, await this.registry.metrics(), this.registry.contentType);
+    });
+
+    this.route('POST', '/v1/claim', async (req, res, who) => {
+      if (who.kind === 'bearer') throw new HttpError(401, 'invalid api token');
+      const t0 = performance.now();
+      const body = await readJson(req);
+      const key = parsePoolKey(body);
+      const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 0);
+      const claimRef = optionalString(body.claim_ref, 'claim_ref');
+      const noRedirect = body.no_redirect === true;
+      e.assertKnownTemplate(key.template);
+      if (!noRedirect && e.warmCount(key) === 0) {
+        const peers = this.opts.peers?.withWarm(key) ?? [];
+        if (peers.length) return json(res, 200, { redirect: peers.slice(0, 3) });
+      }
+      if (e.claimedCount >= e.maxClaims) {
+        const peers = this.opts.peers?.withWarm(key) ?? [];
+        if (!noRedirect && peers.length) return json(res, 200, { redirect: peers.slice(0, 3) });
+        throw new HttpError(429, `node at capacity (${e.maxClaims} claims)`);
+      }
+      const rec = await e.claim({ key, ttlSeconds: ttl, claimRef });
+      json(res, 200, claimResponse(rec, e.advertiseAddr));
+      const tier = rec.source === 'warm' ? 'warm' : 'provisioned';
+      this.metrics.claims.inc({ tier });
+      this.metrics.claimSeconds.observe({ tier }, (performance.now() - t0) / 1000);
+    });
+
+    this.route('PUT', '/v1/pools', async (req, res, who) => {
+      requireOperator(who);
+      const body = await readJson(req);
+      strictKeys(body, ['pools'], 'body');
+      if (!Array.isArray(body.pools)) throw new HttpError(400, 'pools: must be an array');
+      const targets = body.pools.map((p: unknown, i: number) => {
+        if (!isObject(p)) throw new HttpError(400, `pools[${i}]: must be an object`);
+        strictKeys(p, ['template', 'net', 'size', 'warm', 'engine'], `pools[${i}]`);
+        const warm = optionalInt(p.warm, `pools[${i}].warm`, 0) ?? 0;
+        return { key: parsePoolKey(p), warm };
+      });
+      e.setTargets(targets);
+      json(res, 200, this.info());
+    });
+
+    this.route('GET', '/v1/info', async (_q, res, who) => {
+      requireOperator(who);
+      json(res, 200, this.info());
+    });
+
+    this.route('GET', '/v1/sandboxes', async (_q, res, who, _p, url) => {
+      if (!isOperator(who) && who.kind !== 'tenant') throw new HttpError(401, 'invalid api token');
+      const claimRef = url.searchParams.get('claim_ref') ?? undefined;
+      json(res, 200, { sandboxes: e.list({ claimRef }).map((r) => sandboxRow(r)) });
+    });
+
+    this.route('GET', '/v1/sandboxes/{id}', async (_q, res, who, [id]) => {
+      requireOperator(who);
+      const rec = this.sandbox(id!);
+      json(res, 200, { ...sandboxRow(rec), token: rec.token });
+    });
+
+    this.route('GET', '/v1/sandboxes/{id}/stats', async (_q, res, who, [id]) => {
+      requireOperator(who);
+      const rec = this.sandbox(id!);
+      const vm = e.vm(rec.id);
+      const s = await vm.stats();
+      json(res, 200, {
+        id: rec.id,
+        cpu_count: vm.record.vcpus,
+        mem_total_bytes: vm.record.memoryMiB * 1024 * 1024,
+        mem_used_bytes: (s.rssKiB ?? 0) * 1024,
+        mem_used_measured: s.rssKiB !== undefined && !rec.hibernated,
+        hibernated: rec.hibernated,
+        measured_at: new Date().toISOString(),
+      });
+    });
+
+    this.route('POST', '/v1/sandboxes/{id}/release', async (_q, res, who, [id]) => {
+      const rec = e.get(id!);
+      if (!rec || !mayAccessSandbox(who, rec.token)) throw new HttpError(404, `sandbox ${id} not found`);
+      await e.release(rec.id);
+      this.metrics.releases.inc();
+      res.writeHead(204).end();
+    });
+
+    this.route('POST', '/v1/sandboxes/{id}/renew', async (req, res, who, [id]) => {
+      const rec = this.authorizedSandbox(who, id!);
+      const body = await readJson(req);
+      const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 1);
+      if (ttl === undefined) throw new HttpError(400, 'ttl_seconds: required');
+      json(res, 200, { deadline: e.renew(rec.id, ttl).deadline });
+    });
+
+    for (const verb of ['hibernate', 'wake'] as const) {
+      this.route('POST', `/v1/sandboxes/{id}/${verb}`, async (_q, res, who, [id]) => {
+        const rec = this.authorizedSandbox(who, id!);
+        await (verb === 'hibernate' ? e.hibernate(rec.id) : e.wake(rec.id));
+        res.writeHead(204).end();
+      });
+    }
+
+    this.route('POST', '/v1/sandboxes/{id}/fork', async (req, res, who, [id]) => {
+      const body = await readJson(req);
+      const rec = this.authorizedSandbox(who, id!, optionalString(body.token, 'token'));
+      const count = optionalInt(body.count, 'count', 1) ?? 1;
+      const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 0);
+      const children = await e.fork(rec.id, count, ttl);
+      json(res, 200, { children: children.map((c) => claimResponse(c, e.advertiseAddr)) });
+    });
+
+    this.route('POST', '/v1/sandboxes/{id}/checkpoint', async (req, res, who, [id]) => {
+      const body = await readJson(req);
+      const rec = this.authorizedSandbox(who, id!, optionalString(body.token, 'token'));
+      const ck = await e.checkpoint(rec.id, optionalString(body.name, 'name'));
+      json(res, 200, { checkpoint: checkpointRow(ck) });
+    });
+
+    this.route('POST', '/v1/sandboxes/{id}/exec', async (req, res, who, [id]) => {
+      const rec = this.authorizedSandbox(who, id!);
+      const body = await readJson(req);
+      if (!Array.isArray(body.argv) || body.argv.length === 0 || !body.argv.every((a: unknown) => typeof a === 'string'))
+        throw new HttpError(400, 'argv: must be a non-empty array of strings');
+      const timeout = optionalInt(body.timeout_seconds, 'timeout_seconds', 1);
+      const env = isObject(body.env) ? (body.env as Record<string, string>) : undefined;
+      const result = await e.vm(rec.id).run(body.argv as string[], {
+        cwd: optionalString(body.cwd, 'cwd'),
+        env,
+        timeoutMs: timeout ? timeout * 1000 : 60_000,
+        maxOutputBytes: 4 << 20,
+      });
+      json(res, 200, { exit_code: result.exitCode, stdout: result.stdout.toString('utf8'), stderr: result.stderr.toString('utf8') });
+    });
+
+    this.route('GET', '/v1/checkpoints', async (_q, res, who) => {
+      requireOperator(who);
+      json(res, 200, { checkpoints: e.listCheckpoints().map(checkpointRow) });
+    });
+    this.route('DELETE', '/v1/checkpoints/{id}', async (_q, res, who, [id]) => {
+      requireOperator(who);
+      if (!e.deleteCheckpoint(id!)) throw new HttpError(404, `checkpoint ${id} not found`);
+      res.writeHead(204).end();
+    });
+    this.route('POST', '/v1/checkpoints/{id}/claim', async (req, res, who, [id]) => {
+      requireOperator(who);
+      const body = await readJson(req);
+      const rec = await e.claimCheckpoint(id!, optionalInt(body.ttl_seconds, 'ttl_seconds', 0));
+      json(res, 200, claimResponse(rec, e.advertiseAddr));
+    });
+  }
+
+  info() {
+    const e = this.engine;
+    const claims = e.list();
+    return {
+      pools: e.poolStatus().map((p) => ({ key: p.key, warm: p.warm, refilling: p.refilling, target: p.target, golden: p.golden })),
+      claimed: claims.length,
+      hibernated: claims.filter((c) => c.hibernated).length,
+      archived: 0,
+      ...(e.claimedCount >= e.maxClaims ? { at_capacity: true, at_capacity_reason: `max_claims ${e.maxClaims} reached` } : {}),
+      peers: this.opts.peers?.addresses() ?? [],
+    };
+  }
+
+  private sandbox(id: string): SandboxRecord {
+    const rec = this.engine.get(id);
+    if (!rec) throw new HttpError(404, `sandbox ${id} not found`);
+    return rec;
+  }
+
+  /** Root (operator path, resolves by id alone) or the sandbox's own token (header or body). */
+  private authorizedSandbox(who: Principal, id: string, bodyToken?: string): SandboxRecord {
+    const rec = this.engine.get(id);
+    const tokenOk = rec && (mayAccessSandbox(who, rec.token) || (bodyToken !== undefined && bodyToken !== '' && bodyToken === rec.token));
+    if (!rec || !tokenOk) {
+      if (who.kind === 'tenant' && rec) throw new HttpError(403, 'operator token required');
+      throw new HttpError(404, `sandbox ${id} not found`);
+    }
+    return rec;
+  }
+}
+
+function requireOperator(who: Principal): void {
+  if (who.kind === 'tenant') throw new HttpError(403, 'operator token required');
+  if (!isOperator(who)) throw new HttpError(401, 'invalid api token');
+}
+
+function claimResponse(rec: SandboxRecord, ownerAddr: string) {
+  return {
+    id: rec.id,
+    token: rec.token,
+    deadline: rec.deadline,
+    owner_addr: ownerAddr,
+    ...(rec.fromCheckpoint ? { from_checkpoint: rec.fromCheckpoint } : {}),
+  };
+}
+
+function sandboxRow(rec: SandboxRecord) {
+  return {
+    id: rec.id,
+    key: rec.key,
+    deadline: rec.deadline,
+    claimed_at: rec.claimedAt,
+    hibernated: rec.hibernated,
+    ...(rec.fromCheckpoint ? { from_checkpoint: rec.fromCheckpoint } : {}),
+    ...(rec.claimRef ? { claim_ref: rec.claimRef } : {}),
+  };
+}
+
+function checkpointRow(ck: CheckpointRecord) {
+  return { id: ck.id, ...(ck.name ? { name: ck.name } : {}), sandbox_id: ck.sandboxId, key: ck.key, created_at: ck.createdAt };
+}
+
+function json(res: ServerResponse, status: number, body: unknown): void {
+  const payload = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) });
+  res.end(payload);
+}
+
+function text(res: ServerResponse, status: number, body: string, type = 'text/plain'): void {
+  res.writeHead(status, { 'content-type': type, 'content-length': Buffer.byteLength(body) });
+  res.end(body);
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > MAX_BODY_BYTES) throw new HttpError(400, `invalid request body: larger than ${MAX_BODY_BYTES} bytes`);
+    chunks.push(chunk);
+  }
+  if (size === 0) return {};
+  try {
+    const v = JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown;
+    if (!isObject(v)) throw new Error('not an object');
+    return v;
+  } catch (err) {
+    throw new HttpError(400, `invalid request body: ${(err as Error).message}`);
+  }
+}
+
+function strictKeys(obj: Record<string, unknown>, allowed: string[], where: string): void {
+  for (const k of Object.keys(obj)) if (!allowed.includes(k)) throw new HttpError(400, `${where}: unknown field "${k}"`);
+}
+
+function optionalInt(v: unknown, field: string, min: number): number | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min) throw new HttpError(400, `${field}: must be an integer >= ${min}`);
+  return v;
+}
+
+function optionalString(v: unknown, field: string): string | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'string') throw new HttpError(400, `${field}: must be a string`);
+  return v;
+}
+
+export type { PoolKey };
+export { keyString };

@@ -1,0 +1,83 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { API_VERSION } from '../api/scheme.js';
+import { NodeInventories, type KubeClient } from '../kube/index.js';
+import { silentLogger, type Logger } from '../log/logger.js';
+import type { NodeEngine } from './engine.js';
+
+/**
+ * Publishes this node's NodeInventory (cocoonstack-spec §2): the only per-node object in etcd. One server-side
+ * apply of the whole object per interval (field manager `sandboxd`, force), rebuilt from live state each time,
+ * which is also the recovery for a deleted object. Skipped when nothing changed since the last publish.
+ */
+export interface InventoryOptions {
+  client: KubeClient;
+  engine: NodeEngine;
+  nodeName: string;
+  address: string;
+  intervalMs?: number;
+  logger?: Logger;
+}
+
+export function buildInventory(engine: NodeEngine, nodeName: string, address: string) {
+  const entries = engine
+    .list()
+    .map((r) => ({
+      name: r.claimRef ?? r.id,
+      id: r.id,
+      phase: r.hibernated ? 'Hibernated' : 'Running',
+      ...(r.claimRef ? { claimRef: r.claimRef } : {}),
+      addr: address,
+      deadline: r.deadline.replace(/\.\d+Z$/, 'Z'),
+    }))
+    .sort((a, b) => a.name.localeCompare(b.name));
+  const pools = engine
+    .poolStatus()
+    .map((p) => ({ template: p.key.template, net: p.key.net, size: p.key.size, warm: p.warm, target: p.target }))
+    .sort((a, b) => `${a.template}|${a.net}|${a.size}`.localeCompare(`${b.template}|${b.net}|${b.size}`));
+  return {
+    apiVersion: API_VERSION.NodeInventory,
+    kind: 'NodeInventory',
+    metadata: { name: nodeName },
+    node: nodeName,
+    address,
+    entries,
+    pools,
+  };
+}
+
+export class InventoryPublisher {
+  private last = '';
+  readonly stats = { publishes: 0, skipped: 0, failures: 0 };
+  private readonly log: Logger;
+
+  constructor(private readonly opts: InventoryOptions) {
+    this.log = (opts.logger ?? silentLogger).child({ component: 'inventory' });
+  }
+
+  async publishOnce(force = false): Promise<boolean> {
+    const obj = buildInventory(this.opts.engine, this.opts.nodeName, this.opts.address);
+    const body = JSON.stringify(obj);
+    if (!force && body === this.last) {
+      this.stats.skipped++;
+      return false;
+    }
+    await this.opts.client.patch(NodeInventories, undefined, this.opts.nodeName, body, 'apply', { fieldManager: 'sandboxd', force: true });
+    this.last = body;
+    this.stats.publishes++;
+    return true;
+  }
+
+  async run(signal: AbortSignal): Promise<void> {
+    let beats = 0;
+    while (!signal.aborted) {
+      try {
+        // Re-assert the whole object every 10th beat even if unchanged (recovers a deleted object).
+        await this.publishOnce(beats++ % 10 === 0);
+      } catch (err) {
+        this.stats.failures++;
+        this.log.warn({ err }, 'publishing NodeInventory failed; retrying next interval');
+      }
+      await sleep(this.opts.intervalMs ?? 30_000, undefined, { signal }).catch(() => {});
+    }
+  }
+}
