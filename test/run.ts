@@ -46,6 +46,18 @@ async function processesOfRun(runId: string): Promise<Array<{ pid: number; cmd: 
   return found;
 }
 
+/** QEMU is started with an empty environment (no marker), so VMs are found by their `-name sbx-...` instead. */
+async function sbxVms(): Promise<Map<number, string>> {
+  const out = new Map<number, string>();
+  for (const entry of await readdir('/proc')) {
+    const pid = Number(entry);
+    if (!Number.isInteger(pid)) continue;
+    const cmd = (await readFile(`/proc/${pid}/cmdline`, 'latin1').catch(() => '')).split('\0').join(' ');
+    if (cmd.startsWith('qemu-system') && cmd.includes('-name sbx-')) out.set(pid, cmd);
+  }
+  return out;
+}
+
 async function main(): Promise<number> {
   const args = process.argv.slice(2);
   const files = (await collect(args.length ? args : ['test'])).map((f) => relative(process.cwd(), f));
@@ -53,6 +65,7 @@ async function main(): Promise<number> {
   process.env[RUN_MARKER] = runId; // inherited by the cluster processes and the test processes
   const env = readClusterEnvironment();
   const netnsBefore = new Set(await listClusterNamespaces());
+  const vmsBefore = await sbxVms();
 
   process.stderr.write(`starting the shared control plane for ${files.length} test files...\n`);
   const t0 = Date.now();
@@ -94,6 +107,7 @@ async function main(): Promise<number> {
   // Nothing this run started may outlive it.
   await sleep(200);
   const leftovers = await processesOfRun(runId);
+  for (const [pid, cmd] of await sbxVms()) if (!vmsBefore.has(pid)) leftovers.push({ pid, cmd });
   const clusterAlive = cluster.pids.filter(isAlive);
   const netnsLeft = (await listClusterNamespaces()).filter((n) => !netnsBefore.has(n));
   if (leftovers.length || clusterAlive.length || netnsLeft.length) {
