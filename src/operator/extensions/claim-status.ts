@@ -1,0 +1,120 @@
+/**
+ * The claim's lifecycle clock and its status (spec §9.1 step 4, §9.5): pure functions of the claim, the Sandbox
+ * it resolved (if any) and the outcome of the pass.
+ */
+import { isDeepStrictEqual } from 'node:util';
+import type { Condition, Lifecycle, Sandbox, SandboxClaim, SandboxClaimStatus } from '../../api/index.js';
+
+export const ClaimReasons = {
+  templateNotFound: 'TemplateNotFound',
+  warmPoolNotFound: 'WarmPoolNotFound',
+  invalidMetadata: 'InvalidMetadata',
+  envRejected: 'EnvVarsInjectionRejected',
+  vctError: 'VolumeClaimTemplatesError',
+  reconcilerError: 'ReconcilerError',
+  claimExpired: 'ClaimExpired',
+  sandboxMissing: 'SandboxMissing',
+  sandboxExpired: 'SandboxExpired',
+  sandboxNotReady: 'SandboxNotReady',
+  createPending: 'SandboxCreatePending',
+} as const;
+
+export const CLAIM_EXPIRED_MESSAGE = 'Claim expired. Sandbox cleanup initiated.';
+
+export function findCondition(conds: readonly Condition[] | undefined, type: string): Condition | undefined {
+  return conds?.find((c) => c.type === type);
+}
+
+export interface TimeLeft {
+  expired: boolean;
+  /** Milliseconds until expiry; undefined when nothing expires the claim. */
+  leftMs: number | undefined;
+}
+
+/** expireAt = min(shutdownTime, Finished.lastTransitionTime + ttlSecondsAfterFinished). */
+export function timeLeft(lifecycle: Lifecycle | undefined, conditions: readonly Condition[] | undefined, nowMs: number): TimeLeft {
+  if (!lifecycle) return { expired: false, leftMs: undefined };
+  let expireAt: number | undefined;
+  if (lifecycle.shutdownTime) {
+    const t = Date.parse(lifecycle.shutdownTime);
+    if (Number.isFinite(t)) expireAt = t;
+  }
+  if (lifecycle.ttlSecondsAfterFinished !== undefined) {
+    const fin = findCondition(conditions, 'Finished');
+    const ltt = fin?.status === 'True' ? Date.parse(fin.lastTransitionTime) : NaN;
+    if (Number.isFinite(ltt) && ltt > 0) {
+      const t = ltt + lifecycle.ttlSecondsAfterFinished * 1000;
+      expireAt = expireAt === undefined ? t : Math.min(expireAt, t);
+    }
+  }
+  if (expireAt === undefined) return { expired: false, leftMs: undefined };
+  return { expired: nowMs >= expireAt, leftMs: Math.max(0, expireAt - nowMs) };
+}
+
+/** What the pass concluded, before it is turned into conditions. */
+export type ClaimOutcome =
+  | { kind: 'sandbox'; sandbox: Sandbox }
+  | { kind: 'noSandbox' }
+  | { kind: 'expired'; sandbox: Sandbox | undefined }
+  | { kind: 'error'; reason: string; message: string; sandbox?: Sandbox | undefined; keepSandboxStatus: boolean };
+
+function cond(type: string, status: Condition['status'], reason: string, message: string, generation: number | undefined, prev: Condition | undefined, now: string): Condition {
+  const c: Condition = { type, status, reason, message, lastTransitionTime: prev && prev.status === status ? prev.lastTransitionTime : now };
+  if (generation !== undefined) c.observedGeneration = generation;
+  return c;
+}
+
+/** The claim status for an outcome (spec §9.5). `now` is an RFC3339 timestamp for new transitions. */
+export function claimStatusFor(claim: SandboxClaim, outcome: ClaimOutcome, now: string): SandboxClaimStatus {
+  const prev = claim.status ?? {};
+  const gen = claim.metadata?.generation;
+  const prevReady = findCondition(prev.conditions, 'Ready');
+  const prevFinished = findCondition(prev.conditions, 'Finished');
+  const sandbox = outcome.kind === 'error' ? outcome.sandbox : outcome.kind === 'noSandbox' ? undefined : outcome.sandbox;
+  let ready: Condition;
+  let finished: Condition | undefined;
+  switch (outcome.kind) {
+    case 'error':
+      ready = cond('Ready', 'False', outcome.reason, outcome.message, gen, prevReady, now);
+      finished = sandbox ? findCondition(sandbox.status?.conditions, 'Finished') : undefined;
+      break;
+    case 'expired':
+      ready = cond('Ready', 'False', ClaimReasons.claimExpired, CLAIM_EXPIRED_MESSAGE, gen, prevReady, now);
+      finished = (sandbox && findCondition(sandbox.status?.conditions, 'Finished')) ?? prevFinished;
+      break;
+    case 'noSandbox':
+      ready = cond('Ready', 'False', ClaimReasons.sandboxMissing, 'Sandbox does not exist', gen, prevReady, now);
+      finished = undefined;
+      break;
+    case 'sandbox': {
+      const sbReady = findCondition(outcome.sandbox.status?.conditions, 'Ready');
+      if (sbReady?.reason === ClaimReasons.sandboxExpired)
+        ready = cond('Ready', 'False', ClaimReasons.sandboxExpired, 'Underlying Sandbox resource has expired independently of the Claim.', gen, prevReady, now);
+      else if (sbReady) ready = { ...sbReady, type: 'Ready' };
+      else ready = cond('Ready', 'False', ClaimReasons.sandboxNotReady, 'Sandbox is not ready', gen, prevReady, now);
+      finished = findCondition(outcome.sandbox.status?.conditions, 'Finished');
+      break;
+    }
+  }
+  const conditions = [ready, ...(finished ? [{ ...finished }] : [])].sort((a, b) => a.type.localeCompare(b.type));
+  const status: SandboxClaimStatus = { ...prev, conditions };
+  const clear = outcome.kind === 'noSandbox' || (outcome.kind === 'error' && !outcome.keepSandboxStatus && !sandbox);
+  if (sandbox?.metadata?.name) {
+    const s: NonNullable<SandboxClaimStatus['sandbox']> = { name: sandbox.metadata.name };
+    const ips = sandbox.status?.podIPs;
+    if (ips?.length) s.podIPs = [...ips];
+    status.sandbox = s;
+  } else if (clear) delete status.sandbox;
+  return status;
+}
+
+/** Status equality with conditions compared in type order. */
+export function sameStatus(a: SandboxClaimStatus | undefined, b: SandboxClaimStatus | undefined): boolean {
+  const norm = (s: SandboxClaimStatus | undefined) =>
+    JSON.parse(JSON.stringify({ ...s, conditions: [...(s?.conditions ?? [])].sort((x, y) => x.type.localeCompare(y.type)) })) as unknown;
+  return isDeepStrictEqual(norm(a), norm(b));
+}
+
+export function isReady(status: { conditions?: readonly Condition[] } | undefined): boolean {
+  return findCondition(status?.conditions, 'Ready')?.status === 'True';
+}

@@ -1,0 +1,380 @@
+/**
+ * SandboxWarmPool controller (spec §8 with the newer upstream's expectations, readiness grace and refill pacing):
+ * keeps `spec.replicas` warm, unclaimed Sandboxes built from the pool's template. Counts come from PoolMembership
+ * (maintained from informer events), so a steady-state pass is O(1): it touches members only to replace drifted or
+ * stuck ones, or to scale down.
+ */
+import {
+  AnnotationKeys,
+  EXTENSIONS_GROUP,
+  fnv1a32,
+  LabelKeys,
+  type Sandbox,
+  type SandboxWarmPoolStatus,
+} from '../../api/index.js';
+import {
+  controllerOf,
+  controllerRef,
+  isConflict,
+  isNotFound,
+  keyOf,
+  mergePatch,
+  Sandboxes,
+  SandboxTemplates,
+  SandboxWarmPools,
+  type Informer,
+  type Manager,
+  type Predicate,
+  type ReconcileRequest,
+  type ReconcileResult,
+} from '../../kube/index.js';
+import type { Logger } from '../../log/logger.js';
+import { registerController } from '../build.js';
+import type { OperatorConfig } from '../options.js';
+import { blueprintHash, matchesTemplate, sandboxSpecFromTemplate } from './blueprint.js';
+import { extensionMetrics, type ExtensionMetrics } from './metrics.js';
+import { memberOf, PoolMembership, poolHash } from './pool-members.js';
+import { EventRecorder, isSandboxReady, newest, type PoolObj, type SandboxObj, type TemplateObj } from './support.js';
+
+export const POOL_BY_TEMPLATE_INDEX = 'ext:pool-by-template';
+const ORPHAN_INDEX = 'ext:warm-orphans';
+/** Re-check while expectations are pending, in case a watch event is lost. */
+const EXPECTATIONS_RECHECK_MS = 30_000;
+
+export interface WarmPoolDeps {
+  manager: Manager;
+  config: OperatorConfig;
+  log: Logger;
+  pools: Informer<PoolObj>;
+  sandboxes: Informer<SandboxObj>;
+  templates: Informer<TemplateObj>;
+}
+
+/** Enqueue the pool when anything its accounting or decisions depend on changed (spec §8 Owns predicate). */
+export const memberChanged: Predicate<SandboxObj> = (oldSb, newSb) => {
+  if (!oldSb) return true;
+  const a = oldSb.metadata;
+  const b = newSb.metadata;
+  if (JSON.stringify(a.labels ?? {}) !== JSON.stringify(b.labels ?? {})) return true;
+  const ra = controllerOf(oldSb);
+  const rb = controllerOf(newSb);
+  if (ra?.uid !== rb?.uid) return true;
+  if (!a.deletionTimestamp !== !b.deletionTimestamp) return true;
+  if (a.generation !== b.generation) return true;
+  return isSandboxReady(oldSb) !== isSandboxReady(newSb);
+};
+
+function isUnschedulable(sb: Sandbox): boolean {
+  const conds = sb.status?.conditions ?? [];
+  if (conds.some((c) => c.type === 'PodScheduled' && c.status === 'False')) return true;
+  const ready = conds.find((c) => c.type === 'Ready');
+  return !!ready && ready.status !== 'True' && /unschedulable/i.test(`${ready.reason} ${ready.message}`);
+}
+
+/** Token bucket for `--sandbox-warm-pool-max-refill-rate` (creates per second; 0 = unpaced). */
+class RefillPacer {
+  private tokens: number;
+  private last = Date.now();
+  constructor(private readonly rate: number) {
+    this.tokens = Math.max(1, rate);
+  }
+  /** How many of `want` may go now, and when to come back for the rest. */
+  take(want: number): { granted: number; retryMs: number } {
+    if (this.rate <= 0) return { granted: want, retryMs: 0 };
+    const now = Date.now();
+    this.tokens = Math.min(Math.max(1, this.rate), this.tokens + ((now - this.last) / 1000) * this.rate);
+    this.last = now;
+    const granted = Math.min(want, Math.floor(this.tokens));
+    this.tokens -= granted;
+    return { granted, retryMs: granted < want ? Math.ceil(((1 - (this.tokens % 1)) / this.rate) * 1000) : 0 };
+  }
+}
+
+/** Build a warm member (spec §8 step 5). */
+export function buildWarmMember(pool: PoolObj, template: TemplateObj, bpHash: string, eviction: boolean): Sandbox {
+  const poolName = pool.metadata.name!;
+  const tplName = template.metadata.name!;
+  const hashLabels = {
+    [LabelKeys.warmPoolSandbox]: poolHash(poolName),
+    [LabelKeys.sandboxTemplateRefHash]: fnv1a32(tplName),
+    [LabelKeys.sandboxTemplateHash]: bpHash,
+  };
+  const spec = sandboxSpecFromTemplate(template);
+  const pt = spec.podTemplate;
+  pt.metadata = { ...pt.metadata, labels: { ...pt.metadata?.labels, ...hashLabels } };
+  if (eviction && pt.metadata.annotations?.[AnnotationKeys.safeToEvict] === undefined)
+    pt.metadata.annotations = { ...pt.metadata.annotations, [AnnotationKeys.safeToEvict]: 'true' };
+  return {
+    apiVersion: `${Sandboxes.group}/${Sandboxes.version}`,
+    kind: Sandboxes.kind,
+    metadata: {
+      generateName: `${poolName}-`,
+      namespace: pool.metadata.namespace,
+      labels: { ...hashLabels, [LabelKeys.launchType]: 'warm', [LabelKeys.createdBy]: 'controller' },
+      annotations: { [AnnotationKeys.sandboxTemplateRef]: tplName },
+      ownerReferences: [controllerRef(pool, SandboxWarmPools)],
+    },
+    spec,
+  };
+}
+
+export class WarmPoolReconciler {
+  readonly membership = new PoolMembership();
+  private readonly metrics: ExtensionMetrics;
+  private readonly events: EventRecorder;
+  private readonly pacers = new Map<string, RefillPacer>();
+  private readonly lastStatus = new Map<string, PoolObj>();
+  private readonly holding = new Map<string, boolean>();
+  private readonly hashCache = new WeakMap<TemplateObj, string>();
+
+  constructor(private readonly d: WarmPoolDeps) {
+    this.metrics = extensionMetrics(d.manager.registry);
+    this.events = new EventRecorder(d.manager.client, d.log);
+    d.sandboxes.addHandler({
+      onAdd: (sb) => this.membership.observe(undefined, sb),
+      onUpdate: (o, n) => this.membership.observe(o, n),
+      onDelete: (sb) => this.membership.observe(sb, undefined),
+    });
+    d.sandboxes.addIndex(ORPHAN_INDEX, (sb) => {
+      const h = sb.metadata.labels?.[LabelKeys.warmPoolSandbox];
+      return h && !controllerOf(sb) && !sb.metadata.deletionTimestamp ? [`${sb.metadata.namespace}/${h}`] : [];
+    });
+    d.pools.addHandler({ onDelete: (p) => this.forget(p) });
+  }
+
+  private forget(pool: PoolObj): void {
+    const uid = pool.metadata.uid ?? '';
+    this.membership.forgetPool(uid);
+    this.pacers.delete(uid);
+    this.lastStatus.delete(uid);
+    this.holding.delete(uid);
+  }
+
+  private templateHash(t: TemplateObj): string {
+    let h = this.hashCache.get(t);
+    if (h === undefined) this.hashCache.set(t, (h = blueprintHash(t)));
+    return h;
+  }
+
+  async reconcile(req: ReconcileRequest): Promise<ReconcileResult | void> {
+    const { config, sandboxes, templates } = this.d;
+    const pool = this.d.pools.get(req.key);
+    if (!pool || pool.metadata.deletionTimestamp) return;
+    const uid = pool.metadata.uid!;
+    const ns = pool.metadata.namespace!;
+    const stats = this.membership.get(uid);
+    let requeueMs: number | undefined;
+    const requeue = (ms: number) => (requeueMs = requeueMs === undefined ? ms : Math.min(requeueMs, ms));
+    const removed = new Set<string>();
+
+    if (!config.warmPoolDisableCrManagement) {
+      const tplName = pool.spec.sandboxTemplateRef.name;
+      const template = templates.getByName(ns, tplName);
+      const bpHash = template ? this.templateHash(template) : undefined;
+      const freshGen = template ? `${fnv1a32(tplName)}|${bpHash}` : undefined;
+      const recreate = pool.spec.updateStrategy?.type === 'Recreate';
+
+      // Orphans carrying this pool's label: delete if stale, else adopt.
+      for (const sb of sandboxes.byIndex(ORPHAN_INDEX, `${ns}/${poolHash(pool.metadata.name!)}`)) {
+        if (template && !matchesTemplate(sb, template)) await this.deleteMember(uid, sb, removed);
+        else await this.adoptOrphan(pool, sb);
+      }
+
+      // Drift: only members whose generation key differs from the template's are examined.
+      if (template && recreate) {
+        for (const [gen, names] of [...stats.byGeneration]) {
+          if (gen === freshGen) continue;
+          const sameRef = gen.startsWith(`${fnv1a32(tplName)}|`);
+          let verdict: boolean | undefined;
+          for (const name of [...names]) {
+            const sb = sandboxes.getByName(ns, name);
+            if (!sb) continue;
+            verdict ??= !sameRef || !matchesTemplate(sb, template);
+            if (verdict) await this.deleteMember(uid, sb, removed);
+          }
+        }
+      }
+
+      // Back-fill launch-type on owned members (full update, as upstream).
+      for (const name of [...stats.unlabelled]) {
+        const sb = sandboxes.getByName(ns, name);
+        if (sb) await this.updateLabels(sb, { [LabelKeys.launchType]: 'warm' });
+      }
+
+      // Readiness grace: stuck members are replaced, unschedulable ones held (replacements would be too).
+      const now = Date.now();
+      let held = 0;
+      for (const name of [...stats.notReady]) {
+        const sb = sandboxes.getByName(ns, name);
+        if (!sb || removed.has(name)) continue;
+        const deadline = Date.parse(sb.metadata.creationTimestamp ?? '') + config.warmPoolReadinessGraceMs;
+        if (!Number.isFinite(deadline) || now < deadline) {
+          if (Number.isFinite(deadline)) requeue(deadline - now + 10);
+          continue;
+        }
+        if (isUnschedulable(sb)) held++;
+        else await this.deleteMember(uid, sb, removed);
+      }
+      this.reportProgress(pool, held, stats.notReady.size, config.warmPoolReadinessGraceMs);
+      if (held) requeue(60_000);
+
+      const desired = pool.spec.replicas ?? 1;
+      const current = stats.members.size - [...removed].filter((n) => stats.members.has(n)).length;
+      if (!this.membership.satisfied(uid)) requeue(EXPECTATIONS_RECHECK_MS);
+      else if (current < desired && template && bpHash) {
+        let pacer = this.pacers.get(uid);
+        if (!pacer) this.pacers.set(uid, (pacer = new RefillPacer(config.warmPoolMaxRefillRate)));
+        const want = Math.min(desired - current, config.warmPoolMaxBatchSize);
+        const { granted, retryMs } = pacer.take(want);
+        if (granted > 0) await this.createMembers(pool, template, bpHash, granted);
+        if (retryMs > 0) requeue(retryMs);
+      } else if (current > desired) {
+        const victims = [...stats.members]
+          .filter((n) => !removed.has(n))
+          .map((n) => sandboxes.getByName(ns, n))
+          .filter((sb): sb is SandboxObj => !!sb)
+          .sort((a, b) => {
+            const ra = isSandboxReady(a) ? 1 : 0;
+            const rb = isSandboxReady(b) ? 1 : 0;
+            if (ra !== rb) return ra - rb;
+            return (b.metadata.creationTimestamp ?? '').localeCompare(a.metadata.creationTimestamp ?? '');
+          })
+          .slice(0, Math.min(current - desired, config.warmPoolMaxBatchSize));
+        await this.inWaves(victims, (sb) => this.deleteMember(uid, sb, removed));
+      }
+    }
+
+    await this.writeStatus(pool, {
+      replicas: config.warmPoolDisableCrManagement ? this.countAll(pool) : stats.members.size,
+      readyReplicas: stats.ready.size,
+      selector: `${LabelKeys.warmPoolSandbox}=${poolHash(pool.metadata.name!)}`,
+      observedGeneration: pool.metadata.generation ?? 0,
+    });
+    return requeueMs === undefined ? undefined : { requeueAfterMs: requeueMs };
+  }
+
+  /** Status-only mode counts every labelled member, owned or not (spec §8). */
+  private countAll(pool: PoolObj): number {
+    return this.membership.get(pool.metadata.uid!).members.size + this.d.sandboxes.countByIndex(ORPHAN_INDEX, `${pool.metadata.namespace}/${poolHash(pool.metadata.name!)}`);
+  }
+
+  private reportProgress(pool: PoolObj, held: number, notReady: number, graceMs: number): void {
+    const uid = pool.metadata.uid!;
+    const was = this.holding.get(uid) ?? false;
+    if (held > 0 && !was) {
+      this.events.record(pool, SandboxWarmPools, {
+        type: 'Warning',
+        reason: 'WarmPoolNotProgressing',
+        action: 'Hold',
+        note: `${held}/${notReady} sandboxes are unschedulable past the ${Math.round(graceMs / 1000)}s readiness grace period; holding them instead of replacing (replacements would be equally unschedulable)`,
+      });
+    } else if (held === 0 && was) {
+      this.events.record(pool, SandboxWarmPools, { type: 'Normal', reason: 'WarmPoolProgressing', action: 'Resume', note: 'Warm pool members are schedulable again' });
+    }
+    this.holding.set(uid, held > 0);
+  }
+
+  private async writeStatus(pool: PoolObj, want: Required<SandboxWarmPoolStatus>): Promise<void> {
+    const seen = newest(pool, this.lastStatus.get(pool.metadata.uid!)) ?? pool;
+    const have = seen.status ?? {};
+    const patch = mergePatch(
+      { replicas: have.replicas, readyReplicas: have.readyReplicas, selector: have.selector, observedGeneration: have.observedGeneration },
+      want,
+    );
+    if (patch === undefined) return;
+    const out = await this.d.manager.client.patch<PoolObj>(SandboxWarmPools, pool.metadata.namespace, pool.metadata.name!, { status: patch }, 'merge', {
+      subresource: 'status',
+    });
+    this.lastStatus.set(pool.metadata.uid!, out);
+  }
+
+  private async createMembers(pool: PoolObj, template: TemplateObj, bpHash: string, n: number): Promise<void> {
+    const uid = pool.metadata.uid!;
+    const client = this.d.manager.client;
+    this.membership.expect(uid, 'adds', n);
+    let left = n;
+    for (let wave = 1; left > 0; wave *= 2) {
+      const size = Math.min(wave, left);
+      left -= size;
+      const results = await Promise.allSettled(
+        Array.from({ length: size }, () => client.create(Sandboxes, buildWarmMember(pool, template, bpHash, this.d.config.enableWarmPoolEviction) as SandboxObj)),
+      );
+      const failed = results.filter((r) => r.status === 'rejected');
+      this.metrics.warmCreated.inc({ namespace: pool.metadata.namespace, warmpool_name: pool.metadata.name }, size - failed.length);
+      if (failed.length) {
+        this.membership.lower(uid, 'adds', failed.length + left);
+        throw (failed[0] as PromiseRejectedResult).reason;
+      }
+    }
+  }
+
+  private async inWaves<T>(items: T[], fn: (item: T) => Promise<void>): Promise<void> {
+    let i = 0;
+    for (let wave = 1; i < items.length; wave *= 2) {
+      const batch = items.slice(i, i + wave);
+      i += batch.length;
+      await Promise.all(batch.map(fn));
+    }
+  }
+
+  private async deleteMember(poolUid: string, sb: SandboxObj, removed: Set<string>): Promise<void> {
+    const name = sb.metadata.name!;
+    if (removed.has(name)) return;
+    removed.add(name);
+    const counted = memberOf(sb) === poolUid;
+    if (counted) this.membership.expect(poolUid, 'dels', 1);
+    try {
+      await this.d.manager.client.delete(Sandboxes, sb.metadata.namespace, name, { preconditions: { uid: sb.metadata.uid } });
+    } catch (err) {
+      if (counted) this.membership.lower(poolUid, 'dels');
+      if (!isNotFound(err) && !isConflict(err)) throw err;
+    }
+  }
+
+  private async adoptOrphan(pool: PoolObj, sb: SandboxObj): Promise<void> {
+    const next = structuredClone(sb);
+    next.metadata.ownerReferences = [...(sb.metadata.ownerReferences ?? []).filter((r) => !r.controller), controllerRef(pool, SandboxWarmPools)];
+    next.metadata.labels = { ...next.metadata.labels, [LabelKeys.launchType]: 'warm' };
+    try {
+      await this.d.manager.client.update(Sandboxes, next);
+    } catch (err) {
+      if (!isConflict(err) && !isNotFound(err)) throw err;
+    }
+  }
+
+  private async updateLabels(sb: SandboxObj, labels: Record<string, string>): Promise<void> {
+    const next = structuredClone(sb);
+    next.metadata.labels = { ...next.metadata.labels, ...labels };
+    try {
+      await this.d.manager.client.update(Sandboxes, next);
+    } catch (err) {
+      if (!isConflict(err) && !isNotFound(err)) throw err;
+    }
+  }
+}
+
+export function registerWarmPoolController({ manager, config, log }: { manager: Manager; config: OperatorConfig; log: Logger }): WarmPoolReconciler {
+  const scope = { namespace: config.watchNamespace };
+  const pools = manager.informer<PoolObj>(SandboxWarmPools, scope);
+  const sandboxes = manager.informer<SandboxObj>(Sandboxes, scope);
+  const templates = manager.informer<TemplateObj>(SandboxTemplates, scope);
+  pools.addIndex(POOL_BY_TEMPLATE_INDEX, (p) => [`${p.metadata.namespace}/${p.spec.sandboxTemplateRef.name}`]);
+  const r = new WarmPoolReconciler({ manager, config, log, pools, sandboxes, templates });
+  manager
+    .controller({ name: 'sandboxwarmpool', workers: config.warmPoolWorkers, reconcile: (req) => r.reconcile(req) })
+    .for(pools)
+    .owns(sandboxes, 'SandboxWarmPool', EXTENSIONS_GROUP, memberChanged)
+    .watches(templates, (t) => pools.byIndex(POOL_BY_TEMPLATE_INDEX, keyOf(t)).map(keyOf))
+    .watches(
+      sandboxes,
+      (sb) => {
+        // Orphans with a pool label: wake the pool whose hash matches (rare; linear in pools of the namespace).
+        const h = sb.metadata.labels?.[LabelKeys.warmPoolSandbox];
+        if (!h || controllerOf(sb)) return [];
+        return pools.list().filter((p) => p.metadata.namespace === sb.metadata.namespace && poolHash(p.metadata.name!) === h).map(keyOf);
+      },
+    );
+  return r;
+}
+
+registerController('sandboxwarmpool', true, (op) => void registerWarmPoolController(op));

@@ -1,0 +1,53 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { AnnotationKeys, fnv1a32, LabelKeys } from '../../src/api/index.js';
+import { Pods, SandboxClaims, type KubeObject } from '../../src/kube/index.js';
+import { eventually } from '../support/eventually.js';
+import { claimManifest, cond, createAll, getSandboxOrUndefined, listSandboxes, poolManifest, setupEnv, templateManifest, waitClaim, waitPoolReady, type Env } from './claim-support.js';
+
+describe('SandboxClaim warm adoption (spec §16 items 13–15, 19)', () => {
+  let env: Env;
+  before(async () => {
+    env = await setupEnv('claim-warm');
+    await createAll(env.client, templateManifest(env.ns, 'tpl'), poolManifest(env.ns, 'pool', 'tpl', 2));
+    await waitPoolReady(env.ns, 'pool', 2);
+  });
+  after(() => env?.stop());
+
+  it('adopts a warm member; the pool refills', async () => {
+    const members = await listSandboxes(env.ns, `${LabelKeys.warmPoolSandbox}=${fnv1a32('pool')}`);
+    assert.equal(members.length, 2);
+    const created = await env.client.create(SandboxClaims, claimManifest(env.ns, 'c1', 'pool', {}, { labels: { [LabelKeys.createdBy]: 'go-client' } }));
+    const claim = await waitClaim(env.ns, 'c1');
+    const sbName = claim.status?.sandbox?.name;
+    assert.ok(sbName && members.some((m) => m.metadata.name === sbName), 'bound to a former warm member');
+    const sb = (await getSandboxOrUndefined(env.ns, sbName))!;
+    const refs = sb.metadata.ownerReferences ?? [];
+    assert.equal(refs.length, 1);
+    assert.deepEqual(
+      { kind: refs[0]!.kind, uid: refs[0]!.uid, controller: refs[0]!.controller, blockOwnerDeletion: refs[0]!.blockOwnerDeletion },
+      { kind: 'SandboxClaim', uid: created.metadata.uid, controller: true, blockOwnerDeletion: true },
+    );
+    const l = sb.metadata.labels ?? {};
+    assert.equal(l[LabelKeys.warmPoolSandbox], undefined);
+    assert.equal(l[LabelKeys.sandboxTemplateHash], undefined);
+    assert.equal(l[LabelKeys.launchType], 'warm');
+    assert.equal(l[LabelKeys.claimUid], created.metadata.uid);
+    assert.equal(l[LabelKeys.createdBy], 'go-client');
+    assert.equal(sb.spec.podTemplate.metadata?.labels?.[LabelKeys.claimUid], created.metadata.uid);
+    assert.equal(sb.spec.podTemplate.metadata?.annotations?.[AnnotationKeys.safeToEvict], undefined);
+    assert.equal(sb.metadata.annotations?.[AnnotationKeys.podName], sbName);
+    assert.equal(cond(claim)?.reason, cond(sb)?.reason);
+    await eventually(() => env.client.get<typeof claim>(SandboxClaims, env.ns, 'c1'), {
+      until: (c) => c.metadata.annotations?.[AnnotationKeys.sandboxName] === sbName && !!c.metadata.annotations?.[AnnotationKeys.controllerFirstObservedAt],
+      what: 'claim annotations',
+    });
+    // The Pod keeps its UID and loses the pool label.
+    const pod = await eventually(() => env.client.get<KubeObject>(Pods, env.ns, sbName), {
+      until: (p) => p.metadata.labels?.[LabelKeys.warmPoolSandbox] === undefined,
+      what: 'pod relabelled',
+    });
+    assert.ok(pod.metadata.uid);
+    await waitPoolReady(env.ns, 'pool', 2);
+  });
+});
