@@ -312,16 +312,19 @@ func (s *session) lookup(id uint32) *stream {
 	return s.streams[id]
 }
 
-// serve reads frames until the host disconnects.
-func (s *session) serve(r *bufio.Reader) {
+// serve reads frames until the host disconnects (false) or a new host starts a session (true).
+func (s *session) serve(r *bufio.Reader) bool {
 	for {
 		f, err := readFrame(r)
+		if errors.Is(err, errNewSession) {
+			return true
+		}
 		if errors.Is(err, errFrameTooLarge) {
 			s.sendJSON(TRes, f.ID, map[string]any{"ok": false, "code": "EFRAMETOOLARGE", "message": fmt.Sprintf("frame payload over %d bytes", MaxPayload)})
 			continue
 		}
 		if err != nil {
-			return
+			return false
 		}
 		switch f.Type {
 		case TReq:
@@ -331,7 +334,7 @@ func (s *session) serve(r *bufio.Reader) {
 				select {
 				case st.in <- f.Payload:
 				case <-s.done:
-					return
+					return false
 				}
 			}
 		default:
@@ -465,18 +468,24 @@ func awaitMagic(r *bufio.Reader) bool {
 }
 
 func run(t transport) {
+	r := bufio.NewReaderSize(t, 64<<10)
+	needMagic := true
 	for {
-		r := bufio.NewReaderSize(t, 64<<10)
-		if !awaitMagic(r) {
+		if needMagic && !awaitMagic(r) {
 			t.WaitHost()
+			r = bufio.NewReaderSize(t, 64<<10)
 			continue
 		}
 		if vp, ok := t.(*vport); ok {
 			vp.setAsync(false)
 		}
 		s := newSession(t)
-		s.serve(r)
+		restart := s.serve(r)
 		s.close()
+		needMagic = !restart
+		if !restart {
+			r = bufio.NewReaderSize(t, 64<<10)
+		}
 	}
 }
 

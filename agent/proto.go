@@ -33,7 +33,13 @@ const (
 	TIn  = 6 // host -> guest: bytes (stdin, file data, tcp data); empty = EOF
 )
 
-var errFrameTooLarge = errors.New("frame too large")
+var (
+	errFrameTooLarge = errors.New("frame too large")
+	// errNewSession: HostMagic arrived where a frame header was expected. The guest was restored from a
+	// snapshot taken while a host was connected, and a new host is talking; no valid length starts with
+	// these bytes ("SBXH" is over the limit), so this is unambiguous at a frame boundary.
+	errNewSession = errors.New("new session")
+)
 
 type Frame struct {
 	Type    byte
@@ -56,6 +62,15 @@ func readFrame(r io.Reader) (Frame, error) {
 	var h [HeaderLen]byte
 	if _, err := io.ReadFull(r, h[:4]); err != nil {
 		return Frame{}, err
+	}
+	if string(h[0:4]) == HostMagic[:4] {
+		rest := make([]byte, len(HostMagic)-4)
+		if _, err := io.ReadFull(r, rest); err != nil {
+			return Frame{}, err
+		}
+		if string(rest) == HostMagic[4:] {
+			return Frame{}, errNewSession
+		}
 	}
 	l := binary.BigEndian.Uint32(h[0:4])
 	if l < 5 {

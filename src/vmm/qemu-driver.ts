@@ -22,6 +22,15 @@ import type { Duplex } from 'node:stream';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const GUEST_HZ = 100; // CONFIG_HZ_100 in our kernel fragment
 
+function tailOf(file: string, label: string): string {
+  try {
+    const t = readFileSync(file, 'utf8').trim();
+    return t ? `; ${label}: ${t.slice(-400)}` : '';
+  } catch {
+    return '';
+  }
+}
+
 function newId(prefix = 'vm'): string {
   return `${prefix}-${randomBytes(4).toString('hex')}`;
 }
@@ -129,7 +138,7 @@ export class QemuMicrovmDriver {
     const d = plan.runDir;
     const a: string[] = ['-name', `sbx-${plan.id}`];
     a.push('-M', 'microvm,acpi=off,memory-backend=mem0');
-    a.push('-accel', plan.accel, '-cpu', plan.accel === 'kvm' ? 'host' : 'max');
+    a.push('-accel', plan.accel === 'tcg' ? `tcg${process.env.SBX_TCG_OPTS ?? ''}` : 'kvm', '-cpu', plan.accel === 'kvm' ? 'host' : 'max');
     a.push('-m', `${plan.memoryMiB}M`, '-smp', String(plan.vcpus));
     a.push('-nodefaults', '-no-user-config', '-display', 'none', '-no-reboot');
     a.push('-chardev', `file,id=con,path=${join(d, 'console.log')}`, '-serial', 'chardev:con');
@@ -551,6 +560,8 @@ export class Vm {
   private mailbox: Promise<unknown> = Promise.resolve();
   private readonly startedAt = Date.now();
   private expectingExit = false;
+  /** Why the VM failed (QEMU exit status and log tails), once it has. */
+  failure: string | undefined;
 
   constructor(
     private readonly driver: QemuMicrovmDriver,
@@ -578,7 +589,7 @@ export class Vm {
 
   /** The agent connection (only while running). */
   get agent(): AgentClient {
-    assertAllowed(this.id, this._state, 'exec');
+    this.check('exec');
     if (!this._agent || this._agent.closed) {
       throw new SandboxError('AGENT_DISCONNECTED', `the agent of VM ${this.id} is not connected`, { hint: 'the VM may have crashed; check its stats and destroy it' });
     }
@@ -621,9 +632,18 @@ export class Vm {
   }
 
   /** Serialise lifecycle actions; each is checked against the state machine when it runs. */
+  private check(action: VmAction): void {
+    try {
+      assertAllowed(this.id, this._state, action);
+    } catch (err) {
+      if (this.failure && err instanceof SandboxError) throw new SandboxError(err.code, `${err.message}: ${this.failure}`, { hint: err.hint });
+      throw err;
+    }
+  }
+
   private act<T>(action: VmAction, fn: () => Promise<T>): Promise<T> {
     const run = async () => {
-      assertAllowed(this.id, this._state, action);
+      this.check(action);
       return fn();
     };
     const p = this.mailbox.then(run, run);
@@ -634,7 +654,8 @@ export class Vm {
   private watchExit(proc: QemuProcess): void {
     void proc.exited.then((how) => {
       if (this.proc !== proc || this.expectingExit) return;
-      this.log.warn({ how }, 'QEMU exited unexpectedly');
+      this.failure = `QEMU exited (${how})${tailOf(join(this.record.runDir, 'qemu.log'), 'qemu.log')}${tailOf(join(this.record.runDir, 'console.log'), 'console')}`;
+      this.log.warn({ how, failure: this.failure }, 'QEMU exited unexpectedly');
       this._agent?.close();
       this.qmp?.close();
       if (this._state !== 'destroyed' && this._state !== 'hibernated') this.setState('failed');
