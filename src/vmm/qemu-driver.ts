@@ -683,6 +683,23 @@ export class Vm {
     const deadline = Date.now() + opts.readyTimeoutMs;
     const timeoutErr = () =>
       new SandboxError('VM_START_TIMEOUT', `VM ${this.id} was not ready within ${opts.readyTimeoutMs} ms`, { hint: 'the host may be overloaded; see qemu.log and console.log in the run dir' });
+    try {
+      await this.loadAndConnect(proc, deadline, timeoutErr, logFile, opts);
+    } catch (err) {
+      // A QEMU that died mid-way surfaces first as a broken socket; report the exit and its log instead.
+      const how = await Promise.race([proc.exited, sleep(300).then(() => undefined)]);
+      if (how !== undefined && !(err instanceof SandboxError && err.code === 'VM_PROCESS_EXITED')) {
+        throw new SandboxError('VM_PROCESS_EXITED', `QEMU exited (${how}) while starting VM ${this.id}${tailOf(logFile, 'qemu.log')}`, {
+          cause: err,
+          hint: `see ${logFile}; a crash here usually means a bad or mismatched snapshot`,
+        });
+      }
+      throw err;
+    }
+    this.setState('running');
+  }
+
+  private async loadAndConnect(proc: QemuProcess, deadline: number, timeoutErr: () => SandboxError, logFile: string, opts: { ignoreShared: boolean; readyTimeoutMs: number; signal?: AbortSignal }): Promise<void> {
     const qmp = await unlessExited(proc, withDeadline(QmpClient.connect(this.record.qmpSocket, { timeoutMs: opts.readyTimeoutMs }), opts.readyTimeoutMs, timeoutErr), 'start', logFile);
     this.qmp = qmp;
     // Connect to the agent while the state loads; the hello is answered once the guest runs.
@@ -698,7 +715,6 @@ export class Vm {
       void agentP.then((a) => a.close(), () => undefined);
       throw err;
     }
-    this.setState('running');
   }
 
   /** @internal Re-attach to a running QEMU (daemon restart). */
