@@ -5,7 +5,8 @@ import { timingSafeEqual } from 'node:crypto';
  * tokens (may create claims, never drive operator surfaces) and per-sandbox tokens returned by a claim (guard that
  * sandbox's own endpoints). With no root token and no tenants configured the API is open — only when a flag says so.
  */
-export type Principal = { kind: 'root' } | { kind: 'tenant'; name: string } | { kind: 'anonymous' } | { kind: 'bearer'; token: string };
+export type Principal =
+  { kind: 'root' } | { kind: 'tenant'; name: string } | { kind: 'anonymous' } | { kind: 'bearer'; token: string };
 
 export interface AuthConfig {
   rootToken: string | undefined;

@@ -36,7 +36,9 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
   const bound = await api.listen(config.listenHost, config.listenPort);
   const address = `${bound.address}:${bound.port}`;
   log.info({ address, node: config.nodeName }, 'sandboxd API listening');
-  const client = config.kubeconfig ? await KubeClient.fromKubeconfig(config.kubeconfig, { userAgent: 'sandboxd' }) : undefined;
+  const client = config.kubeconfig
+    ? await KubeClient.fromKubeconfig(config.kubeconfig, { userAgent: 'sandboxd' })
+    : undefined;
   return {
     engine,
     api,
@@ -45,7 +47,14 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
       peers.start();
       const tasks: Promise<unknown>[] = [];
       if (client && config.publishInventory) {
-        const publisher = new InventoryPublisher({ client, engine, nodeName: config.nodeName, address: config.advertiseAddr, intervalMs: config.publishIntervalMs, logger: log });
+        const publisher = new InventoryPublisher({
+          client,
+          engine,
+          nodeName: config.nodeName,
+          address: config.advertiseAddr,
+          intervalMs: config.publishIntervalMs,
+          logger: log,
+        });
         tasks.push(publisher.run(signal));
       }
       await new Promise<void>((r) => signal.addEventListener('abort', () => r(), { once: true }));

@@ -7,7 +7,7 @@ import { silentLogger, type Logger } from '../log/logger.js';
 import { ensureTemplate, QemuMicrovmDriver, type Template, type Vm } from '../vmm/index.js';
 import { ensureGuestImage, GUEST_TEMPLATES, silentProgress } from '../guest/index.js';
 import { templateFromImage } from '../vmm/index.js';
-import { keyString, parseKeyString, SIZE_TIERS, type PoolKey } from './pool-key.js';
+import { keyString, SIZE_TIERS, type PoolKey } from './pool-key.js';
 
 /**
  * The node's microVM engine: warm pools per key refilled by copy-on-write clones in the background, claims that
@@ -127,10 +127,10 @@ export class NodeEngine extends EventEmitter {
     for (const rec of this.driver.list()) {
       if (rec.labels[LABEL_NODE] !== this.opts.nodeName) continue;
       const claim = saved.claims.find((c) => c.vmId === rec.id);
-      const poolKey = rec.labels[LABEL_POOL];
       if (!rec.alive && rec.state !== 'hibernated') {
         this.driver.removeStale(rec.id);
-        if (claim) this.log.warn({ sandbox: claim.id }, 'claimed VM died while the daemon was down; dropping the claim');
+        if (claim)
+          this.log.warn({ sandbox: claim.id }, 'claimed VM died while the daemon was down; dropping the claim');
         continue;
       }
       try {
@@ -139,21 +139,19 @@ export class NodeEngine extends EventEmitter {
           this.claims.set(claim.id, claim);
           if (claim.claimRef) this.byClaimRef.set(claim.claimRef, claim.id);
           adopted++;
-        } else if (poolKey && this.pools.has(poolKey)) {
-          this.pools.get(poolKey)!.warm.push(vm);
-          adopted++;
-        } else if (poolKey) {
-          // A warm VM of a pool whose target we will learn again (PUT /v1/pools); keep it warm meanwhile.
-          const pool = this.ensurePool(parseKeyString(poolKey), 0);
-          pool.warm.push(vm);
-          adopted++;
         } else {
+          // Not a recorded claim. It may be a warm VM, or one claimed in the last few ms before a crash (the claim
+          // table is written off the claim path), whose tenant may already have used it. Never hand it out again:
+          // destroy it; the pool refills from the template.
           await vm.destroy();
           reaped++;
         }
       } catch (err) {
         this.log.warn({ err, vm: rec.id }, 'could not re-adopt a VM; destroying it');
-        await this.driver.adopt(rec.id).then((vm) => vm.destroy()).catch(() => this.driver.removeStale(rec.id));
+        await this.driver
+          .adopt(rec.id)
+          .then((vm) => vm.destroy())
+          .catch(() => this.driver.removeStale(rec.id));
         reaped++;
       }
     }
@@ -205,7 +203,13 @@ export class NodeEngine extends EventEmitter {
         const spec = templateFromImage(img);
         const tier = SIZE_TIERS[key.size];
         return this.driver.createTemplate(
-          { ...spec, name: `${key.template}@${key.net}-${key.size}`, memoryMiB: Math.max(tier.memoryMiB, spec.memoryMiB ?? 0), vcpus: tier.vcpus, network: key.net },
+          {
+            ...spec,
+            name: `${key.template}@${key.net}-${key.size}`,
+            memoryMiB: Math.max(tier.memoryMiB, spec.memoryMiB ?? 0),
+            vcpus: tier.vcpus,
+            network: key.net,
+          },
           { progress: (l) => this.log.info({ template: k }, l) },
         );
       })();
@@ -251,7 +255,13 @@ export class NodeEngine extends EventEmitter {
   poolStatus(): PoolStatus[] {
     return [...this.pools.values()]
       .filter((p) => p.target > 0 || p.warm.length > 0 || p.refilling > 0)
-      .map((p) => ({ key: p.key, warm: p.warm.length, refilling: p.refilling, target: p.target, golden: p.template !== undefined }));
+      .map((p) => ({
+        key: p.key,
+        warm: p.warm.length,
+        refilling: p.refilling,
+        target: p.target,
+        golden: p.template !== undefined,
+      }));
   }
 
   poolErrors(): Array<{ key: PoolKey; error: string }> {
@@ -265,7 +275,9 @@ export class NodeEngine extends EventEmitter {
   private trim(pool: Pool): void {
     while (pool.warm.length > pool.target) {
       const vm = pool.warm.pop()!;
-      void vm.destroy().catch((err: unknown) => this.log.warn({ err, vm: vm.id }, 'destroying a surplus warm VM failed'));
+      void vm
+        .destroy()
+        .catch((err: unknown) => this.log.warn({ err, vm: vm.id }, 'destroying a surplus warm VM failed'));
     }
   }
 
@@ -276,7 +288,10 @@ export class NodeEngine extends EventEmitter {
       void this.cloneInto(pool).finally(() => {
         pool.refilling--;
         // Refill the neediest pool next, so one big pool does not starve the others.
-        for (const p of [...this.pools.values()].sort((a, b) => a.warm.length / (a.target || 1) - b.warm.length / (b.target || 1))) this.refill(p);
+        for (const p of [...this.pools.values()].sort(
+          (a, b) => a.warm.length / (a.target || 1) - b.warm.length / (b.target || 1),
+        ))
+          this.refill(p);
       });
     }
   }
@@ -291,7 +306,9 @@ export class NodeEngine extends EventEmitter {
     try {
       const template = await this.template(pool.key);
       pool.template = template;
-      const vm = await this.driver.clone(template, { labels: { [LABEL_POOL]: keyString(pool.key), [LABEL_NODE]: this.opts.nodeName } });
+      const vm = await this.driver.clone(template, {
+        labels: { [LABEL_POOL]: keyString(pool.key), [LABEL_NODE]: this.opts.nodeName },
+      });
       if (this.closed || pool.warm.length >= pool.target) {
         await vm.destroy();
         return;
@@ -322,13 +339,17 @@ export class NodeEngine extends EventEmitter {
    */
   async claim(req: ClaimRequest): Promise<SandboxRecord> {
     if (this.claims.size >= this.opts.maxClaims)
-      throw new SandboxError('at-capacity', `node ${this.opts.nodeName} is at capacity (${this.opts.maxClaims} claims)`);
+      throw new SandboxError(
+        'at-capacity',
+        `node ${this.opts.nodeName} is at capacity (${this.opts.maxClaims} claims)`,
+      );
     const pool = this.pools.get(keyString(req.key));
     let vm = pool?.warm.pop();
     let source: SandboxRecord['source'] = 'warm';
     if (!vm) {
       this.assertKnownTemplate(req.key.template);
-      if (req.provisionOnMiss === false) throw new SandboxError('warm-miss', `no warm sandbox for ${keyString(req.key)}`);
+      if (req.provisionOnMiss === false)
+        throw new SandboxError('warm-miss', `no warm sandbox for ${keyString(req.key)}`);
       this.provisioning++;
       try {
         vm = await this.driver.clone(await this.template(req.key), { labels: { [LABEL_NODE]: this.opts.nodeName } });
@@ -343,7 +364,13 @@ export class NodeEngine extends EventEmitter {
     return record;
   }
 
-  private record(vm: Vm, key: PoolKey, source: SandboxRecord['source'], ttlSeconds: number | undefined, claimRef?: string): SandboxRecord {
+  private record(
+    vm: Vm,
+    key: PoolKey,
+    source: SandboxRecord['source'],
+    ttlSeconds: number | undefined,
+    claimRef?: string,
+  ): SandboxRecord {
     const now = Date.now();
     const rec: SandboxRecord = {
       id: `sb_${randomBytes(8).toString('hex')}`,
@@ -365,7 +392,8 @@ export class NodeEngine extends EventEmitter {
   }
 
   private ttlMs(ttlSeconds: number | undefined): number {
-    const s = !ttlSeconds || ttlSeconds <= 0 ? this.opts.defaultTtlSeconds : Math.min(ttlSeconds, this.opts.maxTtlSeconds);
+    const s =
+      !ttlSeconds || ttlSeconds <= 0 ? this.opts.defaultTtlSeconds : Math.min(ttlSeconds, this.opts.maxTtlSeconds);
     return s * 1000;
   }
 
@@ -444,8 +472,10 @@ export class NodeEngine extends EventEmitter {
   async fork(id: string, count: number, ttlSeconds?: number): Promise<SandboxRecord[]> {
     const rec = this.mustGet(id);
     this.assertNotEgress(rec, 'fork');
-    if (!Number.isInteger(count) || count < 1 || count > 16) throw new SandboxError('bad-request', `count: must be 1..16 (got ${count})`);
-    if (this.claims.size + count > this.opts.maxClaims) throw new SandboxError('at-capacity', `forking ${count} would exceed ${this.opts.maxClaims} claims`);
+    if (!Number.isInteger(count) || count < 1 || count > 16)
+      throw new SandboxError('bad-request', `count: must be 1..16 (got ${count})`);
+    if (this.claims.size + count > this.opts.maxClaims)
+      throw new SandboxError('at-capacity', `forking ${count} would exceed ${this.opts.maxClaims} claims`);
     const children = await this.vm(id).fork(count, { labels: { [LABEL_NODE]: this.opts.nodeName } });
     this.counters.forks += children.length;
     return children.map((vm) => this.record(vm, rec.key, 'fork', ttlSeconds));
@@ -484,7 +514,8 @@ export class NodeEngine extends EventEmitter {
   async claimCheckpoint(id: string, ttlSeconds?: number): Promise<SandboxRecord> {
     const ck = this.checkpoints.get(id);
     if (!ck) throw new SandboxError('not-found', `checkpoint ${id} not found`);
-    if (this.claims.size >= this.opts.maxClaims) throw new SandboxError('at-capacity', `node ${this.opts.nodeName} is at capacity`);
+    if (this.claims.size >= this.opts.maxClaims)
+      throw new SandboxError('at-capacity', `node ${this.opts.nodeName} is at capacity`);
     const vm = await this.driver.clone(ck.template, { labels: { [LABEL_NODE]: this.opts.nodeName } });
     const rec = this.record(vm, ck.key, 'checkpoint', ttlSeconds);
     rec.fromCheckpoint = id;
@@ -492,7 +523,8 @@ export class NodeEngine extends EventEmitter {
   }
 
   private assertNotEgress(rec: SandboxRecord, verb: string): void {
-    if (rec.key.net === 'egress') throw new SandboxError('conflict', `${verb} is not supported on the egress lane (sandbox ${rec.id})`);
+    if (rec.key.net === 'egress')
+      throw new SandboxError('conflict', `${verb} is not supported on the egress lane (sandbox ${rec.id})`);
   }
 
   // ------------------------------------------------------------------ persistence
@@ -503,7 +535,10 @@ export class NodeEngine extends EventEmitter {
 
   private readState(): { claims: SandboxRecord[]; targets: Array<{ key: PoolKey; warm: number }> } {
     try {
-      const s = JSON.parse(readFileSync(this.statePath(), 'utf8')) as { claims?: SandboxRecord[]; targets?: Array<{ key: PoolKey; warm: number }> };
+      const s = JSON.parse(readFileSync(this.statePath(), 'utf8')) as {
+        claims?: SandboxRecord[];
+        targets?: Array<{ key: PoolKey; warm: number }>;
+      };
       return { claims: s.claims ?? [], targets: s.targets ?? [] };
     } catch {
       return { claims: [], targets: [] };

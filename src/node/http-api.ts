@@ -61,7 +61,12 @@ export class SandboxdApi {
     this.registry = opts.registry ?? new Registry();
     const r = [this.registry];
     this.metrics = {
-      claims: new Counter({ name: 'sandboxd_claims_total', help: 'Claims served, by tier (warm|provisioned)', labelNames: ['tier'], registers: r }),
+      claims: new Counter({
+        name: 'sandboxd_claims_total',
+        help: 'Claims served, by tier (warm|provisioned)',
+        labelNames: ['tier'],
+        registers: r,
+      }),
       claimSeconds: new Histogram({
         name: 'sandboxd_claim_seconds',
         help: 'Claim handling time inside sandboxd',
@@ -70,7 +75,12 @@ export class SandboxdApi {
         registers: r,
       }),
       releases: new Counter({ name: 'sandboxd_releases_total', help: 'Sandboxes released', registers: r }),
-      requests: new Counter({ name: 'sandboxd_http_requests_total', help: 'HTTP requests by route and status', labelNames: ['route', 'code'], registers: r }),
+      requests: new Counter({
+        name: 'sandboxd_http_requests_total',
+        help: 'HTTP requests by route and status',
+        labelNames: ['route', 'code'],
+        registers: r,
+      }),
     };
     new Gauge({
       name: 'sandboxd_pool_warm',
@@ -79,7 +89,8 @@ export class SandboxdApi {
       registers: r,
       collect() {
         this.reset();
-        for (const p of opts.engine.poolStatus()) this.set({ template: p.key.template, net: p.key.net, size: p.key.size }, p.warm);
+        for (const p of opts.engine.poolStatus())
+          this.set({ template: p.key.template, net: p.key.net, size: p.key.size }, p.warm);
       },
     });
     new Gauge({
@@ -89,10 +100,18 @@ export class SandboxdApi {
       registers: r,
       collect() {
         this.reset();
-        for (const p of opts.engine.poolStatus()) this.set({ template: p.key.template, net: p.key.net, size: p.key.size }, p.target);
+        for (const p of opts.engine.poolStatus())
+          this.set({ template: p.key.template, net: p.key.net, size: p.key.size }, p.target);
       },
     });
-    new Gauge({ name: 'sandboxd_claimed', help: 'Claimed sandboxes', registers: r, collect() { this.set(opts.engine.claimedCount); } });
+    new Gauge({
+      name: 'sandboxd_claimed',
+      help: 'Claimed sandboxes',
+      registers: r,
+      collect() {
+        this.set(opts.engine.claimedCount);
+      },
+    });
     this.defineRoutes();
     this.server = createServer({ keepAliveTimeout: 90_000 }, (req, res) => void this.handle(req, res));
   }
@@ -121,7 +140,10 @@ export class SandboxdApi {
       const match = this.routes.find((r) => r.method === req.method && r.pattern.test(url.pathname));
       if (!match) {
         const pathExists = this.routes.some((r) => r.pattern.test(url.pathname));
-        throw new HttpError(pathExists ? 405 : 404, pathExists ? `method ${req.method} not allowed on ${url.pathname}` : `no route ${url.pathname}`);
+        throw new HttpError(
+          pathExists ? 405 : 404,
+          pathExists ? `method ${req.method} not allowed on ${url.pathname}` : `no route ${url.pathname}`,
+        );
       }
       routeName = match.pattern.source;
       const params = (match.pattern.exec(url.pathname) ?? []).slice(1).map(decodeURIComponent);
@@ -132,7 +154,8 @@ export class SandboxdApi {
       }
       await match.handler(req, res, who, params, url);
     } catch (err) {
-      const status = err instanceof HttpError ? err.status : err instanceof SandboxError ? (STATUS_BY_CODE[err.code] ?? 500) : 500;
+      const status =
+        err instanceof HttpError ? err.status : err instanceof SandboxError ? (STATUS_BY_CODE[err.code] ?? 500) : 500;
       if (status >= 500) this.log.error({ err, path: url.pathname }, 'request failed');
       const message = err instanceof SandboxError ? err.describe() : err instanceof Error ? err.message : String(err);
       if (!res.headersSent) json(res, status, { error: message });
@@ -266,7 +289,11 @@ export class SandboxdApi {
     this.route('POST', '/v1/sandboxes/{id}/exec', async (req, res, who, [id]) => {
       const rec = this.authorizedSandbox(who, id!);
       const body = await readJson(req);
-      if (!Array.isArray(body.argv) || body.argv.length === 0 || !body.argv.every((a: unknown) => typeof a === 'string'))
+      if (
+        !Array.isArray(body.argv) ||
+        body.argv.length === 0 ||
+        !body.argv.every((a: unknown) => typeof a === 'string')
+      )
         throw new HttpError(400, 'argv: must be a non-empty array of strings');
       const timeout = optionalInt(body.timeout_seconds, 'timeout_seconds', 1);
       const env = isObject(body.env) ? (body.env as Record<string, string>) : undefined;
@@ -276,7 +303,11 @@ export class SandboxdApi {
         timeoutMs: timeout ? timeout * 1000 : 60_000,
         maxOutputBytes: 4 << 20,
       });
-      json(res, 200, { exit_code: result.exitCode, stdout: result.stdout.toString('utf8'), stderr: result.stderr.toString('utf8') });
+      json(res, 200, {
+        exit_code: result.exitCode,
+        stdout: result.stdout.toString('utf8'),
+        stderr: result.stderr.toString('utf8'),
+      });
     });
 
     this.route('GET', '/v1/checkpoints', async (_q, res, who) => {
@@ -300,11 +331,15 @@ export class SandboxdApi {
     const e = this.engine;
     const claims = e.list();
     return {
-      pools: e.poolStatus().map((p) => ({ key: p.key, warm: p.warm, refilling: p.refilling, target: p.target, golden: p.golden })),
+      pools: e
+        .poolStatus()
+        .map((p) => ({ key: p.key, warm: p.warm, refilling: p.refilling, target: p.target, golden: p.golden })),
       claimed: claims.length,
       hibernated: claims.filter((c) => c.hibernated).length,
       archived: 0,
-      ...(e.claimedCount >= e.maxClaims ? { at_capacity: true, at_capacity_reason: `max_claims ${e.maxClaims} reached` } : {}),
+      ...(e.claimedCount >= e.maxClaims
+        ? { at_capacity: true, at_capacity_reason: `max_claims ${e.maxClaims} reached` }
+        : {}),
       peers: this.opts.peers?.addresses() ?? [],
     };
   }
@@ -318,7 +353,9 @@ export class SandboxdApi {
   /** Root (operator path, resolves by id alone) or the sandbox's own token (header or body). */
   private authorizedSandbox(who: Principal, id: string, bodyToken?: string): SandboxRecord {
     const rec = this.engine.get(id);
-    const tokenOk = rec && (mayAccessSandbox(who, rec.token) || (bodyToken !== undefined && bodyToken !== '' && bodyToken === rec.token));
+    const tokenOk =
+      rec &&
+      (mayAccessSandbox(who, rec.token) || (bodyToken !== undefined && bodyToken !== '' && bodyToken === rec.token));
     if (!rec || !tokenOk) {
       if (who.kind === 'tenant' && rec) throw new HttpError(403, 'operator token required');
       throw new HttpError(404, `sandbox ${id} not found`);
@@ -355,7 +392,13 @@ function sandboxRow(rec: SandboxRecord) {
 }
 
 function checkpointRow(ck: CheckpointRecord) {
-  return { id: ck.id, ...(ck.name ? { name: ck.name } : {}), sandbox_id: ck.sandboxId, key: ck.key, created_at: ck.createdAt };
+  return {
+    id: ck.id,
+    ...(ck.name ? { name: ck.name } : {}),
+    sandbox_id: ck.sandboxId,
+    key: ck.key,
+    created_at: ck.createdAt,
+  };
 }
 
 function json(res: ServerResponse, status: number, body: unknown): void {
@@ -392,12 +435,14 @@ async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> 
 }
 
 function strictKeys(obj: Record<string, unknown>, allowed: string[], where: string): void {
-  for (const k of Object.keys(obj)) if (!allowed.includes(k)) throw new HttpError(400, `${where}: unknown field "${k}"`);
+  for (const k of Object.keys(obj))
+    if (!allowed.includes(k)) throw new HttpError(400, `${where}: unknown field "${k}"`);
 }
 
 function optionalInt(v: unknown, field: string, min: number): number | undefined {
   if (v === undefined || v === null) return undefined;
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < min) throw new HttpError(400, `${field}: must be an integer >= ${min}`);
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min)
+    throw new HttpError(400, `${field}: must be an integer >= ${min}`);
   return v;
 }
 

@@ -61,7 +61,10 @@ export class InventoryPublisher {
       this.stats.skipped++;
       return false;
     }
-    await this.opts.client.patch(NodeInventories, undefined, this.opts.nodeName, body, 'apply', { fieldManager: 'sandboxd', force: true });
+    await this.opts.client.patch(NodeInventories, undefined, this.opts.nodeName, body, 'apply', {
+      fieldManager: 'sandboxd',
+      force: true,
+    });
     this.last = body;
     this.stats.publishes++;
     return true;

@@ -37,28 +37,44 @@ export function sandboxdCommand(): Command {
   const bool = (v: string) => v !== 'false' && v !== '0';
   return new Command('sandboxd')
     .description('Node daemon: microVM warm pools, node-local claims, NodeInventory, virtual-kubelet nodes')
-    .option('--node-name <name>', 'this node\'s name', hostname())
+    .option('--node-name <name>', "this node's name", hostname())
     .option('--listen <host:port>', 'HTTP API address', '127.0.0.1:7777')
     .option('--advertise-addr <host:port>', 'address peers and the control plane use for this node (default: --listen)')
     .option('--data-dir <dir>', 'state and VM run dirs', join('/var/lib', 'sandboxd'))
     .option('--token-file <path>', 'file holding the root (operator) API token')
     .option('--tenant-tokens-file <path>', 'file of `<tenant> <token>` lines')
-    .addOption(new Option('--allow-anonymous [bool]', 'serve the API without any token (never in production)').default(false).argParser(bool))
+    .addOption(
+      new Option('--allow-anonymous [bool]', 'serve the API without any token (never in production)')
+        .default(false)
+        .argParser(bool),
+    )
     .option('--max-claims <n>', 'claimed sandboxes at most (then 429)', Number, 200)
     .option('--refill-concurrency <n>', 'clones made in parallel while refilling', Number, 2)
     .option('--default-ttl-seconds <n>', 'lease of a claim that asks for none', Number, 300)
     .option('--peers <list>', 'comma-separated peer sandboxd addresses (redirect hints)', '')
     .option('--pools <list>', 'initial warm targets: template[:net[:size]]=N, comma separated', '')
     .option('--kubeconfig <path>', 'enables NodeInventory publishing and virtual-kubelet nodes')
-    .addOption(new Option('--publish-inventory [bool]', 'publish NodeInventory (needs --kubeconfig)').default(true).argParser(bool))
+    .addOption(
+      new Option('--publish-inventory [bool]', 'publish NodeInventory (needs --kubeconfig)')
+        .default(true)
+        .argParser(bool),
+    )
     .option('--publish-interval <seconds>', 'NodeInventory cadence', Number, 30)
-    .option('--vk-nodes <list>', 'virtual-kubelet nodes to register: vk-cocoon,sandboxd ("" for none)', 'vk-cocoon,sandboxd')
+    .option(
+      '--vk-nodes <list>',
+      'virtual-kubelet nodes to register: vk-cocoon,sandboxd ("" for none)',
+      'vk-cocoon,sandboxd',
+    )
     .option('--kubelet-address <ip>', 'address the apiserver reaches the kubelet API at (Node InternalIP)')
     .option('--kubelet-port <port>', 'first kubelet API port (one per virtual node)', Number, 10250)
     .option('--kubelet-tls-cert <path>', 'kubelet serving certificate (signed by the cluster CA)')
     .option('--kubelet-tls-key <path>', 'kubelet serving key')
-    .option('--kubelet-client-ca <path>', 'CA that signs the apiserver\'s kubelet client certificate')
-    .addOption(new Option('--destroy-on-exit [bool]', 'destroy every VM when stopping (default: VMs survive restarts)').default(false).argParser(bool))
+    .option('--kubelet-client-ca <path>', "CA that signs the apiserver's kubelet client certificate")
+    .addOption(
+      new Option('--destroy-on-exit [bool]', 'destroy every VM when stopping (default: VMs survive restarts)')
+        .default(false)
+        .argParser(bool),
+    )
     .option('--log-level <level>', 'log level', 'info');
 }
 
@@ -71,7 +87,8 @@ function parsePools(spec: string): Array<{ key: PoolKey; warm: number }> {
     const net = axes.find((a) => (NETS as readonly string[]).includes(a));
     const size = axes.find((a) => (SIZES as readonly string[]).includes(a));
     const unknown = axes.filter((a) => a !== net && a !== size);
-    if (unknown.length) throw new SandboxError('sandboxd.flags', `--pools: unknown axis "${unknown.join(':')}" in "${item}"`);
+    if (unknown.length)
+      throw new SandboxError('sandboxd.flags', `--pools: unknown axis "${unknown.join(':')}" in "${item}"`);
     return { key: parsePoolKey({ template, net, size }), warm: Number(m[2]) };
   });
 }
@@ -80,7 +97,8 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
   const errors: string[] = [];
   const [listenHost = '127.0.0.1', portStr = '7777'] = String(o.listen).split(/:(?=\d+$)/);
   const listenPort = Number(portStr);
-  if (!Number.isInteger(listenPort) || listenPort < 0 || listenPort > 65535) errors.push(`--listen: bad port "${portStr}"`);
+  if (!Number.isInteger(listenPort) || listenPort < 0 || listenPort > 65535)
+    errors.push(`--listen: bad port "${portStr}"`);
   const rootToken = o.tokenFile ? readFileSync(String(o.tokenFile), 'utf8').trim() : undefined;
   const tenants = new Map<string, string>();
   if (o.tenantTokensFile) {
@@ -95,7 +113,8 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
     .split(',')
     .map((s) => s.trim())
     .filter(Boolean);
-  for (const n of vkNodes) if (n !== 'vk-cocoon' && n !== 'sandboxd') errors.push(`--vk-nodes: unknown node kind "${n}"`);
+  for (const n of vkNodes)
+    if (n !== 'vk-cocoon' && n !== 'sandboxd') errors.push(`--vk-nodes: unknown node kind "${n}"`);
   let pools: Array<{ key: PoolKey; warm: number }> = [];
   try {
     pools = parsePools(String(o.pools));

@@ -40,7 +40,10 @@ export function parsePoolKey(input: { template?: unknown; net?: unknown; size?: 
     throw new SandboxError('bad-request', `net: must be one of ${NETS.join(', ')} (got ${JSON.stringify(input.net)})`);
   const size = input.size === undefined || input.size === '' ? 'small' : input.size;
   if (typeof size !== 'string' || !(SIZES as readonly string[]).includes(size))
-    throw new SandboxError('bad-request', `size: must be one of ${SIZES.join(', ')} (got ${JSON.stringify(input.size)})`);
+    throw new SandboxError(
+      'bad-request',
+      `size: must be one of ${SIZES.join(', ')} (got ${JSON.stringify(input.size)})`,
+    );
   return { template: normalizeTemplate(input.template), net: net as Net, size: size as Size };
 }
 

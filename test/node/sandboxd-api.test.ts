@@ -1,0 +1,252 @@
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { chmod, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { NodeEngine } from '../../src/node/engine.js';
+import { SandboxdApi } from '../../src/node/http-api.js';
+import { eventually } from '../support/eventually.js';
+
+const ROOT = 'root-token-for-tests';
+const TENANT = 'tenant-token-for-tests';
+const KEY = { template: 'sandbox/minimal', net: 'none', size: 'small' } as const;
+
+async function call(base: string, method: string, path: string, body?: unknown, token: string | null = ROOT) {
+  const res = await fetch(`${base}${path}`, {
+    method,
+    headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), 'content-type': 'application/json' },
+    body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let json: Record<string, unknown> = {};
+  try {
+    json = text ? (JSON.parse(text) as Record<string, unknown>) : {};
+  } catch {
+    json = { raw: text };
+  }
+  return { status: res.status, json };
+}
+
+describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
+  let dir: string;
+  let engine: NodeEngine;
+  let api: SandboxdApi;
+  let base: string;
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'sbxd-'));
+    await chmod(dir, 0o755); // QEMU drops to an unprivileged user that must reach the VM run dirs
+    engine = new NodeEngine({ dataDir: dir, nodeName: 'test-node', advertiseAddr: '127.0.0.1:7777', maxClaims: 3 });
+    await engine.start();
+    api = new SandboxdApi({
+      engine,
+      auth: { rootToken: ROOT, tenants: new Map([[TENANT, 'acme']]), allowAnonymous: false },
+    });
+    const a = await api.listen('127.0.0.1', 0);
+    base = `http://127.0.0.1:${a.port}`;
+  });
+
+  after(async () => {
+    await api?.close();
+    await engine?.close({ destroyVms: true });
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('PUT /v1/pools fills the hot pool by cloning; GET /v1/info reports it', async () => {
+    const put = await call(base, 'PUT', '/v1/pools', { pools: [{ ...KEY, warm: 2 }] });
+    assert.equal(put.status, 200);
+    const info = await eventually(async () => (await call(base, 'GET', '/v1/info')).json, {
+      timeoutMs: 120_000,
+      what: '2 warm VMs',
+      until: (j) => (j.pools as Array<{ warm: number }>)?.[0]?.warm === 2,
+    });
+    assert.deepEqual((info.pools as Array<{ key: unknown; target: number }>)[0]!.key, KEY);
+  });
+
+  it('a claim pops a running VM (warm), the VM answers exec, the pool refills, release destroys it', async () => {
+    const claim = await call(
+      base,
+      'POST',
+      '/v1/claim',
+      { template: 'sandbox/minimal', claim_ref: 'ns/one', ttl_seconds: 60 },
+      TENANT,
+    );
+    assert.equal(claim.status, 200, JSON.stringify(claim.json));
+    const id = claim.json.id as string;
+    assert.match(id, /^sb_[0-9a-f]{16}$/);
+    assert.equal(claim.json.owner_addr, '127.0.0.1:7777');
+    assert.ok(Date.parse(claim.json.deadline as string) > Date.now() + 50_000);
+    assert.equal(engine.get(id)?.source, 'warm');
+    const vmId = engine.get(id)!.vmId;
+
+    // The sandbox's own token may exec; another tenant token may not see it.
+    const exec = await call(
+      base,
+      'POST',
+      `/v1/sandboxes/${id}/exec`,
+      { argv: ['sh', '-c', 'echo hello from $(uname -s)'] },
+      claim.json.token as string,
+    );
+    assert.equal(exec.status, 200);
+    assert.equal(exec.json.stdout, 'hello from Linux\n');
+    assert.equal((await call(base, 'POST', `/v1/sandboxes/${id}/exec`, { argv: ['true'] }, TENANT)).status, 403);
+
+    const list = await call(base, 'GET', '/v1/sandboxes?claim_ref=ns/one');
+    assert.equal((list.json.sandboxes as unknown[]).length, 1);
+    assert.equal(
+      (list.json.sandboxes as Array<Record<string, unknown>>)[0]!.token,
+      undefined,
+      'list never shows tokens',
+    );
+
+    await eventually(() => engine.warmCount(KEY), {
+      timeoutMs: 60_000,
+      until: (n) => n === 2,
+      what: 'the pool to refill',
+    });
+
+    assert.equal(
+      (await call(base, 'POST', `/v1/sandboxes/${id}/release`, undefined, claim.json.token as string)).status,
+      204,
+    );
+    assert.equal((await call(base, 'POST', `/v1/sandboxes/${id}/release`)).status, 404);
+    await eventually(async () => (await readdir(join(dir, 'vms'))).includes(vmId), {
+      until: (present) => !present,
+      what: 'the VM run dir to go',
+    });
+  });
+
+  it('bad input: missing/wrong token 401, tenant on operator routes 403, malformed bodies 400 naming the field', async () => {
+    assert.deepEqual(await call(base, 'GET', '/v1/info', undefined, null), {
+      status: 401,
+      json: { error: 'invalid api token' },
+    });
+    assert.equal((await call(base, 'POST', '/v1/claim', { template: 'sandbox/minimal' }, 'wrong')).status, 401);
+    assert.deepEqual(await call(base, 'GET', '/v1/info', undefined, TENANT), {
+      status: 403,
+      json: { error: 'operator token required' },
+    });
+    assert.equal((await call(base, 'PUT', '/v1/pools', { pools: [] }, TENANT)).status, 403);
+
+    const cases: Array<[string, string, unknown, RegExp]> = [
+      ['POST', '/v1/claim', '{not json', /invalid request body/],
+      ['POST', '/v1/claim', {}, /template: required/],
+      ['POST', '/v1/claim', { template: 'sandbox/minimal', net: 'wifi' }, /net: must be one of/],
+      ['POST', '/v1/claim', { template: 'sandbox/minimal', ttl_seconds: -5 }, /ttl_seconds: must be an integer/],
+      ['POST', '/v1/claim', { template: 'no/such' }, /unknown template "no\/such"/],
+      ['PUT', '/v1/pools', { pools: [{ ...KEY, warm: 1, extra: true }] }, /unknown field "extra"/],
+      [
+        'PUT',
+        '/v1/pools',
+        {
+          pools: [
+            { ...KEY, warm: 1 },
+            { ...KEY, warm: 2 },
+          ],
+        },
+        /duplicate pool/,
+      ],
+      ['PUT', '/v1/pools', { pools: [{ ...KEY, warm: -1 }] }, /warm: must be an integer >= 0/],
+      ['POST', '/v1/claim', 'x'.repeat((1 << 20) + 10), /larger than/],
+    ];
+    for (const [method, path, body, want] of cases) {
+      const r = await call(base, method, path, body);
+      assert.equal(r.status, 400, `${method} ${path} ${JSON.stringify(body).slice(0, 60)} -> ${r.status}`);
+      assert.match(String(r.json.error), want);
+    }
+    // Nothing was claimed by any of that.
+    assert.equal(engine.claimedCount, 0);
+  });
+
+  it('claims beyond capacity get 429 and leave nothing behind', async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const r = await call(base, 'POST', '/v1/claim', { template: 'sandbox/minimal' });
+      assert.equal(r.status, 200);
+      ids.push(r.json.id as string);
+    }
+    const over = await call(base, 'POST', '/v1/claim', { template: 'sandbox/minimal' });
+    assert.equal(over.status, 429);
+    assert.match(String(over.json.error), /capacity/);
+    assert.equal(engine.claimedCount, 3);
+    for (const id of ids) assert.equal((await call(base, 'POST', `/v1/sandboxes/${id}/release`)).status, 204);
+    assert.equal(engine.claimedCount, 0);
+  });
+});
+
+describe('sandboxd survives kill -9: claimed VMs keep running and are re-adopted', () => {
+  it('claimed VMs come back after a restart with their state, unclaimed ones are replaced, nothing leaks after shutdown', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'sbxd-restart-'));
+    await chmod(dir, 0o755);
+    const tokenFile = join(dir, 'token');
+    await writeFile(tokenFile, ROOT);
+    const bin = fileURLToPath(new URL('../../bin/sandboxd.mjs', import.meta.url));
+    const port = 20000 + Math.floor(Math.random() * 20000);
+    const args = [
+      '--node-name',
+      'restart-node',
+      '--listen',
+      `127.0.0.1:${port}`,
+      '--data-dir',
+      join(dir, 'data'),
+      '--token-file',
+      tokenFile,
+      '--log-level',
+      'warn',
+    ];
+    const base = `http://127.0.0.1:${port}`;
+    const logs: string[] = [];
+    const startDaemon = (extra: string[]) => {
+      const child = spawn(process.execPath, [bin, ...args, ...extra], { stdio: ['ignore', 'ignore', 'pipe'] });
+      child.stderr.on('data', (d: Buffer) => logs.push(d.toString()));
+      return child;
+    };
+    const ready = () =>
+      eventually(async () => (await fetch(`${base}/healthz`)).status, {
+        timeoutMs: 60_000,
+        until: (s) => s === 200,
+        what: 'sandboxd',
+      });
+    let daemon = startDaemon(['--pools', 'sandbox/minimal=2']);
+    try {
+      await ready();
+      await eventually(async () => (await call(base, 'GET', '/v1/info')).json, {
+        timeoutMs: 120_000,
+        until: (j) => (j.pools as Array<{ warm: number }>)?.[0]?.warm === 2,
+        what: 'warm pool',
+      });
+      const claim = await call(base, 'POST', '/v1/claim', {
+        template: 'sandbox/minimal',
+        claim_ref: 'ns/survivor',
+        ttl_seconds: 600,
+      });
+      assert.equal(claim.status, 200);
+      const id = claim.json.id as string;
+      await call(base, 'POST', `/v1/sandboxes/${id}/exec`, { argv: ['sh', '-c', 'echo kept > /tmp/marker'] });
+      await sleep(100); // the claim table is written off the claim path
+
+      daemon.kill('SIGKILL');
+      await new Promise((r) => daemon.once('exit', r));
+      daemon = startDaemon(['--destroy-on-exit']);
+      await ready();
+      const again = await call(base, 'POST', `/v1/sandboxes/${id}/exec`, { argv: ['cat', '/tmp/marker'] });
+      assert.equal(again.status, 200, `${JSON.stringify(again.json)}\n${logs.join('')}`);
+      assert.equal(again.json.stdout, 'kept\n', 'the same VM, with its state, after the restart');
+      const info = await eventually(async () => (await call(base, 'GET', '/v1/info')).json, {
+        timeoutMs: 60_000,
+        until: (j) => (j.pools as Array<{ warm: number }>)?.[0]?.warm === 2,
+        what: 'the pool to refill after the restart',
+      });
+      assert.equal(info.claimed, 1);
+    } finally {
+      daemon.kill('SIGTERM');
+      await new Promise((r) => (daemon.exitCode !== null ? r(null) : daemon.once('exit', r)));
+    }
+    const left = await readdir(join(dir, 'data', 'vms')).catch(() => []);
+    assert.deepEqual(left, [], 'no VM run dir left after --destroy-on-exit');
+    await rm(dir, { recursive: true, force: true });
+  });
+});
