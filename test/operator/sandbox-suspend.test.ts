@@ -10,7 +10,6 @@ import { convertObject, fnv1a32 } from '../../src/api/index.js';
 import { KubeClient, PersistentVolumeClaims, Pods, type ResourceType } from '../../src/kube/index.js';
 import type { PersistentVolumeClaim, Pod } from '../../src/operator/sandbox/index.js';
 import { getTestCluster } from '../support/cluster.js';
-import { eventually } from '../support/eventually.js';
 import {
   condition,
   conditionTable,

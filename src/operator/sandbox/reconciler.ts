@@ -92,9 +92,21 @@ interface PodOutcome {
 /** One reconcile pass: the Sandbox (freshest known copy) and the errors its children produced. */
 interface Pass {
   sb: SandboxObject;
+  /** Every child error of the pass, in order (they all go into the Ready message). */
   errors: string[];
+  /** How many of them are refusals (ownership, adoption, runtime conflicts) that retrying cannot fix. */
+  refusals: number;
   log: Logger;
 }
+
+/** A refusal: reported like any error, but re-checked on a slow timer instead of a hot backoff. */
+function refuse(pass: Pass, message: string): void {
+  pass.errors.push(message);
+  pass.refusals++;
+}
+
+/** How often a Sandbox whose children were refused is looked at again (events re-trigger it sooner). */
+const REFUSAL_RECHECK_MS = 30_000;
 
 export class SandboxReconciler {
   private readonly sandboxOverlay = new Overlay<SandboxObject>();
@@ -122,7 +134,7 @@ export class SandboxReconciler {
   readonly reconcile = async (req: ReconcileRequest, ctx: ReconcileContext): Promise<ReconcileResult | void> => {
     const sb = this.sandbox(req.key);
     if (!sb || sb.metadata.deletionTimestamp) return;
-    const pass: Pass = { sb, errors: [], log: ctx.log.child({ sandbox: req.key }) };
+    const pass: Pass = { sb, errors: [], refusals: 0, log: ctx.log.child({ sandbox: req.key }) };
     const now = this.now();
     const shutdownAt = sb.spec.shutdownTime ? Date.parse(sb.spec.shutdownTime) : undefined;
     const generation = sb.metadata.generation ?? 0;
@@ -175,7 +187,8 @@ export class SandboxReconciler {
       } else requeueAfterMs = Math.min(requeueAfterMs ?? Infinity, shutdownAt - after + 10);
     }
     await this.writeStatus(pass, next);
-    if (pass.errors.length) throw new SandboxError('sandbox.children', pass.errors.join('; '));
+    if (pass.errors.length > pass.refusals) throw new SandboxError('sandbox.children', pass.errors.join('; '));
+    if (pass.refusals) requeueAfterMs = Math.min(requeueAfterMs ?? Infinity, REFUSAL_RECHECK_MS);
     return requeueAfterMs === undefined ? undefined : { requeueAfterMs };
   };
 
@@ -239,11 +252,11 @@ export class SandboxReconciler {
     const ref = controllerOf(pvc);
     if (ref?.uid === sb.metadata.uid) return;
     if (ref) {
-      pass.errors.push(foreignOwnerMessage('PVC', name, ref, sb.metadata.name ?? ''));
+      refuse(pass, foreignOwnerMessage('PVC', name, ref, sb.metadata.name ?? ''));
       return;
     }
     if (!isAdoptable(pvc.metadata.labels, sb.metadata.name ?? '')) {
-      pass.errors.push(cannotAdoptMessage('PVC', name));
+      refuse(pass, cannotAdoptMessage('PVC', name));
       return;
     }
     const patch = {
@@ -295,7 +308,7 @@ export class SandboxReconciler {
       try {
         desired = buildPod(sb, name, this.deps.defaultRuntime);
       } catch (err) {
-        pass.errors.push(`mutate sandbox pod: ${(err as Error).message}`);
+        refuse(pass, `mutate sandbox pod: ${(err as Error).message}`);
         return { pod: undefined, owned: false };
       }
       try {
@@ -320,11 +333,11 @@ export class SandboxReconciler {
     const ref = controllerOf(pod);
     if (ref && ref.uid !== sb.metadata.uid) {
       await this.setPodNameAnnotation(pass, undefined);
-      pass.errors.push(foreignOwnerMessage('pod', name, ref, sb.metadata.name ?? ''));
+      refuse(pass, foreignOwnerMessage('pod', name, ref, sb.metadata.name ?? ''));
       return { pod: undefined, owned: false };
     }
     if (!ref && !isAdoptable(pod.metadata.labels, sb.metadata.name ?? '')) {
-      pass.errors.push(cannotAdoptMessage('pod', name));
+      refuse(pass, cannotAdoptMessage('pod', name));
       return { pod: undefined, owned: false };
     }
     const synced = await this.syncPod(pass, pod, !ref);
@@ -459,17 +472,17 @@ export class SandboxReconciler {
     }
     if (mode === false) return none;
     if (ref) {
-      pass.errors.push(foreignOwnerMessage('service', name, ref, name));
+      refuse(pass, foreignOwnerMessage('service', name, ref, name));
       return none;
     }
     if (mode !== true) return none; // unowned and not asked for: ignored, never adopted
     if (!isAdoptable(svc.metadata.labels, name)) {
-      pass.errors.push(cannotAdoptMessage('service', name));
+      refuse(pass, cannotAdoptMessage('service', name));
       return none;
     }
     const clusterIP = svc.spec.clusterIP ?? '';
     if (clusterIP !== '' && clusterIP !== 'None') {
-      pass.errors.push(`cannot adopt service "${name}": ClusterIP is "${clusterIP}" (expected "None", field is immutable)`);
+      refuse(pass, `cannot adopt service "${name}": ClusterIP is "${clusterIP}" (expected "None", field is immutable)`);
       return none;
     }
     const want = repairedService(svc, sb);
