@@ -4,9 +4,8 @@ import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
-import { ensureTemplate, QemuMicrovmDriver, type Template, type Vm } from '../vmm/index.js';
+import { QemuMicrovmDriver, templateFromImage, type Template, type Vm } from '../vmm/index.js';
 import { ensureGuestImage, GUEST_TEMPLATES, silentProgress } from '../guest/index.js';
-import { templateFromImage } from '../vmm/index.js';
 import { keyString, SIZE_TIERS, type PoolKey } from './pool-key.js';
 
 /**
