@@ -55,7 +55,7 @@ export async function migrateToFile(qmp: QmpClient, file: string, sockDir: strin
       c.pipe(ws);
       ws.once('finish', () => resolve(bytes));
       ws.once('error', reject);
-      c.once('error', reject);
+      c.on('error', reject);
     });
   });
   written.catch(() => undefined);

@@ -136,7 +136,8 @@ export class QemuMicrovmDriver {
   /** @internal The full QEMU argv for a plan. Template, clones and restores differ only in memory backend and -incoming. */
   buildArgv(plan: LaunchPlan): string[] {
     const d = plan.runDir;
-    const a: string[] = ['-name', `sbx-${plan.id}`];
+    // process= sets the comm name, so `ps` shows which VM a QEMU is.
+    const a: string[] = ['-name', `sbx-${plan.id},process=sbx-${plan.id}`];
     a.push('-M', 'microvm,acpi=off,memory-backend=mem0');
     a.push('-accel', plan.accel === 'tcg' ? `tcg${process.env.SBX_TCG_OPTS ?? ''}` : 'kvm', '-cpu', plan.accel === 'kvm' ? 'host' : 'max');
     a.push('-m', `${plan.memoryMiB}M`, '-smp', String(plan.vcpus));

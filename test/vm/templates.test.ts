@@ -1,0 +1,79 @@
+/**
+ * Debian-package templates: sandbox/base (read-only ext4 root + tmpfs copy-on-write layer, no NIC) and
+ * sandbox/python (python3, egress lane with loopback-only host forwards), and port-forward through the agent.
+ */
+import assert from 'node:assert/strict';
+import { request } from 'node:http';
+import { after, before, describe, it } from 'node:test';
+import type { QemuMicrovmDriver } from '../../src/vmm/index.js';
+import { assertNoLeaks, BUILD_TIMEOUT_MS, makeDriver, sleep, template } from './helpers.js';
+
+function httpGet(port: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, path: '/hello.txt', timeout: 5000 }, (res) => {
+      let body = '';
+      res.on('data', (d: Buffer) => (body += d.toString()));
+      res.on('end', () => resolve(body));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+describe('Debian templates', { timeout: BUILD_TIMEOUT_MS + 10 * 60_000 }, () => {
+  let driver: QemuMicrovmDriver;
+  let runRoot: string;
+
+  before(() => {
+    ({ driver, runRoot } = makeDriver());
+  });
+
+  after(async () => {
+    await assertNoLeaks(driver, runRoot);
+  });
+
+  it('sandbox/base: Debian userland on a read-only root with a per-VM writable layer, no NIC', { timeout: BUILD_TIMEOUT_MS }, async () => {
+    const tpl = await template(driver, 'sandbox/base');
+    const [a, b] = [await driver.clone(tpl), await driver.clone(tpl)];
+    const r = await a.run(['bash', '-c', 'echo "$BASH_VERSION"; cat /etc/debian_version; ls /sys/class/net']);
+    assert.equal(r.exitCode, 0, r.stderr.toString());
+    const [bash, debian, nics] = [r.stdout.toString().split('\n')[0]!, r.stdout.toString().split('\n')[1]!, r.stdout.toString().split('\n').slice(2).join(' ').trim()];
+    assert.match(bash, /^5\./);
+    assert.match(debian, /^12\./);
+    assert.equal(nics, 'lo');
+    await a.files.write('/etc/motd', 'changed in a');
+    assert.equal((await a.files.read('/etc/motd')).toString(), 'changed in a');
+    assert.notEqual((await b.files.read('/etc/motd')).toString(), 'changed in a');
+    await Promise.all([a.destroy(), b.destroy()]);
+  });
+
+  it('sandbox/python: python3 runs; egress lane forwards a loopback host port into the guest', { timeout: BUILD_TIMEOUT_MS }, async () => {
+    const tpl = await template(driver, 'sandbox/python');
+    assert.equal(tpl.network, 'egress');
+    const vm = await driver.clone(tpl, { hostForwards: [{ hostPort: 0, guestPort: 8000 }] });
+    const py = await vm.run(['python3', '-c', 'import sys, json; print(json.dumps({"v": sys.version_info[:2]}))']);
+    assert.equal(py.exitCode, 0, py.stderr.toString());
+    assert.deepEqual(JSON.parse(py.stdout.toString()), { v: [3, 11] });
+    await vm.files.write('/srv/hello.txt', 'hello from the guest', { parents: true });
+    const server = vm.exec(['python3', '-m', 'http.server', '8000', '--bind', '127.0.0.1', '--directory', '/srv'], { collect: false });
+    await server.pid;
+    const hostPort = vm.record.hostForwards[0]!.hostPort;
+    let body = '';
+    for (let i = 0; i < 100 && !body; i++) {
+      body = await httpGet(hostPort).catch(() => '');
+      if (!body) await sleep(200);
+    }
+    assert.equal(body, 'hello from the guest');
+    // the same port through the agent's tcp.connect (port-forward without a NIC)
+    const sock = await vm.connectTcp(8000);
+    const reply = new Promise<string>((resolve) => {
+      let acc = '';
+      sock.on('data', (d: Buffer) => (acc += d.toString()));
+      sock.on('end', () => resolve(acc));
+    });
+    sock.end('GET /hello.txt HTTP/1.0\r\n\r\n');
+    assert.match(await reply, /hello from the guest$/);
+    await server.kill('SIGKILL');
+    await vm.destroy();
+  });
+});
