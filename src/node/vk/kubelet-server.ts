@@ -1,0 +1,397 @@
+/**
+ * The kubelet API of one virtual node: HTTPS on the node's own port, clients authenticated by a certificate of
+ * the cluster CA (the apiserver's `--kubelet-client-certificate`), requests without one get 401. Routes are the
+ * kubelet's: `/exec`, `/containerLogs`, `/portForward`, `/run`, `/pods`, `/healthz`. exec and port-forward are
+ * WebSocket upgrades: the node declares `ExtendWebSocketsToKubelet` in `status.declaredFeatures`, so the
+ * apiserver (1.36) proxies kubectl's WebSocket straight here instead of translating it to SPDY.
+ */
+import { readFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:https';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { TLSSocket } from 'node:tls';
+import { WebSocketServer, type WebSocket } from 'ws';
+import type { Logger } from '../../log/logger.js';
+import type { NodeEngine } from '../engine.js';
+import { EXEC_PROTOCOLS, parseExecQuery, serveExec } from './exec-stream.js';
+import type { PodLifecycle } from './pod-lifecycle.js';
+import type { PodLogs } from './pod-logs.js';
+import {
+  PORT_FORWARD_PROTOCOLS,
+  PORT_FORWARD_SPDY_PROTOCOL,
+  servePortForward,
+  servePortForwardOnSocket,
+} from './port-forward.js';
+import type { Pod } from './types.js';
+
+export interface KubeletTls {
+  /** PEM text or a file path. */
+  cert: string;
+  key: string;
+  /** CA that signs the clients we accept (the cluster CA). */
+  clientCa: string;
+}
+
+export interface KubeletServerOptions {
+  nodeName: string;
+  listenAddress: string;
+  port: number;
+  tls: KubeletTls;
+  engine: NodeEngine;
+  pods: PodLifecycle;
+  logs: PodLogs;
+  logger: Logger;
+  /**
+   * Which authenticated clients may use the API. @default CN `kube-apiserver-kubelet-client` or `kube-apiserver`,
+   * or organization `system:masters`.
+   */
+  authorize?: (subject: { CN?: string; O?: string | string[] }) => boolean;
+}
+
+class HttpError extends Error {
+  constructor(
+    readonly code: number,
+    message: string,
+    readonly reason = 'BadRequest',
+  ) {
+    super(message);
+  }
+}
+
+const REASONS: Record<number, string> = {
+  400: 'BadRequest',
+  401: 'Unauthorized',
+  403: 'Forbidden',
+  404: 'NotFound',
+  409: 'Conflict',
+  500: 'InternalError',
+  501: 'NotImplemented',
+};
+
+function statusBody(code: number, message: string): string {
+  return JSON.stringify({
+    kind: 'Status',
+    apiVersion: 'v1',
+    metadata: {},
+    status: 'Failure',
+    message,
+    reason: REASONS[code] ?? 'Unknown',
+    code,
+  });
+}
+
+function pem(v: string): string {
+  return v.includes('-----BEGIN') ? v : readFileSync(v, 'utf8');
+}
+
+const defaultAuthorize = (s: { CN?: string; O?: string | string[] }) => {
+  const orgs = Array.isArray(s.O) ? s.O : s.O ? [s.O] : [];
+  return s.CN === 'kube-apiserver-kubelet-client' || s.CN === 'kube-apiserver' || orgs.includes('system:masters');
+};
+
+export class KubeletServer {
+  private readonly server: Server;
+  /** The subprotocol picked for each upgrade request (routing decides it before the handshake). */
+  private readonly chosen = new WeakMap<IncomingMessage, string>();
+  private readonly wss = new WebSocketServer({
+    noServer: true,
+    perMessageDeflate: false,
+    maxPayload: 16 << 20,
+    handleProtocols: (_offered, req) => this.chosen.get(req) ?? false,
+  });
+  private readonly log: Logger;
+  private readonly sockets = new Set<Duplex>();
+
+  constructor(private readonly opts: KubeletServerOptions) {
+    this.log = opts.logger.child({ component: 'kubelet-api', node: opts.nodeName });
+    this.server = createServer(
+      {
+        cert: pem(opts.tls.cert),
+        key: pem(opts.tls.key),
+        ca: pem(opts.tls.clientCa),
+        requestCert: true,
+        rejectUnauthorized: false,
+      },
+      (req, res) => void this.onRequest(req, res),
+    );
+    this.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) =>
+      this.onUpgrade(req, socket, head),
+    );
+    this.server.on('secureConnection', (s) => {
+      this.sockets.add(s);
+      s.once('close', () => this.sockets.delete(s));
+    });
+    this.server.on('tlsClientError', (err) => this.log.debug({ err }, 'TLS handshake failed'));
+  }
+
+  async listen(): Promise<number> {
+    await new Promise<void>((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(this.opts.port, this.opts.listenAddress, () => {
+        this.server.off('error', reject);
+        resolve();
+      });
+    });
+    const addr = this.server.address();
+    const port = typeof addr === 'object' && addr ? addr.port : this.opts.port;
+    this.log.info({ address: this.opts.listenAddress, port }, 'kubelet API listening');
+    return port;
+  }
+
+  async close(): Promise<void> {
+    for (const ws of this.wss.clients) ws.terminate();
+    for (const s of this.sockets) s.destroy();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+
+  /** 401 without a client certificate of the cluster CA, 403 for an identity that may not use the kubelet API. */
+  private authenticate(req: IncomingMessage): void {
+    const sock = req.socket as TLSSocket;
+    if (!sock.authorized)
+      throw new HttpError(
+        401,
+        `Unauthorized: a client certificate signed by the cluster CA is required (${String(sock.authorizationError ?? 'none presented')})`,
+      );
+    const subject = sock.getPeerCertificate().subject as { CN?: string; O?: string | string[] } | undefined;
+    if (!subject || !(this.opts.authorize ?? defaultAuthorize)(subject))
+      throw new HttpError(
+        403,
+        `Forbidden: ${subject?.CN ?? 'this client'} may not use the kubelet API of ${this.opts.nodeName}`,
+      );
+  }
+
+  private async onRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    try {
+      this.authenticate(req);
+      const url = new URL(req.url ?? '/', 'https://kubelet');
+      const parts = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
+      const [root] = parts;
+      if (root === 'healthz' || root === 'readyz' || root === 'livez') {
+        res.writeHead(200, { 'Content-Type': 'text/plain' }).end('ok');
+        return;
+      }
+      if (root === 'pods' && parts.length === 1) {
+        const items = this.opts.pods.podsOf(this.opts.nodeName);
+        res
+          .writeHead(200, { 'Content-Type': 'application/json' })
+          .end(JSON.stringify({ kind: 'PodList', apiVersion: 'v1', metadata: {}, items }));
+        return;
+      }
+      if (root === 'containerLogs' && parts.length === 4) {
+        await this.serveLogs(parts[1]!, parts[2]!, parts[3]!, url.searchParams, req, res);
+        return;
+      }
+      if (root === 'run' && (parts.length === 4 || parts.length === 5)) {
+        await this.serveRun(parts[1]!, parts[2]!, parts[parts.length - 1]!, url.searchParams, res);
+        return;
+      }
+      if (root === 'exec' || root === 'attach' || root === 'portForward')
+        throw new HttpError(
+          400,
+          `${root} needs a WebSocket upgrade (Upgrade: websocket); SPDY is not served by this kubelet`,
+        );
+      throw new HttpError(404, `no route for ${req.method ?? 'GET'} ${url.pathname}`);
+    } catch (err) {
+      const e = err instanceof HttpError ? err : new HttpError(500, (err as Error).message);
+      if (e.code >= 500) this.log.warn({ err }, 'kubelet API request failed');
+      if (!res.headersSent) res.writeHead(e.code, { 'Content-Type': 'application/json' });
+      res.end(statusBody(e.code, e.message));
+    }
+  }
+
+  private onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    socket.on('error', () => undefined);
+    try {
+      this.authenticate(req);
+      const url = new URL(req.url ?? '/', 'https://kubelet');
+      const parts = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
+      const [root] = parts;
+      const upgrade = (req.headers.upgrade ?? '').toLowerCase();
+      if (upgrade === 'spdy/3.1' && root === 'portForward' && (parts.length === 3 || parts.length === 4)) {
+        // Older clients (and the apiserver's SPDY fallback): port-forward is SPDY either way, so serve it raw too.
+        const versions = String(req.headers['x-stream-protocol-version'] ?? '')
+          .split(',')
+          .map((v) => v.trim());
+        if (!versions.includes(PORT_FORWARD_SPDY_PROTOCOL))
+          throw new HttpError(400, `X-Stream-Protocol-Version must offer ${PORT_FORWARD_SPDY_PROTOCOL}`);
+        const { claimId } = this.runningPod(parts[1] ?? '', parts[2] ?? '');
+        const vm = this.opts.engine.vm(claimId);
+        socket.write(
+          `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: ${PORT_FORWARD_SPDY_PROTOCOL}\r\n\r\n`,
+        );
+        this.log.info({ pod: `${parts[1]}/${parts[2]}`, transport: 'spdy' }, 'port-forward session');
+        servePortForwardOnSocket(socket, head, vm, this.log);
+        return;
+      }
+      if (upgrade !== 'websocket')
+        throw new HttpError(
+          400,
+          `${root ?? ''} is served over WebSockets only (got Upgrade: ${req.headers.upgrade ?? ''})`,
+        );
+      const offered = (req.headers['sec-websocket-protocol'] ?? '')
+        .split(',')
+        .map((p) => p.trim())
+        .filter(Boolean);
+      if (root === 'exec' && (parts.length === 4 || parts.length === 5)) {
+        const [, ns = '', name = ''] = parts;
+        const container = parts[parts.length - 1]!;
+        const protocol = EXEC_PROTOCOLS.find((p) => offered.includes(p));
+        if (!protocol)
+          throw new HttpError(
+            400,
+            `no supported exec subprotocol offered (${offered.join(', ') || 'none'}); supported: ${EXEC_PROTOCOLS.join(', ')}`,
+          );
+        const parsed = parseExecQuery(url.searchParams);
+        if ('error' in parsed) throw new HttpError(400, parsed.error);
+        const { pod, claimId } = this.runningPod(ns, name, container);
+        const vm = this.opts.engine.vm(claimId);
+        this.upgrade(req, socket, head, protocol, (ws) => {
+          const logFile = this.opts.pods.logFile(pod);
+          const cmd = parsed.command.join(' ');
+          this.opts.logs.event(logFile, `exec${parsed.tty ? ' (tty)' : ''}: ${cmd}`);
+          this.log.info({ pod: `${ns}/${name}`, tty: parsed.tty }, 'exec session');
+          serveExec(
+            ws,
+            vm,
+            parsed,
+            {
+              onOutput: (stream, data) => this.opts.logs.append(logFile, stream, data),
+              onExit: (code, err) =>
+                this.opts.logs.event(
+                  logFile,
+                  err ? `exec failed: ${(err as Error).message}` : `exec exited with code ${String(code)}: ${cmd}`,
+                ),
+            },
+            this.log,
+          );
+        });
+        return;
+      }
+      if (root === 'portForward' && (parts.length === 3 || parts.length === 4)) {
+        const [, ns = '', name = ''] = parts;
+        const protocol = PORT_FORWARD_PROTOCOLS.find((p) => offered.includes(p));
+        if (!protocol)
+          throw new HttpError(
+            400,
+            `no supported port-forward subprotocol offered (${offered.join(', ') || 'none'}); supported: ${PORT_FORWARD_PROTOCOLS.join(', ')}`,
+          );
+        const { claimId } = this.runningPod(ns, name);
+        const vm = this.opts.engine.vm(claimId);
+        this.upgrade(req, socket, head, protocol, (ws) => {
+          this.log.info({ pod: `${ns}/${name}` }, 'port-forward session');
+          servePortForward(ws, protocol, vm, url.searchParams, this.log);
+        });
+        return;
+      }
+      if (root === 'attach')
+        throw new HttpError(
+          400,
+          'attach is not supported: a microVM pod has no main process to attach to; use kubectl exec',
+        );
+      throw new HttpError(404, `no route for upgrade ${url.pathname}`);
+    } catch (err) {
+      const e = err instanceof HttpError ? err : new HttpError(500, (err as Error).message);
+      this.log.info(
+        { path: req.url, upgrade: req.headers.upgrade, code: e.code, reason: e.message },
+        'kubelet API upgrade refused',
+      );
+      const body = statusBody(e.code, e.message);
+      socket.end(
+        `HTTP/1.1 ${e.code} ${REASONS[e.code] ?? 'Error'}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+      );
+    }
+  }
+
+  private upgrade(
+    req: IncomingMessage,
+    socket: Duplex,
+    head: Buffer,
+    protocol: string,
+    then: (ws: WebSocket) => void,
+  ): void {
+    this.chosen.set(req, protocol);
+    // `ws` validates offered subprotocols as RFC 7230 tokens, which `SPDY/3.1+portforward.k8s.io` is not (the
+    // slash); routing already picked the protocol, so hand `ws` a placeholder and answer with the real name.
+    req.headers['sec-websocket-protocol'] = 'negotiated';
+    this.wss.handleUpgrade(req, socket, head, then);
+  }
+
+  /** The pod (bound to this node) and its claim; errors a kubelet would give otherwise. */
+  private runningPod(namespace: string, name: string, container?: string): { pod: Pod; claimId: string } {
+    const pod = this.opts.pods.pod(namespace, name);
+    if (!pod || pod.spec.nodeName !== this.opts.nodeName)
+      throw new HttpError(404, `pod ${namespace}/${name} does not exist on node ${this.opts.nodeName}`);
+    if (container && !pod.spec.containers.some((c) => c.name === container))
+      throw new HttpError(404, `container ${container} is not valid for pod ${name}`);
+    const claim = this.opts.pods.claimOf(pod);
+    if (!claim) throw new HttpError(409, `pod ${namespace}/${name} has no running microVM (see its status)`);
+    try {
+      const state = this.opts.engine.vm(claim.id).state;
+      if (state !== 'running') throw new HttpError(409, `the microVM of pod ${namespace}/${name} is ${state}`);
+    } catch (err) {
+      if (err instanceof HttpError) throw err;
+      throw new HttpError(409, `pod ${namespace}/${name} has no running microVM: ${(err as Error).message}`);
+    }
+    return { pod, claimId: claim.id };
+  }
+
+  private async serveLogs(
+    ns: string,
+    name: string,
+    container: string,
+    q: URLSearchParams,
+    req: IncomingMessage,
+    res: ServerResponse,
+  ): Promise<void> {
+    const pod = this.opts.pods.pod(ns, name);
+    if (!pod || pod.spec.nodeName !== this.opts.nodeName)
+      throw new HttpError(404, `pod ${ns}/${name} does not exist on node ${this.opts.nodeName}`);
+    if (!pod.spec.containers.some((c) => c.name === container))
+      throw new HttpError(404, `container ${container} is not valid for pod ${name}`);
+    if (q.get('previous') === 'true')
+      throw new HttpError(400, `previous terminated container "${container}" in pod "${name}" not found`);
+    const int = (k: string): number | undefined => {
+      const v = q.get(k);
+      if (v === null || v === '') return undefined;
+      const n = Number(v);
+      if (!Number.isInteger(n) || n < 0) throw new HttpError(400, `${k}: must be a non-negative integer`);
+      return n;
+    };
+    const sinceSeconds = int('sinceSeconds');
+    const sinceTimeRaw = q.get('sinceTime');
+    const sinceTime = sinceTimeRaw
+      ? new Date(sinceTimeRaw)
+      : sinceSeconds !== undefined
+        ? new Date(Date.now() - sinceSeconds * 1000)
+        : undefined;
+    const ctrl = new AbortController();
+    req.once('close', () => ctrl.abort());
+    res.writeHead(200, { 'Content-Type': 'text/plain; charset=utf-8', 'Transfer-Encoding': 'chunked' });
+    const limitBytes = int('limitBytes');
+    const tailLines = int('tailLines');
+    await this.opts.logs.serve(this.opts.pods.logFile(pod), res, {
+      follow: q.get('follow') === 'true' || q.get('follow') === '1',
+      timestamps: q.get('timestamps') === 'true' || q.get('timestamps') === '1',
+      signal: ctrl.signal,
+      ...(limitBytes !== undefined ? { limitBytes } : {}),
+      ...(tailLines !== undefined ? { tailLines } : {}),
+      ...(sinceTime && !Number.isNaN(sinceTime.getTime()) ? { sinceTime } : {}),
+    });
+    res.end();
+  }
+
+  /** The kubelet's `/run` (POST, `cmd` split on spaces): run to completion, answer stdout. */
+  private async serveRun(
+    ns: string,
+    name: string,
+    container: string,
+    q: URLSearchParams,
+    res: ServerResponse,
+  ): Promise<void> {
+    const { claimId } = this.runningPod(ns, name, container);
+    const cmd = (q.get('cmd') ?? '').split(' ').filter(Boolean);
+    if (!cmd.length) throw new HttpError(400, 'cmd: required');
+    const r = await this.opts.engine.vm(claimId).run(cmd, { timeoutMs: 60_000 });
+    res.writeHead(200, { 'Content-Type': 'text/plain' }).end(Buffer.concat([r.stdout, r.stderr]));
+  }
+}

@@ -1,0 +1,300 @@
+/**
+ * Pods bound to our virtual nodes become microVMs. One level-triggered reconciler per pod key (`<ns>/<name>`,
+ * also the engine claimRef): find or make the pod's claim, report it in the Pod's status, release it when the
+ * Pod goes. Pods are read from one informer per node (fieldSelector `spec.nodeName=<node>`); status is written
+ * with merge patches only when it differs. A claim for the same `<ns>/<name>` is adopted, so pods keep their VMs
+ * across sandboxd restarts (the engine re-attaches running VMs from its state file).
+ */
+import { EventEmitter } from 'node:events';
+import { Controller, Informer, isNotFound, keyOf, Pods, type KubeClient } from '../../kube/index.js';
+import type { Logger } from '../../log/logger.js';
+import type { NodeEngine, SandboxRecord } from '../engine.js';
+import { ClaimTable, type PodClaim } from './claim-table.js';
+import { claimFailure, failedStatus, runningStatus, statusDiffers, vmRequestFor, waitingStatus } from './pod-spec.js';
+import type { PodLogs } from './pod-logs.js';
+import type { Pod, PodStatus, VirtualNodeKind } from './types.js';
+
+export interface VirtualNodeRef {
+  name: string;
+  kind: VirtualNodeKind;
+}
+
+export interface PodLifecycleOptions {
+  engine: NodeEngine;
+  client: KubeClient;
+  nodes: readonly VirtualNodeRef[];
+  hostAddress: string;
+  claims: ClaimTable;
+  logs: PodLogs;
+  logger: Logger;
+  /** How often a bound pod is looked at again (VM health, lease renewal). @default 30000 */
+  resyncMs?: number;
+}
+
+/** Renew a vk-cocoon pod's lease once less than this much is left. */
+const RENEW_BELOW_MS = 12 * 3600_000;
+
+export class PodLifecycle extends EventEmitter {
+  readonly informers = new Map<string, Informer<Pod>>();
+  private readonly nodeKinds = new Map<string, VirtualNodeKind>();
+  private readonly controller: Controller;
+  private readonly log: Logger;
+  private readonly onReleased = (rec: SandboxRecord) => {
+    if (rec.claimRef && this.opts.claims.get(rec.claimRef)) this.controller.enqueue(rec.claimRef);
+  };
+
+  constructor(private readonly opts: PodLifecycleOptions) {
+    super();
+    this.log = opts.logger.child({ component: 'vk-pods' });
+    this.controller = new Controller({
+      name: 'vk-pods',
+      workers: 8,
+      reconcile: (req) => this.reconcile(req.key),
+      logger: opts.logger,
+      timeoutMs: 120_000,
+    });
+    for (const n of opts.nodes) {
+      this.nodeKinds.set(n.name, n.kind);
+      const inf = new Informer<Pod>(opts.client, Pods, {
+        fieldSelector: `spec.nodeName=${n.name}`,
+        logger: opts.logger,
+      });
+      this.informers.set(n.name, inf);
+      this.controller.for(inf);
+    }
+  }
+
+  /** The Pod bound to one of our nodes, from the cache. */
+  pod(namespace: string, name: string): Pod | undefined {
+    for (const inf of this.informers.values()) {
+      const p = inf.getByName(namespace, name);
+      if (p) return p;
+    }
+    return undefined;
+  }
+
+  podsOf(node: string): Pod[] {
+    return this.informers.get(node)?.list() ?? [];
+  }
+
+  /** The claim backing a Pod, if it has one now. */
+  claimOf(pod: Pod): SandboxRecord | undefined {
+    return this.opts.engine.byRef(keyOf(pod));
+  }
+
+  logFile(pod: Pod): string {
+    return this.opts.logs.path(pod.metadata.namespace ?? '', pod.metadata.name ?? '', pod.metadata.uid ?? '');
+  }
+
+  async run(signal: AbortSignal): Promise<void> {
+    this.opts.engine.on('released', this.onReleased);
+    const informers = [...this.informers.values()].map((inf) => inf.start(signal));
+    await Promise.all([...this.informers.values()].map((inf) => inf.synced()));
+    // Pods deleted while we were down: their claims are in the table but no informer has them.
+    for (const row of this.opts.claims.list()) if (!this.pod(...splitPodKey(row.pod))) this.controller.enqueue(row.pod);
+    const resync = setInterval(() => {
+      for (const inf of this.informers.values()) inf.resync();
+    }, this.opts.resyncMs ?? 30_000);
+    // VM health is in memory: look every 2 s, so a crashed VM flips its Pod un-Ready (and is replaced) quickly.
+    const health = setInterval(() => this.checkVms(), 2000);
+    this.emit('synced');
+    try {
+      await Promise.all([this.controller.run(signal), ...informers]);
+    } finally {
+      clearInterval(resync);
+      clearInterval(health);
+      this.opts.engine.off('released', this.onReleased);
+    }
+  }
+
+  /** Enqueue pods whose claim vanished or whose VM is not running. */
+  checkVms(): void {
+    for (const row of this.opts.claims.list()) {
+      let state = 'destroyed';
+      try {
+        state = this.opts.engine.vm(row.claimId).state;
+      } catch {
+        // claim or VM gone
+      }
+      if (state !== 'running') this.controller.enqueue(row.pod);
+    }
+  }
+
+  private async reconcile(key: string): Promise<{ requeueAfterMs?: number } | void> {
+    const [namespace, name] = splitPodKey(key);
+    const { engine, claims } = this.opts;
+    const pod = this.pod(namespace, name);
+    const row = claims.get(key);
+    const log = this.log.child({ pod: key });
+
+    if (!pod) {
+      if (row) await this.release(row, 'the pod is gone', log);
+      return;
+    }
+    const kind = this.nodeKinds.get(pod.spec.nodeName ?? '') ?? 'sandboxd';
+    const logFile = this.logFile(pod);
+
+    if (pod.metadata.deletionTimestamp) {
+      if (row) await this.release(row, 'the pod is being deleted', log);
+      this.opts.logs.event(logFile, 'pod deleted; microVM destroyed');
+      try {
+        await this.opts.client.delete(Pods, namespace, name, {
+          gracePeriodSeconds: 0,
+          preconditions: { uid: pod.metadata.uid },
+        });
+      } catch (err) {
+        if (!isNotFound(err)) throw err;
+      }
+      this.opts.logs.remove(logFile);
+      return;
+    }
+
+    const phase = pod.status?.phase;
+    if (phase === 'Failed' || phase === 'Succeeded') {
+      if (row) await this.release(row, `the pod is ${phase}`, log);
+      return;
+    }
+
+    const asked = vmRequestFor(pod, kind, engine.knownTemplates());
+    if (!asked.ok) {
+      await this.writeStatus(pod, waitingStatus(pod, asked.reason, asked.message, now()));
+      return;
+    }
+    const { request } = asked;
+
+    let rec = engine.byRef(key);
+    let restartCount = row?.restartCount ?? 0;
+    if (!rec && row) {
+      // Our claim went away without the pod going: lease expiry, a release through the node API, or the VM died
+      // while sandboxd was down. A sandboxd pod fails (its lease is the contract); a vk-cocoon pod gets a new VM.
+      if (kind === 'sandboxd') {
+        const expired = Date.parse(row.deadline) <= Date.now();
+        const reason = expired ? 'SandboxLeaseExpired' : 'SandboxGone';
+        const message = expired
+          ? `the sandbox lease of claim ${row.claimId} ended at ${row.deadline}`
+          : `claim ${row.claimId} no longer exists on this node (released through the node API, or its VM stopped)`;
+        this.opts.logs.event(logFile, message);
+        await this.writeStatus(pod, failedStatus(pod, reason, message, now()));
+        claims.delete(key);
+        return;
+      }
+      restartCount++;
+      this.opts.logs.event(
+        logFile,
+        `microVM of claim ${row.claimId} is gone; starting a new one (restart ${restartCount})`,
+      );
+    }
+
+    if (!rec) {
+      try {
+        rec = await engine.claim({ key: request.key, ttlSeconds: request.ttlSeconds, claimRef: key });
+      } catch (err) {
+        const f = claimFailure(err);
+        log.warn({ err, reason: f.reason }, 'could not get a microVM for the pod');
+        await this.writeStatus(pod, waitingStatus(pod, f.reason, f.message, now()));
+        return f.retry ? { requeueAfterMs: 5000 } : undefined;
+      }
+      try {
+        claims.set(this.row(pod, kind, rec, restartCount));
+      } catch (err) {
+        await engine.release(rec.id).catch(() => undefined);
+        throw err;
+      }
+      this.opts.logs.event(
+        logFile,
+        `pod bound to microVM ${rec.vmId} (claim ${rec.id}, template ${rec.key.template}, ${rec.source})`,
+      );
+      log.info({ sandbox: rec.id, vm: rec.vmId, source: rec.source }, 'pod bound to a microVM');
+    } else if (!row || row.claimId !== rec.id || row.uid !== pod.metadata.uid) {
+      claims.set(this.row(pod, kind, rec, restartCount));
+      this.opts.logs.event(logFile, `adopted microVM ${rec.vmId} (claim ${rec.id})`);
+      log.info({ sandbox: rec.id, vm: rec.vmId }, 'pod adopted an existing claim');
+    }
+
+    let vmState: string;
+    try {
+      vmState = engine.vm(rec.id).state;
+    } catch {
+      vmState = 'destroyed';
+    }
+    if (vmState === 'failed' || vmState === 'destroyed') {
+      log.warn({ sandbox: rec.id, state: vmState }, "the pod's microVM stopped; releasing its claim");
+      await engine.release(rec.id).catch(() => undefined);
+      return { requeueAfterMs: 0 };
+    }
+
+    if (request.renew && Date.parse(rec.deadline) - Date.now() < RENEW_BELOW_MS) {
+      engine.renew(rec.id, request.ttlSeconds ?? 0);
+    }
+    const current = claims.get(key);
+    if (current && current.deadline !== rec.deadline) claims.set({ ...current, deadline: rec.deadline });
+
+    const ready = vmState === 'running';
+    await this.writeStatus(
+      pod,
+      runningStatus(pod, {
+        claimId: rec.id,
+        hostAddress: this.opts.hostAddress,
+        ready,
+        restartCount,
+        now: now(),
+        ...(ready ? {} : { notReadyReason: vmState }),
+      }),
+    );
+    if (kind === 'sandboxd') {
+      const left = Date.parse(rec.deadline) - Date.now();
+      if (left < (this.opts.resyncMs ?? 30_000)) return { requeueAfterMs: Math.max(0, left) + 1100 };
+    }
+    return;
+  }
+
+  private row(pod: Pod, kind: VirtualNodeKind, rec: SandboxRecord, restartCount: number): PodClaim {
+    return {
+      pod: keyOf(pod),
+      uid: pod.metadata.uid ?? '',
+      node: pod.spec.nodeName ?? '',
+      kind,
+      claimId: rec.id,
+      vmId: rec.vmId,
+      deadline: rec.deadline,
+      restartCount,
+      boundAt: now(),
+    };
+  }
+
+  private async release(row: PodClaim, why: string, log: Logger): Promise<void> {
+    const rec = this.opts.engine.get(row.claimId);
+    if (rec) {
+      log.info({ sandbox: row.claimId, why }, "releasing the pod's microVM");
+      await this.opts.engine.release(row.claimId);
+    }
+    this.opts.claims.delete(row.pod);
+  }
+
+  private async writeStatus(pod: Pod, want: PodStatus): Promise<void> {
+    if (!statusDiffers(pod.status, want)) return;
+    try {
+      await this.opts.client.patch<Pod>(
+        Pods,
+        pod.metadata.namespace,
+        pod.metadata.name ?? '',
+        { status: want },
+        'merge',
+        {
+          subresource: 'status',
+        },
+      );
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
+  }
+}
+
+function now(): string {
+  return new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
+}
+
+export function splitPodKey(key: string): [string, string] {
+  const i = key.indexOf('/');
+  return [key.slice(0, i), key.slice(i + 1)];
+}
