@@ -40,16 +40,23 @@ try {
   const coldRoot = mkdtempSync(join(tmpdir(), 'sbxc-'));
   const coldDriver = new QemuMicrovmDriver({ runRoot, templateRoot: coldRoot });
   const boots: number[] = [];
+  let coldFailures = 0;
   for (let i = 0; i < 5; i++) {
-    const t = await coldDriver.createTemplate(
-      { name: `bench/cold${i}`, image: tpl.image, memoryMiB: tpl.memoryMiB, network: tpl.network },
-      { progress: () => undefined },
-    );
-    boots.push(t.bootMs);
-    coldDriver.deleteTemplate(t);
+    try {
+      const t = await coldDriver.createTemplate(
+        { name: `bench/cold${i}`, image: tpl.image, memoryMiB: tpl.memoryMiB, network: tpl.network },
+        { progress: () => undefined },
+      );
+      boots.push(t.bootMs);
+      coldDriver.deleteTemplate(t);
+    } catch (err) {
+      coldFailures++;
+      process.stderr.write(`cold boot ${i} failed: ${(err as Error).message.slice(0, 200)}\n`);
+    }
   }
   rmSync(coldRoot, { recursive: true, force: true });
-  report('template cold boot p50', pct(boots, 50), 'ms', 1500);
+  if (boots.length) report('template cold boot p50', pct(boots, 50), 'ms', 1500);
+  if (coldFailures) process.stderr.write(`cold boots failed: ${coldFailures}\n`);
 
   // Clone -> agent answering, first exec in a fresh clone, warm exec round trip, pause/resume.
   const cloneMs: number[] = [];

@@ -139,13 +139,13 @@ export class QemuMicrovmDriver {
     // process= sets the comm name, so `ps` shows which VM a QEMU is.
     const a: string[] = ['-name', `sbx-${plan.id},process=sbx-${plan.id}`];
     a.push('-M', 'microvm,acpi=off,memory-backend=mem0');
-    a.push('-accel', plan.accel === 'tcg' ? `tcg${process.env.SBX_TCG_OPTS ?? ''}` : 'kvm', '-cpu', plan.accel === 'kvm' ? 'host' : 'max');
+    a.push('-accel', plan.accel, '-cpu', plan.accel === 'kvm' ? 'host' : 'max');
     a.push('-m', `${plan.memoryMiB}M`, '-smp', String(plan.vcpus));
     a.push('-nodefaults', '-no-user-config', '-display', 'none', '-no-reboot');
     a.push('-chardev', `file,id=con,path=${join(d, 'console.log')}`, '-serial', 'chardev:con');
     // Incoming VMs get their RAM from the snapshot; loading the kernel again would only cost heap
     // (QEMU keeps ELF segments as ROM blobs: ~20 MB private memory per clone).
-    if (!plan.incoming || process.env.SBX_CLONE_KERNEL === '1') a.push('-kernel', plan.image.kernel, '-initrd', plan.image.initramfs, '-append', plan.cmdline);
+    if (!plan.incoming) a.push('-kernel', plan.image.kernel, '-initrd', plan.image.initramfs, '-append', plan.cmdline);
     if (plan.mem.kind === 'file') {
       a.push('-object', `memory-backend-file,id=mem0,size=${plan.memoryMiB}M,mem-path=${plan.mem.path},share=${plan.mem.share ? 'on' : 'off'}`);
     } else {
