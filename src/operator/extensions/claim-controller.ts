@@ -72,6 +72,13 @@ const HUB_API_VERSION = `${EXTENSIONS_GROUP}/${HUB_VERSION}`;
 /** Adoption attempts per pass before falling back to a cold start. */
 const MAX_ADOPTION_ATTEMPTS = 16;
 const NOT_FOUND_REQUEUE_MS = 60_000;
+/**
+ * Without leader election, how long a restarted operator leaves claims it found at startup (and that no Sandbox
+ * names as controller) alone before binding them: a write the previous process sent just before it died may still
+ * commit for a moment after (seen above 1 s on an overloaded machine). With leader election the lease hand-over
+ * (leaseDuration, 15 s) is that wait.
+ */
+export const PREDECESSOR_SETTLE_MS = 5_000;
 const CREATE_PENDING_REQUEUE_MS = 200;
 
 /** RFC3339 with nanoseconds and Go's trailing-zero trimming; the sub-millisecond part comes from hrtime. */
@@ -91,6 +98,13 @@ export function adoptablePool(sb: SandboxObj): string | undefined {
   const ref = controllerOf(sb);
   if (!ref || ref.kind !== 'SandboxWarmPool' || ref.apiVersion !== HUB_API_VERSION) return undefined;
   return ref.name;
+}
+
+/** Not now, and nothing to report: requeue without writing status. */
+class Deferred extends SandboxError {
+  constructor(readonly requeueMs: number) {
+    super('claim.deferred', 'deferred');
+  }
 }
 
 class Outcome extends SandboxError {
@@ -133,6 +147,9 @@ export class ClaimReconciler {
   private readonly metrics: ExtensionMetrics;
   private readonly events: EventRecorder;
   private fence: Promise<void> | undefined;
+  /** Claims that existed before this process synced: a dead predecessor may have been binding them. */
+  private readonly preexisting = new Set<string>();
+  private readonly startedAt = Date.now();
 
   constructor(private readonly d: ClaimDeps) {
     this.metrics = extensionMetrics(d.manager.registry);
@@ -151,6 +168,7 @@ export class ClaimReconciler {
     });
     const observeClaim = (c: ClaimObj) => {
       const uid = c.metadata.uid!;
+      if (!d.claims.hasSynced && !d.config.leaderElect && !c.status?.sandbox?.name) this.preexisting.add(uid);
       if (!this.firstObserved.has(uid) && !c.metadata.annotations?.[AnnotationKeys.controllerFirstObservedAt])
         this.firstObserved.set(uid, rfc3339Nano());
     };
@@ -167,6 +185,7 @@ export class ClaimReconciler {
     this.bindings.delete(uid);
     this.written.delete(uid);
     this.uncertain.delete(uid);
+    this.preexisting.delete(uid);
   }
 
   /** Claims of a pool still waiting for a Sandbox (woken when the pool appears or changes). */
@@ -307,6 +326,23 @@ export class ClaimReconciler {
     return undefined;
   }
 
+  /**
+   * A claim this process found at startup with no Sandbox naming it controller: after the settle window, one
+   * consistent LIST by the `claim-uid` label (which every adoption and cold create sets) decides, so a binding the
+   * previous process committed late is found instead of a second Sandbox being bound.
+   */
+  private async recoverFromPredecessor(claim: ClaimObj): Promise<SandboxObj | undefined> {
+    const uid = claim.metadata.uid!;
+    if (!this.preexisting.has(uid)) return undefined;
+    const wait = this.startedAt + PREDECESSOR_SETTLE_MS - Date.now();
+    if (wait > 0) throw new Deferred(wait);
+    const list = await this.d.manager.client.list<SandboxObj>(Sandboxes, claim.metadata.namespace, { labelSelector: `${LabelKeys.claimUid}=${uid}` });
+    this.preexisting.delete(uid);
+    const found = list.items.find((sb) => isControlledBy(sb, claim) && !sb.metadata.deletionTimestamp);
+    if (found) this.bindings.set(uid, found);
+    return found;
+  }
+
   private async resolve(claim: ClaimObj, launched: (l: 'warm' | 'cold') => void): Promise<Resolved> {
     const ns = claim.metadata.namespace!;
     const poolName = claim.spec.warmPoolRef.name;
@@ -314,7 +350,7 @@ export class ClaimReconciler {
     const templateName = pool ? pool.spec.sandboxTemplateRef.name : resolveShadowPoolTemplate(poolName);
     const template = templateName ? this.d.templates.getByName(ns, templateName) : undefined;
 
-    const bound = await this.boundSandbox(claim);
+    const bound = (await this.boundSandbox(claim)) ?? (await this.recoverFromPredecessor(claim));
     if (bound) return { sandbox: await this.syncMetadata(claim, bound, template), template: templateName };
 
     const sameName = this.sandboxView(ns, claim.metadata.name!, claim.metadata.uid!);
