@@ -40,6 +40,7 @@ describe('Sandbox controller: scale and L0', () => {
       // Let the last status writes' watch events come back, then measure.
       await eventually(async () => [await snapshot(), await sleep(1000).then(snapshot)], { until: ([a, b]) => a!.writes === b!.writes, timeoutMs: 20_000, what: 'writes to settle' });
       const t0 = await snapshot();
+      assert.ok(sumSamples(t0.text, 'rest_client_requests_total', { verb: 'create', resource: 'pods' }) >= N, 'the operator exports its client requests');
       await sleep(STEADY_MS);
       const t1 = await snapshot();
       op.manager.resyncAll();

@@ -45,6 +45,7 @@ export function setupSandboxController(manager: Manager, config: OperatorConfig)
     onReady: (sb, ms) => latency.observe(creationLatencyLabels(sb), ms),
   });
   pods.addHandler({ onDelete: (p) => reconciler.podDeleted(p) });
+  sandboxes.addHandler({ onDelete: (sb) => reconciler.sandboxDeleted(sb) });
   sandboxesGauge(manager.registry, () => sandboxes.list().map(gaugeLabels));
 
   // Unowned pods carrying the label are mapped to the Sandbox of the same name (adoption, PodNotOwned recovery).

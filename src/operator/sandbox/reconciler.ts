@@ -125,6 +125,15 @@ export class SandboxReconciler {
     return this.sandboxOverlay.resolve(key, this.deps.sandboxes.get(key));
   }
 
+  /** Drop every read-your-writes entry of a Sandbox that is gone (called from the Sandbox informer). */
+  sandboxDeleted(sb: SandboxObject): void {
+    const key = keyOf(sb);
+    this.sandboxOverlay.forget(key);
+    this.serviceOverlay.forget(key);
+    this.podOverlay.forget(sb.metadata.uid ?? '');
+    for (const vct of sb.spec.volumeClaimTemplates ?? []) this.pvcOverlay.forget(`${sb.metadata.namespace}/${pvcNameOf(vct, sb.metadata.name ?? '')}`);
+  }
+
   /** Drop read-your-writes state for a Pod that is gone (called from the pod informer). */
   podDeleted(pod: Pod): void {
     const ref = controllerOf(pod);
