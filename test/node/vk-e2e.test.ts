@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { issueCert } from '../../src/cluster/index.js';
-import { KubeClient, SandboxClaims } from '../../src/kube/index.js';
+import { KubeClient, Pods, SandboxClaims } from '../../src/kube/index.js';
 import { createLogger } from '../../src/log/logger.js';
 import { NodeEngine } from '../../src/node/engine.js';
 import { startVirtualNodes, type VirtualNodes } from '../../src/node/vk/index.js';
@@ -131,6 +131,11 @@ describe('e2e: operator + sandboxd virtual nodes + microVMs', { timeout: BUILD_T
     );
     const logs = await cluster.kubectl(['-n', ns, 'logs', podName]);
     assert.ok(logs.includes(out.trim()), `kubectl logs shows the exec output:\n${logs}`);
+
+    // The pod settles: no write loop between the operator and the virtual kubelet.
+    const rv1 = (await env.client.get(Pods, ns, podName)).metadata.resourceVersion;
+    await new Promise((r) => setTimeout(r, 3000));
+    assert.equal((await env.client.get(Pods, ns, podName)).metadata.resourceVersion, rv1, 'pod unchanged while idle');
 
     await env.client.delete(SandboxClaims, ns, 'c1');
     await eventually(() => liveQemuPids().includes(pid), {

@@ -147,6 +147,11 @@ describe('virtual kubelet: nodes, pods as microVMs, kubelet API', { timeout: BUI
     const claim = engine.byRef(`${ns.name}/web`);
     assert.ok(claim, 'the engine holds a claim for the pod');
     assert.equal(cs?.imageID, `sandboxd://${claim.id}`);
+    const annotated = await eventually(() => client.get<Pod>(Pods, ns.name, 'web'), {
+      until: (p) => p.metadata.annotations?.['sandbox.cocoonstack.io/claim-id'] === claim.id,
+      what: 'claim-id annotation',
+    });
+    assert.equal(annotated.metadata.annotations?.['vm.cocoonstack.io/id'], claim.vmId);
     assert.ok(liveQemuPids().length >= qemuBefore, 'a QEMU process backs the pod');
   });
 

@@ -6,6 +6,7 @@
  * across sandboxd restarts (the engine re-attaches running VMs from its state file).
  */
 import { EventEmitter } from 'node:events';
+import { CocoonAnnotationKeys } from '../../api/keys.js';
 import { Controller, Informer, isNotFound, keyOf, Pods, type KubeClient } from '../../kube/index.js';
 import type { Logger } from '../../log/logger.js';
 import type { NodeEngine, SandboxRecord } from '../engine.js';
@@ -30,6 +31,9 @@ export interface PodLifecycleOptions {
   /** How often a bound pod is looked at again (VM health, lease renewal). @default 30000 */
   resyncMs?: number;
 }
+
+/** vk-cocoon's output annotation naming the VM (cocoon-common meta). */
+export const VM_ID_ANNOTATION = 'vm.cocoonstack.io/id';
 
 /** Renew a vk-cocoon pod's lease once less than this much is left. */
 const RENEW_BELOW_MS = 12 * 3600_000;
@@ -128,7 +132,10 @@ export class PodLifecycle extends EventEmitter {
     const log = this.log.child({ pod: key });
 
     if (!pod) {
-      if (row) await this.release(row, 'the pod is gone', log);
+      if (row) {
+        await this.release(row, 'the pod is gone', log);
+        this.opts.logs.remove(this.opts.logs.path(namespace, name, row.uid));
+      }
       return;
     }
     const kind = this.nodeKinds.get(pod.spec.nodeName ?? '') ?? 'sandboxd';
@@ -229,6 +236,7 @@ export class PodLifecycle extends EventEmitter {
     const current = claims.get(key);
     if (current && current.deadline !== rec.deadline) claims.set({ ...current, deadline: rec.deadline });
 
+    await this.annotate(pod, kind, rec);
     const ready = vmState === 'running';
     await this.writeStatus(
       pod,
@@ -246,6 +254,25 @@ export class PodLifecycle extends EventEmitter {
       if (left < (this.opts.resyncMs ?? 30_000)) return { requeueAfterMs: Math.max(0, left) + 1100 };
     }
     return;
+  }
+
+  /** Output annotations (cocoonstack-spec §7.2/§7.3): the claim id, and for vk-cocoon the VM id; patched only on change. */
+  private async annotate(pod: Pod, kind: VirtualNodeKind, rec: SandboxRecord): Promise<void> {
+    const want: Record<string, string> = { [CocoonAnnotationKeys.claimId]: rec.id };
+    if (kind === 'vk-cocoon') want[VM_ID_ANNOTATION] = rec.vmId;
+    const have = pod.metadata.annotations ?? {};
+    if (Object.entries(want).every(([k, v]) => have[k] === v)) return;
+    try {
+      await this.opts.client.patch<Pod>(
+        Pods,
+        pod.metadata.namespace,
+        pod.metadata.name ?? '',
+        { metadata: { annotations: want } },
+        'merge',
+      );
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
   }
 
   private row(pod: Pod, kind: VirtualNodeKind, rec: SandboxRecord, restartCount: number): PodClaim {
