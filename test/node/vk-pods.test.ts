@@ -202,6 +202,26 @@ describe('virtual kubelet: nodes, pods as microVMs, kubelet API', { timeout: BUI
     const tail = await cluster.kubectl(['-n', ns.name, 'logs', 'web', '--tail=1', '--timestamps']);
     assert.equal(tail.trim().split('\n').length, 1);
     assert.match(tail, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z /);
+    // --follow streams what later exec sessions print.
+    const kubectl = cluster.binaries.kubectl ?? 'kubectl';
+    const follow = spawn(
+      kubectl,
+      [`--kubeconfig=${cluster.kubeconfigPath}`, '-n', ns.name, 'logs', '-f', '--tail=0', 'web'],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let followed = '';
+    follow.stdout.on('data', (b: Buffer) => (followed += b.toString()));
+    try {
+      await new Promise((r) => setTimeout(r, 500));
+      await cluster.kubectl(['-n', ns.name, 'exec', 'web', '--', 'echo', 'followed-line']);
+      await eventually(() => followed, {
+        timeoutMs: 10_000,
+        until: (f) => f.includes('followed-line'),
+        what: 'kubectl logs -f output',
+      });
+    } finally {
+      follow.kill('SIGTERM');
+    }
   });
 
   it('kubectl port-forward reaches a TCP server inside the VM', async () => {
@@ -266,6 +286,11 @@ describe('virtual kubelet: nodes, pods as microVMs, kubelet API', { timeout: BUI
     assert.equal(pod.status?.phase, 'Pending');
     assert.match(pod.status?.containerStatuses?.[0]?.state.waiting?.message ?? '', /sandbox\/minimal/);
     assert.equal(engine.claimedCount, claimsBefore);
+    const described = await eventually(() => cluster.kubectl(['-n', ns.name, 'describe', 'pod', 'bad']), {
+      until: (d) => d.includes('UnknownTemplate'),
+      what: 'a Warning event on the pod',
+    });
+    assert.match(described, /Warning\s+UnknownTemplate/);
     assert.equal(engine.byRef(`${ns.name}/bad`), undefined);
     await client.delete(Pods, ns.name, 'bad');
     await eventually(

@@ -7,7 +7,16 @@
  */
 import { EventEmitter } from 'node:events';
 import { CocoonAnnotationKeys } from '../../api/keys.js';
-import { Controller, Informer, isNotFound, keyOf, Pods, type KubeClient } from '../../kube/index.js';
+import {
+  Controller,
+  Events,
+  Informer,
+  isNotFound,
+  keyOf,
+  Pods,
+  type KubeClient,
+  type KubeObject,
+} from '../../kube/index.js';
 import type { Logger } from '../../log/logger.js';
 import type { NodeEngine, SandboxRecord } from '../engine.js';
 import { ClaimTable, type PodClaim } from './claim-table.js';
@@ -41,6 +50,7 @@ const RENEW_BELOW_MS = 12 * 3600_000;
 export class PodLifecycle extends EventEmitter {
   readonly informers = new Map<string, Informer<Pod>>();
   private readonly nodeKinds = new Map<string, VirtualNodeKind>();
+  private readonly eventsSent = new Set<string>();
   private readonly controller: Controller;
   private readonly log: Logger;
   private readonly onReleased = (rec: SandboxRecord) => {
@@ -164,6 +174,7 @@ export class PodLifecycle extends EventEmitter {
 
     const asked = vmRequestFor(pod, kind, engine.knownTemplates());
     if (!asked.ok) {
+      this.event(pod, 'Warning', asked.reason, asked.message);
       await this.writeStatus(pod, waitingStatus(pod, asked.reason, asked.message, now()));
       return;
     }
@@ -186,6 +197,7 @@ export class PodLifecycle extends EventEmitter {
         return;
       }
       restartCount++;
+      this.event(pod, 'Warning', 'VMGone', `the microVM of claim ${row.claimId} is gone; starting a new one`);
       this.opts.logs.event(
         logFile,
         `microVM of claim ${row.claimId} is gone; starting a new one (restart ${restartCount})`,
@@ -198,6 +210,7 @@ export class PodLifecycle extends EventEmitter {
       } catch (err) {
         const f = claimFailure(err);
         log.warn({ err, reason: f.reason }, 'could not get a microVM for the pod');
+        this.event(pod, 'Warning', f.reason, f.message);
         await this.writeStatus(pod, waitingStatus(pod, f.reason, f.message, now()));
         return f.retry ? { requeueAfterMs: 5000 } : undefined;
       }
@@ -212,6 +225,12 @@ export class PodLifecycle extends EventEmitter {
         `pod bound to microVM ${rec.vmId} (claim ${rec.id}, template ${rec.key.template}, ${rec.source})`,
       );
       log.info({ sandbox: rec.id, vm: rec.vmId, source: rec.source }, 'pod bound to a microVM');
+      this.event(
+        pod,
+        'Normal',
+        'Started',
+        `microVM ${rec.vmId} (claim ${rec.id}, ${rec.source}) runs ${rec.key.template}`,
+      );
     } else if (!row || row.claimId !== rec.id || row.uid !== pod.metadata.uid) {
       claims.set(this.row(pod, kind, rec, restartCount));
       this.opts.logs.event(logFile, `adopted microVM ${rec.vmId} (claim ${rec.id})`);
@@ -273,6 +292,38 @@ export class PodLifecycle extends EventEmitter {
     } catch (err) {
       if (!isNotFound(err)) throw err;
     }
+  }
+
+  /**
+   * A core/v1 Event on the Pod (what `kubectl describe pod` shows), once per pod incarnation and reason+message;
+   * best effort, never in the way of the reconcile.
+   */
+  private event(pod: Pod, type: 'Normal' | 'Warning', reason: string, message: string): void {
+    const seenKey = `${pod.metadata.uid ?? ''}|${reason}|${message}`;
+    if (this.eventsSent.has(seenKey)) return;
+    this.eventsSent.add(seenKey);
+    if (this.eventsSent.size > 10_000) this.eventsSent.clear();
+    const ts = new Date().toISOString();
+    const ev: KubeObject & Record<string, unknown> = {
+      apiVersion: 'v1',
+      kind: 'Event',
+      metadata: { generateName: `${pod.metadata.name ?? 'pod'}.`, namespace: pod.metadata.namespace },
+      involvedObject: {
+        apiVersion: 'v1',
+        kind: 'Pod',
+        name: pod.metadata.name,
+        namespace: pod.metadata.namespace,
+        uid: pod.metadata.uid,
+      },
+      type,
+      reason,
+      message,
+      source: { component: 'sandboxd-virtual-kubelet', host: pod.spec.nodeName },
+      firstTimestamp: ts,
+      lastTimestamp: ts,
+      count: 1,
+    };
+    this.opts.client.create(Events, ev).catch((err: unknown) => this.log.debug({ err }, 'could not record an event'));
   }
 
   private row(pod: Pod, kind: VirtualNodeKind, rec: SandboxRecord, restartCount: number): PodClaim {
