@@ -270,7 +270,7 @@ export class QemuMicrovmDriver {
         } catch {
           /* none */
         }
-        throw new SandboxError('VM_BOOT_FAILED', `template ${spec.name} did not boot: ${(err as Error).message}${consoleTail ? `\nconsole: ${consoleTail}` : ''}`, {
+        throw new SandboxError('VM_BOOT_FAILED', `template ${spec.name} did not boot: ${(err as Error).message}${consoleTail ? `\nconsole: ${consoleTail}` : ''}${tailOf(logFile, 'qemu.log')}${proc.alive ? '' : ' (QEMU exited)'}`, {
           cause: err,
           hint: 'check the kernel/initramfs; under TCG the TSC arguments must be present',
         });

@@ -3,21 +3,13 @@
  * sandbox/python (python3, egress lane with loopback-only host forwards), and port-forward through the agent.
  */
 import assert from 'node:assert/strict';
-import { request } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import type { QemuMicrovmDriver } from '../../src/vmm/index.js';
 import { assertNoLeaks, BUILD_TIMEOUT_MS, makeDriver, sleep, template } from './helpers.js';
 
-function httpGet(port: number): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, path: '/hello.txt', timeout: 5000 }, (res) => {
-      let body = '';
-      res.on('data', (d: Buffer) => (body += d.toString()));
-      res.on('end', () => resolve(body));
-    });
-    req.on('error', reject);
-    req.end();
-  });
+async function httpGet(port: number): Promise<string> {
+  const res = await fetch(`http://127.0.0.1:${port}/hello.txt`, { signal: AbortSignal.timeout(5000) });
+  return res.ok ? res.text() : '';
 }
 
 describe('Debian templates', { timeout: BUILD_TIMEOUT_MS + 10 * 60_000 }, () => {
@@ -40,10 +32,11 @@ describe('Debian templates', { timeout: BUILD_TIMEOUT_MS + 10 * 60_000 }, () => 
     const [bash, debian, nics] = [r.stdout.toString().split('\n')[0]!, r.stdout.toString().split('\n')[1]!, r.stdout.toString().split('\n').slice(2).join(' ').trim()];
     assert.match(bash, /^5\./);
     assert.match(debian, /^12\./);
-    assert.equal(nics, 'lo');
-    await a.files.write('/etc/motd', 'changed in a');
-    assert.equal((await a.files.read('/etc/motd')).toString(), 'changed in a');
-    assert.notEqual((await b.files.read('/etc/motd')).toString(), 'changed in a');
+    assert.ok(!/\beth\d/.test(nics), `no NIC expected on the none lane, got: ${nics}`);
+    // a file of the read-only root, replaced in a's copy-on-write layer only
+    await a.files.write('/etc/debian_version', 'changed in a');
+    assert.equal((await a.files.read('/etc/debian_version')).toString(), 'changed in a');
+    assert.match((await b.files.read('/etc/debian_version')).toString(), /^12\./);
     await Promise.all([a.destroy(), b.destroy()]);
   });
 
@@ -55,13 +48,14 @@ describe('Debian templates', { timeout: BUILD_TIMEOUT_MS + 10 * 60_000 }, () => 
     assert.equal(py.exitCode, 0, py.stderr.toString());
     assert.deepEqual(JSON.parse(py.stdout.toString()), { v: [3, 11] });
     await vm.files.write('/srv/hello.txt', 'hello from the guest', { parents: true });
-    const server = vm.exec(['python3', '-m', 'http.server', '8000', '--bind', '127.0.0.1', '--directory', '/srv'], { collect: false });
+    const server = vm.exec(['python3', '-m', 'http.server', '8000', '--bind', '0.0.0.0', '--directory', '/srv'], { collect: false });
     await server.pid;
     const hostPort = vm.record.hostForwards[0]!.hostPort;
     let body = '';
-    for (let i = 0; i < 100 && !body; i++) {
+    // python3 -m http.server takes seconds to start under TCG on a busy host
+    for (let deadline = Date.now() + 90_000; !body && Date.now() < deadline; ) {
       body = await httpGet(hostPort).catch(() => '');
-      if (!body) await sleep(200);
+      if (!body) await sleep(300);
     }
     assert.equal(body, 'hello from the guest');
     // the same port through the agent's tcp.connect (port-forward without a NIC)
