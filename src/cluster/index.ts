@@ -7,3 +7,4 @@ export { listClusterNamespaces, deleteClusterNetwork } from './network.js';
 export { readClusterEnvironment } from './options.js';
 export { isAlive } from './file-lock.js';
 export { KUBERNETES_VERSION, ETCD_VERSION, KWOK_VERSION } from './versions.js';
+export { applyCrdDir } from './manifests.js';

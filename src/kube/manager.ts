@@ -99,33 +99,47 @@ export class Manager {
     this.lostLeadership = fn;
   }
 
-  async start(signal: AbortSignal): Promise<void> {
+  async start(outer: AbortSignal): Promise<void> {
     this.started = true;
+    // The first runnable that fails takes the whole manager down (and start() rethrows its error).
+    const fatal = new AbortController();
+    const signal = AbortSignal.any([outer, fatal.signal]);
+    let fatalError: unknown;
+    const guard = (name: string, p: Promise<unknown>) =>
+      p.catch((err: unknown) => {
+        if (signal.aborted) return;
+        this.log.error({ err, runnable: name }, 'runnable failed; stopping the manager');
+        fatalError ??= err;
+        fatal.abort();
+      });
     collectDefaultMetrics({ register: this.registry });
     await this.startServers();
     const tasks: Promise<unknown>[] = [];
-    for (const inf of this.informers.values()) tasks.push(inf.start(signal));
-    for (const r of this.runnables.filter((r) => !r.needsLeader)) tasks.push(r.start(signal));
+    for (const inf of this.informers.values()) tasks.push(guard(`informer/${inf.resource.plural}`, inf.start(signal)));
+    for (const r of this.runnables.filter((r) => !r.needsLeader)) tasks.push(guard(r.name, r.start(signal)));
     await Promise.race([Promise.all([...this.informers.values()].map((i) => i.synced())), abortPromise(signal)]);
-    if (signal.aborted) return this.shutdown(tasks);
-    this.log.info({ informers: this.informers.size }, 'caches synced');
-
-    if (this.opts.leaderElection) {
-      const elector = new LeaderElector(this.client, { ...this.opts.leaderElection, logger: this.log });
-      await elector.acquire(signal);
-      if (signal.aborted) return this.shutdown(tasks);
-      tasks.push(
-        elector.holdUntil(signal, () => {
-          this.elected = false;
-          (this.lostLeadership ?? (() => process.exit(1)))();
-        }),
-      );
+    if (!signal.aborted) {
+      this.log.info({ informers: this.informers.size }, 'caches synced');
+      if (this.opts.leaderElection) {
+        const elector = new LeaderElector(this.client, { ...this.opts.leaderElection, logger: this.log });
+        await elector.acquire(signal);
+        if (!signal.aborted)
+          tasks.push(
+            elector.holdUntil(signal, () => {
+              this.elected = false;
+              (this.lostLeadership ?? (() => process.exit(1)))();
+            }),
+          );
+      }
+      if (!signal.aborted) {
+        this.elected = true;
+        for (const c of this.controllers) tasks.push(guard(`controller/${c.name}`, c.run(signal)));
+        for (const r of this.runnables.filter((r) => r.needsLeader)) tasks.push(guard(r.name, r.start(signal)));
+      }
     }
-    this.elected = true;
-    for (const c of this.controllers) tasks.push(c.run(signal));
-    for (const r of this.runnables.filter((r) => r.needsLeader)) tasks.push(r.start(signal));
     await abortPromise(signal);
     await this.shutdown(tasks);
+    if (fatalError !== undefined) throw fatalError;
   }
 
   private async shutdown(tasks: Promise<unknown>[]): Promise<void> {

@@ -5,6 +5,9 @@ import { SandboxdApi } from './http-api.js';
 import { InventoryPublisher } from './inventory.js';
 import type { SandboxdConfig } from './options.js';
 import { PeerDirectory } from './peers.js';
+import { startVirtualNodes, type VirtualNodes } from './vk/index.js';
+import { join } from 'node:path';
+import { SandboxError } from '../errors.js';
 
 /** sandboxd's composition root: engine, HTTP API, peers, NodeInventory publisher (and virtual nodes). */
 export interface Sandboxd {
@@ -39,6 +42,28 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
   const client = config.kubeconfig
     ? await KubeClient.fromKubeconfig(config.kubeconfig, { userAgent: 'sandboxd' })
     : undefined;
+  let vk: VirtualNodes | undefined;
+  if (client && config.vkNodes.length) {
+    const { kubeletAddress, kubeletTlsCert, kubeletTlsKey, kubeletClientCa } = config;
+    if (!kubeletAddress || !kubeletTlsCert || !kubeletTlsKey || !kubeletClientCa)
+      throw new SandboxError(
+        'sandboxd.flags',
+        'virtual nodes need --kubelet-address, --kubelet-tls-cert, --kubelet-tls-key and --kubelet-client-ca',
+        { hint: 'or pass --vk-nodes "" to run without virtual-kubelet nodes' },
+      );
+    vk = await startVirtualNodes({
+      engine,
+      client,
+      nodeName: config.nodeName,
+      nodes: config.vkNodes.map((kind) => ({ kind })),
+      hostAddress: kubeletAddress,
+      kubeletPortBase: config.kubeletPort,
+      tls: { cert: kubeletTlsCert, key: kubeletTlsKey, clientCa: kubeletClientCa },
+      stateDir: join(config.dataDir, 'vk'),
+      logger: log,
+    });
+    log.info({ nodes: vk.nodes }, 'virtual-kubelet nodes registered');
+  }
   return {
     engine,
     api,
@@ -59,6 +84,7 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
       }
       await new Promise<void>((r) => signal.addEventListener('abort', () => r(), { once: true }));
       peers.stop();
+      await vk?.stop();
       await Promise.allSettled(tasks);
       await api.close();
       await engine.close({ destroyVms: config.destroyOnExit });

@@ -1,7 +1,7 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
 import { QemuMicrovmDriver, templateFromImage, type Template, type Vm } from '../vmm/index.js';
@@ -26,6 +26,15 @@ export interface EngineOptions {
   defaultTtlSeconds?: number;
   maxTtlSeconds?: number;
   logger?: Logger;
+  /** VM run dirs (sockets, logs). Default: under /run when root (QEMU drops to an unprivileged user that must
+   * reach them, and unix socket paths are short there), else `<dataDir>/vms`. */
+  runRoot?: string;
+}
+
+/** One run root per data dir, so two daemons on one host never adopt each other's VMs. */
+export function defaultRunRoot(dataDir: string): string {
+  if (process.getuid?.() !== 0) return join(dataDir, 'vms');
+  return join('/run/sandbox-operator', `sandboxd-${createHash('sha256').update(resolve(dataDir)).digest('hex').slice(0, 12)}`);
 }
 
 export interface ClaimRequest {
@@ -87,7 +96,7 @@ export class NodeEngine extends EventEmitter {
   private readonly checkpoints = new Map<string, CheckpointRecord>();
   private readonly templates = new Map<string, Promise<Template>>();
   private readonly log: Logger;
-  private readonly opts: Required<Omit<EngineOptions, 'driver' | 'logger'>>;
+  private readonly opts: Required<Omit<EngineOptions, 'driver' | 'logger' | 'runRoot'>>;
   private reaper: NodeJS.Timeout | undefined;
   private persistTimer: NodeJS.Timeout | undefined;
   private closed = false;
@@ -107,7 +116,7 @@ export class NodeEngine extends EventEmitter {
     };
     this.log = opts.logger ?? silentLogger;
     mkdirSync(this.opts.dataDir, { recursive: true });
-    this.driver = opts.driver ?? new QemuMicrovmDriver({ runRoot: join(this.opts.dataDir, 'vms'), logger: this.log });
+    this.driver = opts.driver ?? new QemuMicrovmDriver({ runRoot: opts.runRoot ?? defaultRunRoot(this.opts.dataDir), logger: this.log });
   }
 
   get nodeName(): string {

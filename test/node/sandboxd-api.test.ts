@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { chmod, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { NodeEngine } from '../../src/node/engine.js';
+import { defaultRunRoot, NodeEngine } from '../../src/node/engine.js';
 import { SandboxdApi } from '../../src/node/http-api.js';
 import { eventually } from '../support/eventually.js';
 
@@ -38,7 +38,6 @@ describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'sbxd-'));
-    await chmod(dir, 0o755); // QEMU drops to an unprivileged user that must reach the VM run dirs
     engine = new NodeEngine({ dataDir: dir, nodeName: 'test-node', advertiseAddr: '127.0.0.1:7777', maxClaims: 3 });
     await engine.start();
     api = new SandboxdApi({
@@ -113,7 +112,7 @@ describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
       204,
     );
     assert.equal((await call(base, 'POST', `/v1/sandboxes/${id}/release`)).status, 404);
-    await eventually(async () => (await readdir(join(dir, 'vms'))).includes(vmId), {
+    await eventually(async () => (await readdir(defaultRunRoot(dir))).includes(vmId), {
       until: (present) => !present,
       what: 'the VM run dir to go',
     });
@@ -180,7 +179,6 @@ describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
 describe('sandboxd survives kill -9: claimed VMs keep running and are re-adopted', () => {
   it('claimed VMs come back after a restart with their state, unclaimed ones are replaced, nothing leaks after shutdown', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'sbxd-restart-'));
-    await chmod(dir, 0o755);
     const tokenFile = join(dir, 'token');
     await writeFile(tokenFile, ROOT);
     const bin = fileURLToPath(new URL('../../bin/sandboxd.mjs', import.meta.url));
@@ -245,7 +243,7 @@ describe('sandboxd survives kill -9: claimed VMs keep running and are re-adopted
       daemon.kill('SIGTERM');
       await new Promise((r) => (daemon.exitCode !== null ? r(null) : daemon.once('exit', r)));
     }
-    const left = await readdir(join(dir, 'data', 'vms')).catch(() => []);
+    const left = await readdir(defaultRunRoot(join(dir, 'data'))).catch(() => []);
     assert.deepEqual(left, [], 'no VM run dir left after --destroy-on-exit');
     await rm(dir, { recursive: true, force: true });
   });

@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { openSync } from 'node:fs';
-import { mkdir, rm } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rm } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
@@ -13,6 +13,8 @@ import { readState, startPlatform, statePath, writeState, type Platform } from '
 interface UpOptions {
   detach?: boolean;
   supervise?: boolean;
+  nodes: string;
+  warm: string;
   simulatedNodes: string;
   fsync: boolean;
   logLevel: string;
@@ -23,8 +25,10 @@ const SBX_BIN = fileURLToPath(new URL('../../../bin/sbx.mjs', import.meta.url));
 export function register(program: Command): void {
   program
     .command('up')
-    .description('start the local platform: real control plane + simulated standard nodes (Ctrl-C stops it)')
+    .description('start the local platform: control plane, operator, sandboxd nodes with microVMs (Ctrl-C stops it)')
     .option('-d, --detach', 'return once everything is Ready; the last line printed is an export for eval')
+    .option('--nodes <n>', 'sandboxd nodes (real microVMs; each registers virtual-kubelet nodes)', '1')
+    .option('--warm <n>', 'warm sandbox/base microVMs each sandboxd keeps ready', '2')
     .option('--simulated-nodes <n>', 'simulated (kwok) standard nodes', '2')
     .option('--no-fsync', 'run etcd without fsync (faster; figures measured so are labelled)')
     .option('--log-level <level>', 'log level', 'info')
@@ -60,9 +64,14 @@ export function register(program: Command): void {
 function platformOptions(opts: UpOptions) {
   const env = readClusterEnvironment();
   const logger = createLogger({ level: opts.logLevel, name: 'sbx' });
-  const nodes = Number.parseInt(opts.simulatedNodes, 10);
-  if (!Number.isInteger(nodes) || nodes < 0 || nodes > 100)
-    throw new SandboxError('cli.usage', `--simulated-nodes must be an integer 0..100, got "${opts.simulatedNodes}"`);
+  const int = (flag: string, v: string, max: number) => {
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 0 || n > max) throw new SandboxError('cli.usage', `--${flag} must be an integer 0..${max}, got "${v}"`);
+    return n;
+  };
+  const nodes = int('simulated-nodes', opts.simulatedNodes, 100);
+  const sandboxdNodes = int('nodes', opts.nodes, 16);
+  const warm = int('warm', opts.warm, 200);
   return {
     env,
     logger,
@@ -71,6 +80,8 @@ function platformOptions(opts: UpOptions) {
       binDir: env.binDir,
       dataDir: join(env.stateDir, 'platform', 'data'),
       simulatedNodes: nodes,
+      sandboxdNodes,
+      warm,
       etcdFsync: opts.fsync,
       logger,
       progress: (line: string) => process.stderr.write(`${line}\n`),
@@ -119,16 +130,21 @@ async function upForeground(opts: UpOptions): Promise<void> {
     netns: c.netns,
     hostInterface: c.hostInterface,
     pids: platform.pids(),
+    vmRunRoots: platform.sandboxd.map((d) => d.vmRunRoot),
     readyMs: c.readyMs,
   });
   if (stopping) return;
+  const kubectl = `KUBECONFIG=${c.kubeconfigPath} ${join(c.binDir, 'kubectl')}`;
   process.stdout.write(
     [
       `sandbox-operator platform is up (control plane Ready in ${(c.readyMs / 1000).toFixed(1)} s)`,
-      `  kubeconfig:  ${c.kubeconfigPath}`,
-      `  apiserver:   ${c.server}`,
-      `  nodes:       ${c.simulatedNodes.join(', ')} (simulated by kwok)`,
-      `  try:         KUBECONFIG=${c.kubeconfigPath} ${join(c.binDir, 'kubectl')} get nodes`,
+      `  kubeconfig:   ${c.kubeconfigPath}`,
+      `  apiserver:    ${c.server}`,
+      `  nodes:        ${c.simulatedNodes.join(', ')} (standard runtime, simulated by kwok)`,
+      ...platform.sandboxd.map((d) => `  sandboxd:     ${d.node} at http://${d.address} (token: ${d.tokenFile}); microVM nodes ${d.node}-vk, ${d.node}-sandboxd`),
+      ...platform.components.map((p) => `  ${(p.name + ':').padEnd(13)} pid ${p.pid}, log ${p.logPath}`),
+      `  try:          ${kubectl} get nodes`,
+      `                ${kubectl} apply -f examples/warm-pool.yaml`,
       opts.supervise ? '' : '  Press Ctrl-C to stop.',
       '',
     ].join('\n'),
@@ -143,7 +159,7 @@ async function upDetached(opts: UpOptions): Promise<void> {
   await rm(statePath(env.stateDir), { force: true });
   const logPath = join(env.stateDir, 'platform', 'supervisor.log');
   const out = openSync(logPath, 'w');
-  const args = [SBX_BIN, 'up', '--supervise', '--simulated-nodes', opts.simulatedNodes, '--log-level', opts.logLevel];
+  const args = [SBX_BIN, 'up', '--supervise', '--nodes', opts.nodes, '--warm', opts.warm, '--simulated-nodes', opts.simulatedNodes, '--log-level', opts.logLevel];
   if (!opts.fsync) args.push('--no-fsync');
   const child = spawn(process.execPath, args, { detached: true, stdio: ['ignore', out, out] });
   child.unref();
@@ -176,6 +192,7 @@ async function down(opts: { all?: boolean }): Promise<void> {
     }
     // Whatever the supervisor could not stop (it was killed, say) goes now, by recorded PID.
     for (const pid of state.pids ?? []) if (isAlive(pid)) process.kill(pid, 'SIGKILL');
+    await killVmsUnder(state.vmRunRoots ?? []);
     if (state.netns && state.hostInterface)
       await deleteClusterNetwork({ netns: state.netns, hostInterface: state.hostInterface });
     await rm(statePath(env.stateDir), { force: true });
@@ -189,4 +206,15 @@ async function down(opts: { all?: boolean }): Promise<void> {
       process.stderr.write(`removed stale network namespace ${netns}\n`);
     }
   }
+}
+
+/** QEMU processes whose command line names one of these run roots (left behind if sandboxd was killed). */
+async function killVmsUnder(runRoots: string[]): Promise<void> {
+  if (!runRoots.length) return;
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const cmd = await readFile(`/proc/${entry}/cmdline`, 'latin1').catch(() => '');
+    if (cmd.startsWith('qemu-system') && runRoots.some((r) => cmd.includes(`${r}/`))) process.kill(Number(entry), 'SIGKILL');
+  }
+  for (const r of runRoots) await rm(r, { recursive: true, force: true });
 }
