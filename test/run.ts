@@ -107,7 +107,11 @@ async function main(): Promise<number> {
   // Nothing this run started may outlive it.
   await sleep(200);
   const leftovers = await processesOfRun(runId);
-  for (const [pid, cmd] of await sbxVms()) if (!vmsBefore.has(pid)) leftovers.push({ pid, cmd });
+  // VMs carry the run marker too (src/vmm passes it to QEMU); unmarked new ones are only reported, never killed:
+  // they may belong to other work on this machine.
+  const marked = new Set(leftovers.map((p) => p.pid));
+  const unmarked = [...(await sbxVms())].filter(([pid]) => !vmsBefore.has(pid) && !marked.has(pid));
+  if (unmarked.length) process.stderr.write(`note: ${unmarked.length} microVM(s) started during the run by other processes (not this run's)\n`);
   const clusterAlive = cluster.pids.filter(isAlive);
   const netnsLeft = (await listClusterNamespaces()).filter((n) => !netnsBefore.has(n));
   if (leftovers.length || clusterAlive.length || netnsLeft.length) {

@@ -50,11 +50,20 @@ export function pidStartTicks(pid: number): number | undefined {
   }
 }
 
+/**
+ * QEMU gets an empty environment, except the test runner's run marker: it lets `npm test` attribute every VM to the
+ * run that started it (its leak check), even when tests run beside other work on the same machine.
+ */
+function qemuEnv(): NodeJS.ProcessEnv {
+  const marker = process.env.SBX_TEST_RUN_ID;
+  return marker ? { SBX_TEST_RUN_ID: marker } : {};
+}
+
 export function launchQemu(binary: string, argv: readonly string[], opts: { logFile: string; extraFds?: readonly number[] }): QemuProcess {
   const logFd = openSync(opts.logFile, 'a');
   let child: ChildProcess;
   try {
-    child = spawn(binary, argv, { stdio: ['ignore', logFd, logFd, ...(opts.extraFds ?? [])], detached: true, env: {} });
+    child = spawn(binary, argv, { stdio: ['ignore', logFd, logFd, ...(opts.extraFds ?? [])], detached: true, env: qemuEnv() });
   } finally {
     closeSync(logFd);
   }
