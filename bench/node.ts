@@ -1,0 +1,135 @@
+/**
+ * bench/node — sandboxd, measured from outside the daemon (a separate process, HTTP on loopback, keep-alive):
+ *   1. pool refill rate: PUT /v1/pools from 0 to 50 warm microVMs, time until all 50 answer (VMs/s);
+ *   2. node-local claim latency, POST /v1/claim served from the hot pool, p50/p95/p99 at concurrency 1 and 16.
+ *
+ *   node --import tsx bench/node.ts [--rounds 4] [--pool 50]
+ */
+import { spawn } from 'node:child_process';
+import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { Agent, request } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+
+const args = process.argv.slice(2);
+const flag = (name: string, def: number) => {
+  const i = args.indexOf(`--${name}`);
+  return i >= 0 ? Number(args[i + 1]) : def;
+};
+const ROUNDS = flag('rounds', 4);
+const POOL = flag('pool', 50);
+const TOKEN = 'bench-token';
+const agent = new Agent({ keepAlive: true, maxSockets: 64 });
+
+function call(port: number, method: string, path: string, body?: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
+  const payload = body === undefined ? undefined : JSON.stringify(body);
+  return new Promise((resolve, reject) => {
+    const req = request(
+      { host: '127.0.0.1', port, method, path, agent, headers: { authorization: `Bearer ${TOKEN}`, ...(payload ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } : {}) } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString();
+          let json: Record<string, unknown> = {};
+          try {
+            json = text ? (JSON.parse(text) as Record<string, unknown>) : {};
+          } catch {
+            json = { text };
+          }
+          resolve({ status: res.statusCode ?? 0, json });
+        });
+      },
+    );
+    req.on('error', reject);
+    req.end(payload);
+  });
+}
+
+function pct(sorted: number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor(((sorted.length - 1) * p) / 100))] ?? NaN;
+}
+
+async function warmCount(port: number): Promise<number> {
+  const info = await call(port, 'GET', '/v1/info');
+  return (info.json.pools as Array<{ warm: number }> | undefined)?.[0]?.warm ?? 0;
+}
+
+async function fill(port: number, target: number): Promise<number> {
+  const t0 = performance.now();
+  await call(port, 'PUT', '/v1/pools', { pools: [{ template: 'sandbox/minimal', warm: target }] });
+  while ((await warmCount(port)) < target) await sleep(20);
+  return performance.now() - t0;
+}
+
+async function claims(port: number, n: number, concurrency: number): Promise<{ lat: number[]; ids: string[]; misses: number }> {
+  const lat: number[] = [];
+  const ids: string[] = [];
+  let misses = 0;
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < n) {
+        next++;
+        const t0 = performance.now();
+        const r = await call(port, 'POST', '/v1/claim', { template: 'sandbox/minimal', ttl_seconds: 600 });
+        const ms = performance.now() - t0;
+        if (r.status !== 200) throw new Error(`claim failed: ${r.status} ${JSON.stringify(r.json)}`);
+        ids.push(r.json.id as string);
+        lat.push(ms);
+      }
+    }),
+  );
+  return { lat, ids, misses };
+}
+
+async function main() {
+  const dir = await mkdtemp(join(tmpdir(), 'bench-node-'));
+  await chmod(dir, 0o755);
+  await writeFile(join(dir, 'token'), TOKEN);
+  const port = 27777;
+  const bin = fileURLToPath(new URL('../bin/sandboxd.mjs', import.meta.url));
+  const daemon = spawn(process.execPath, [bin, '--node-name', 'bench', '--listen', `127.0.0.1:${port}`, '--data-dir', join(dir, 'data'), '--token-file', join(dir, 'token'), '--max-claims', '1000', '--destroy-on-exit', '--log-level', 'warn'], { stdio: 'inherit' });
+  try {
+    for (let i = 0; ; i++) {
+      try {
+        if ((await call(port, 'GET', '/healthz')).status === 200) break;
+      } catch {
+        /* not up yet */
+      }
+      if (i > 600) throw new Error('sandboxd did not start');
+      await sleep(100);
+    }
+    // Build the template once (not part of the refill figure).
+    await fill(port, 1);
+    await call(port, 'PUT', '/v1/pools', { pools: [] });
+    while ((await warmCount(port)) > 0) await sleep(20);
+
+    const refillMs = await fill(port, POOL);
+    console.log(`refill 0 -> ${POOL} warm microVMs: ${(refillMs / 1000).toFixed(2)} s = ${((POOL * 1000) / refillMs).toFixed(1)} VMs/s`);
+
+    for (const conc of [1, 16]) {
+      const all: number[] = [];
+      for (let round = 0; round < ROUNDS; round++) {
+        await fill(port, POOL);
+        const { lat, ids } = await claims(port, POOL - (POOL % conc), conc);
+        all.push(...lat);
+        await call(port, 'PUT', '/v1/pools', { pools: [{ template: 'sandbox/minimal', warm: 0 }] });
+        await Promise.all(ids.map((id) => call(port, 'POST', `/v1/sandboxes/${id}/release`)));
+      }
+      all.sort((a, b) => a - b);
+      console.log(
+        `claim over HTTP (loopback, keep-alive), concurrency ${conc}, n=${all.length}: p50 ${pct(all, 50).toFixed(3)} ms  p95 ${pct(all, 95).toFixed(3)} ms  p99 ${pct(all, 99).toFixed(3)} ms`,
+      );
+    }
+  } finally {
+    daemon.kill('SIGTERM');
+    await new Promise((r) => daemon.once('exit', r));
+    await rm(dir, { recursive: true, force: true });
+    agent.destroy();
+  }
+}
+
+await main();
