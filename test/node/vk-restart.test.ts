@@ -37,7 +37,8 @@ function qemuPidsUnder(dir: string): number[] {
     if (!Number.isInteger(pid)) continue;
     try {
       const cmd = readFileSync(`/proc/${pid}/cmdline`, 'latin1');
-      if (cmd.startsWith('qemu-system') && cmd.includes(dir)) out.push(pid);
+      const argv0 = cmd.split('\0')[0] ?? '';
+      if (/(^|\/)qemu-system-[^/]*$/.test(argv0) && cmd.includes(dir)) out.push(pid);
     } catch {
       // gone
     }
@@ -49,6 +50,8 @@ async function daemonMain(cfg: DaemonConfig): Promise<void> {
   const log = createLogger({ level: process.env.SBX_TEST_LOG_LEVEL ?? 'warn', name: 'vk-daemon' });
   const engine = new NodeEngine({
     dataDir: join(cfg.dataDir, 'engine'),
+    // VM run dirs under the test's dir, so the test can find (and check for) every QEMU this daemon started.
+    runRoot: join(cfg.dataDir, 'vms'),
     nodeName: cfg.nodeName,
     advertiseAddr: `${cfg.hostAddress}:0`,
     logger: log,
