@@ -64,7 +64,6 @@ async function main(): Promise<number> {
   const runId = randomUUID();
   process.env[RUN_MARKER] = runId; // inherited by the cluster processes and the test processes
   const env = readClusterEnvironment();
-  const netnsBefore = new Set(await listClusterNamespaces());
   const vmsBefore = await sbxVms();
 
   process.stderr.write(`starting the shared control plane for ${files.length} test files...\n`);
@@ -113,7 +112,8 @@ async function main(): Promise<number> {
   const unmarked = [...(await sbxVms())].filter(([pid]) => !vmsBefore.has(pid) && !marked.has(pid));
   if (unmarked.length) process.stderr.write(`note: ${unmarked.length} microVM(s) started during the run by other processes (not this run's)\n`);
   const clusterAlive = cluster.pids.filter(isAlive);
-  const netnsLeft = (await listClusterNamespaces()).filter((n) => !netnsBefore.has(n));
+  // Only this run's namespace: other work on the machine may create its own meanwhile.
+  const netnsLeft = (await listClusterNamespaces()).filter((n) => n === cluster.netns);
   if (leftovers.length || clusterAlive.length || netnsLeft.length) {
     process.stderr.write(
       `leak check FAILED: ${leftovers.length} processes still running${leftovers.map((p) => `\n  ${p.pid} ${p.cmd.slice(0, 160)}`).join('')}` +
