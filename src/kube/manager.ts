@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import { Registry, collectDefaultMetrics } from 'prom-client';
 import { silentLogger, type Logger } from '../log/logger.js';
@@ -104,6 +105,8 @@ export class Manager {
     // The first runnable that fails takes the whole manager down (and start() rethrows its error).
     const fatal = new AbortController();
     const signal = AbortSignal.any([outer, fatal.signal]);
+    // Every informer, controller and runnable listens on this one signal.
+    setMaxListeners(0, signal);
     let fatalError: unknown;
     const guard = (name: string, p: Promise<unknown>) =>
       p.catch((err: unknown) => {

@@ -84,7 +84,7 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
       }
       await new Promise<void>((r) => signal.addEventListener('abort', () => r(), { once: true }));
       peers.stop();
-      await vk?.stop();
+      await vk?.stop({ deleteNodes: config.destroyOnExit });
       await Promise.allSettled(tasks);
       await api.close();
       await engine.close({ destroyVms: config.destroyOnExit });
