@@ -1,3 +1,7 @@
+import type { ObjectMeta, OwnerReference } from '../api/meta.js';
+
+export type { ObjectMeta, OwnerReference };
+
 /**
  * A resource the client can address. Built once per kind (the api scheme and core kinds below), so paths and
  * GVKs are never typed by hand in controllers.
@@ -9,10 +13,6 @@ export interface ResourceType {
   plural: string;
   namespaced: boolean;
 }
-
-import type { ObjectMeta, OwnerReference } from '../api/meta.js';
-
-export type { ObjectMeta, OwnerReference };
 
 export interface KubeObject {
   apiVersion?: string;
