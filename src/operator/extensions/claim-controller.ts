@@ -147,6 +147,8 @@ export class ClaimReconciler {
   private readonly metrics: ExtensionMetrics;
   private readonly events: EventRecorder;
   private fence: Promise<void> | undefined;
+  /** Events of the current pass, sent after the status write so they never compete with it. */
+  private readonly deferredEvents = new Map<string, Array<() => void>>();
   /** Claims that existed before this process synced: a dead predecessor may have been binding them. */
   private readonly preexisting = new Set<string>();
   private readonly startedAt = Date.now();
@@ -253,7 +255,12 @@ export class ClaimReconciler {
     const status = claimStatusFor(claim, outcome, new Date().toISOString().replace(/\.\d+Z$/, 'Z'));
     const becameReady = !isReady(claim.status) && isReady(status);
     // Status first (it is what clients wait for), then the annotations.
-    const afterStatus = await this.writeStatus(claim, status);
+    let afterStatus: ClaimObj | undefined;
+    try {
+      afterStatus = await this.writeStatus(claim, status);
+    } finally {
+      this.flushEvents(uid);
+    }
     await this.writeAnnotations(afterStatus ?? claim, resolved);
     if (becameReady && resolved) this.observeLatency(claim, resolved, launched);
     if (failure) throw failure;
@@ -282,6 +289,19 @@ export class ClaimReconciler {
     this.d.manager.client
       .delete(NetworkPolicies, np.metadata.namespace, np.metadata.name!, { preconditions: { uid: np.metadata.uid } })
       .catch((err: unknown) => this.d.log.debug({ err }, 'legacy NetworkPolicy not deleted'));
+  }
+
+  private defer(claim: ClaimObj, fn: () => void): void {
+    const uid = claim.metadata.uid!;
+    const list = this.deferredEvents.get(uid);
+    if (list) list.push(fn);
+    else this.deferredEvents.set(uid, [fn]);
+  }
+
+  private flushEvents(uid: string): void {
+    const list = this.deferredEvents.get(uid);
+    this.deferredEvents.delete(uid);
+    for (const fn of list ?? []) fn();
   }
 
   /** The freshest view of a Sandbox: the cache's or our last write's. */
@@ -405,7 +425,9 @@ export class ClaimReconciler {
         const out = await client.patch<SandboxObj>(Sandboxes, ns, pick.name, patch, 'merge');
         this.bindings.set(uid, out);
         this.candidates.settle(ns, pick.name);
-        this.events.record(claim, SandboxClaims, { type: 'Normal', reason: 'SandboxAdopted', action: 'Adoption', note: `Adopted warm pool Sandbox "${pick.name}"` });
+        this.defer(claim, () =>
+          this.events.record(claim, SandboxClaims, { type: 'Normal', reason: 'SandboxAdopted', action: 'Adoption', note: `Adopted warm pool Sandbox "${pick.name}"` }),
+        );
         this.metrics.claimCreation.inc({
           namespace: ns,
           sandbox_template: sb.metadata.annotations?.[AnnotationKeys.sandboxTemplateRef] ?? '__unknown__',
@@ -505,7 +527,9 @@ export class ClaimReconciler {
       throw new SandboxError('claim.create', `sandbox create error: ${(err as Error).message}`, { cause: err });
     }
     this.bindings.set(claim.metadata.uid!, out);
-    this.events.record(claim, SandboxClaims, { type: 'Normal', reason: 'SandboxProvisioned', action: 'Provisioning', note: `Created Sandbox "${out.metadata.name}"` });
+    this.defer(claim, () =>
+      this.events.record(claim, SandboxClaims, { type: 'Normal', reason: 'SandboxProvisioned', action: 'Provisioning', note: `Created Sandbox "${out.metadata.name}"` }),
+    );
     this.metrics.claimCreation.inc({
       namespace: ns,
       sandbox_template: templateName,

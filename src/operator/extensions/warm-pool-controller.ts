@@ -38,6 +38,12 @@ import { EventRecorder, isSandboxReady, newest, type PoolObj, type SandboxObj, t
 
 export const POOL_BY_TEMPLATE_INDEX = 'ext:pool-by-template';
 const ORPHAN_INDEX = 'ext:warm-orphans';
+/**
+ * A refill (members left, e.g. adopted by claims) waits this long before creating, so the refill's writes do not
+ * compete with the claim's own writes, and adoptions arriving together are refilled in one batch. The initial fill
+ * and scale-ups are not delayed.
+ */
+export const REFILL_COALESCE_MS = 100;
 /** Re-check while expectations are pending, in case a watch event is lost. */
 const EXPECTATIONS_RECHECK_MS = 30_000;
 
@@ -125,6 +131,10 @@ export class WarmPoolReconciler {
   private readonly pacers = new Map<string, RefillPacer>();
   private readonly lastStatus = new Map<string, PoolObj>();
   private readonly holding = new Map<string, boolean>();
+  /** Pool UID -> when a pending refill may start; absent while the pool is full. */
+  private readonly refillAt = new Map<string, number>();
+  /** Pool UIDs that have been full at least once (their shortfalls are refills). */
+  private readonly filled = new Set<string>();
   private readonly hashCache = new WeakMap<TemplateObj, string>();
 
   constructor(private readonly d: WarmPoolDeps) {
@@ -148,6 +158,8 @@ export class WarmPoolReconciler {
     this.pacers.delete(uid);
     this.lastStatus.delete(uid);
     this.holding.delete(uid);
+    this.refillAt.delete(uid);
+    this.filled.delete(uid);
   }
 
   private templateHash(t: TemplateObj): string {
@@ -220,7 +232,13 @@ export class WarmPoolReconciler {
 
       const desired = pool.spec.replicas ?? 1;
       const current = stats.members.size - [...removed].filter((n) => stats.members.has(n)).length;
+      if (current >= desired) {
+        this.filled.add(uid);
+        this.refillAt.delete(uid);
+      }
+      const refillWait = current < desired && this.filled.has(uid) ? this.refillDelay(uid) : 0;
       if (!this.membership.satisfied(uid)) requeue(EXPECTATIONS_RECHECK_MS);
+      else if (refillWait > 0) requeue(refillWait);
       else if (current < desired && template && bpHash) {
         let pacer = this.pacers.get(uid);
         if (!pacer) this.pacers.set(uid, (pacer = new RefillPacer(config.warmPoolMaxRefillRate)));
@@ -251,6 +269,13 @@ export class WarmPoolReconciler {
       observedGeneration: pool.metadata.generation ?? 0,
     });
     return requeueMs === undefined ? undefined : { requeueAfterMs: requeueMs };
+  }
+
+  private refillDelay(uid: string): number {
+    const now = Date.now();
+    let at = this.refillAt.get(uid);
+    if (at === undefined) this.refillAt.set(uid, (at = now + REFILL_COALESCE_MS));
+    return Math.max(0, at - now);
   }
 
   /** Status-only mode counts every labelled member, owned or not (spec §8). */

@@ -1,0 +1,164 @@
+/**
+ * bench/claim: SandboxClaim create -> claim Ready observed by a watch, on a real control plane with kwok-simulated
+ * nodes, the operator running as a child process (default flags except --kube-api-qps=-1, no leader election).
+ *
+ *   node --import tsx bench/claim.ts [--fsync true|false] [--samples 60] [--only pool10,pool200,pool2000,c5,c20]
+ *
+ * Configurations: pool 10 / 200 / 2 000 at concurrency 1, and concurrency 5 and 20 at pool 200. Claims run in rounds
+ * (at most half the pool, and 5 at concurrency 1, so every configuration sees the same background load); after each
+ * round the claims are deleted and the pool is left to refill to fully Ready, so the pool size is the only variable.
+ * Reported per configuration: p50/p95/p99 latency, warm-hit ratio, apiserver requests per claim (from the
+ * apiserver's `apiserver_request_total`, everything the control plane served during the rounds: client, operator,
+ * GC, scheduler, kwok) and the operator's own requests per claim (`rest_client_requests_total`).
+ */
+import { randomInt } from 'node:crypto';
+import { parseArgs } from 'node:util';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { readClusterEnvironment, startCluster } from '../src/cluster/index.js';
+import { KubeClient, SandboxClaims, SandboxWarmPools } from '../src/kube/index.js';
+import type { ClaimObj, PoolObj } from '../src/operator/extensions/support.js';
+import { installCrds } from '../test/support/crds.js';
+import { claim, OperatorProcess, percentile, ReadyWaiter, setupPool, watchAll } from './claim-driver.js';
+
+interface Config {
+  id: string;
+  pool: number;
+  concurrency: number;
+}
+
+const CONFIGS: Config[] = [
+  { id: 'pool10', pool: 10, concurrency: 1 },
+  { id: 'pool200', pool: 200, concurrency: 1 },
+  { id: 'c5', pool: 200, concurrency: 5 },
+  { id: 'c20', pool: 200, concurrency: 20 },
+  { id: 'pool2000', pool: 2000, concurrency: 1 },
+];
+
+function sumMetric(text: string, name: string, filter?: (labels: string) => boolean): number {
+  let total = 0;
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
+    const i = line.lastIndexOf(' ');
+    const labels = line.slice(name.length, i);
+    if (filter && !filter(labels)) continue;
+    total += Number(line.slice(i + 1));
+  }
+  return total;
+}
+
+async function waitPoolFull(c: KubeClient, ns: string, n: number, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const p = await c.get<PoolObj>(SandboxWarmPools, ns, 'pool');
+    if ((p.status?.readyReplicas ?? 0) === n && (p.status?.replicas ?? 0) === n) return;
+    if (Date.now() > deadline) throw new Error(`pool in ${ns}: ${p.status?.readyReplicas}/${n} ready after ${timeoutMs} ms`);
+    await sleep(200);
+  }
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: { fsync: { type: 'string', default: 'true' }, samples: { type: 'string', default: '60' }, only: { type: 'string' } },
+  });
+  const fsync = values.fsync !== 'false';
+  const samples = Number(values.samples);
+  const only = values.only ? new Set(values.only.split(',')) : undefined;
+  const log = (l: string) => process.stderr.write(`${l}\n`);
+  const env = readClusterEnvironment();
+  const cluster = await startCluster({ cacheDir: env.cacheDir, binDir: env.binDir, simulatedNodes: 2, etcdFsync: fsync, progress: log });
+  const metricsPort = 20000 + randomInt(20000);
+  const op = new OperatorProcess(cluster.kubeconfigPath, '', [`--metrics-bind-address=127.0.0.1:${metricsPort}`]);
+  const results: Array<Record<string, unknown>> = [];
+  try {
+    await installCrds(cluster.kubectl);
+    const c = await KubeClient.fromKubeconfig(cluster.kubeconfigPath, { qps: -1 });
+    op.start();
+    const opMetrics = async () => {
+      for (let i = 0; i < 50; i++) {
+        try {
+          const res = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
+          return await res.text();
+        } catch {
+          await sleep(200);
+        }
+      }
+      throw new Error('operator metrics unreachable');
+    };
+    for (const cfg of CONFIGS) {
+      if (only && !only.has(cfg.id)) continue;
+      const ns = `bench-${cfg.id}`;
+      await cluster.kubectl(['create', 'namespace', ns]);
+      const t0 = Date.now();
+      await setupPool(c, ns, cfg.pool);
+      await waitPoolFull(c, ns, cfg.pool, 900_000);
+      log(`${cfg.id}: pool of ${cfg.pool} Ready in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+      const waiter = new ReadyWaiter();
+      const stop = new AbortController();
+      const start = await c.list<ClaimObj>(SandboxClaims, ns, { limit: 1 });
+      const watching = watchAll<ClaimObj>(c, SandboxClaims, ns, start.metadata.resourceVersion!, waiter.onEvent, stop.signal);
+      const round = cfg.concurrency === 1 ? 5 : Math.min(100, Math.floor(cfg.pool / 2));
+      const latencies: number[] = [];
+      let warm = 0;
+      let seq = 0;
+      let apiRequests = 0;
+      let opRequests = 0;
+      const runRound = async (n: number, measure: boolean) => {
+        const names: string[] = [];
+        const before = measure ? [await c.raw('GET', '/metrics'), await opMetrics()] : undefined;
+        let next = 0;
+        await Promise.all(
+          Array.from({ length: cfg.concurrency }, async () => {
+            for (;;) {
+              if (next >= n) return;
+              next++;
+              const name = `c-${seq++}`;
+              names.push(name);
+              const t = performance.now();
+              await c.create(SandboxClaims, claim(ns, name, 'pool'));
+              const at = await waiter.wait(name, 60_000);
+              if (at === undefined) throw new Error(`claim ${name} not Ready within 60 s`);
+              if (measure) latencies.push(at - t);
+            }
+          }),
+        );
+        if (before) {
+          const [api, opm] = [await c.raw('GET', '/metrics'), await opMetrics()];
+          apiRequests += sumMetric(api, 'apiserver_request_total') - sumMetric(before[0]!, 'apiserver_request_total');
+          opRequests += sumMetric(opm, 'rest_client_requests_total', (l) => !l.includes('verb="watch"')) - sumMetric(before[1]!, 'rest_client_requests_total', (l) => !l.includes('verb="watch"'));
+          const claims = (await c.list<ClaimObj>(SandboxClaims, ns)).items.filter((x) => names.includes(x.metadata.name!));
+          warm += claims.filter((x) => x.status?.sandbox?.name && x.status.sandbox.name !== x.metadata.name).length;
+        }
+        await Promise.all(names.map((n) => c.delete(SandboxClaims, ns, n).catch(() => {})));
+        await waitPoolFull(c, ns, cfg.pool, 300_000);
+      };
+      await runRound(Math.min(round, 5), false); // warm-up
+      while (latencies.length < samples) await runRound(Math.min(round, samples - latencies.length), true);
+      stop.abort();
+      await watching;
+      const sorted = [...latencies].sort((a, b) => a - b);
+      const r = {
+        config: cfg.id,
+        pool: cfg.pool,
+        concurrency: cfg.concurrency,
+        samples: sorted.length,
+        p50: +percentile(sorted, 50).toFixed(2),
+        p95: +percentile(sorted, 95).toFixed(2),
+        p99: +percentile(sorted, 99).toFixed(2),
+        warmHitRatio: +(warm / sorted.length).toFixed(3),
+        apiserverRequestsPerClaim: +(apiRequests / sorted.length).toFixed(1),
+        operatorRequestsPerClaim: +(opRequests / sorted.length).toFixed(1),
+        etcdFsync: fsync,
+      };
+      log(JSON.stringify(r));
+      results.push(r);
+      await cluster.kubectl(['delete', 'namespace', ns, '--wait=true', '--timeout=300s']).catch((err: unknown) => log(String(err)));
+    }
+    c.close();
+  } finally {
+    await op.kill('SIGTERM');
+    await cluster.stop();
+  }
+  process.stdout.write(`${JSON.stringify({ etcdFsync: fsync, samplesPerConfig: samples, results }, null, 2)}\n`);
+}
+
+await main();
