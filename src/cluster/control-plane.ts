@@ -217,6 +217,8 @@ export async function startCluster(opts: ClusterOptions): Promise<ClusterHandle>
         `--cidr=${SIMULATED_POD_CIDR}`,
         '--node-ip=10.213.255.254',
         '--server-address=127.0.0.1:10247',
+        // Node Leases: without them the node lifecycle controller marks simulated nodes NotReady after ~50 s.
+        '--node-lease-duration-seconds=40',
       ]),
     );
 
