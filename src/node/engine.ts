@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
@@ -90,6 +90,7 @@ const LABEL_NODE = 'sandboxd.node';
 
 export class NodeEngine extends EventEmitter {
   readonly driver: QemuMicrovmDriver;
+  readonly runRoot: string;
   private readonly pools = new Map<string, Pool>();
   private readonly claims = new Map<string, SandboxRecord>();
   private readonly byClaimRef = new Map<string, string>();
@@ -116,7 +117,8 @@ export class NodeEngine extends EventEmitter {
     };
     this.log = opts.logger ?? silentLogger;
     mkdirSync(this.opts.dataDir, { recursive: true });
-    this.driver = opts.driver ?? new QemuMicrovmDriver({ runRoot: opts.runRoot ?? defaultRunRoot(this.opts.dataDir), logger: this.log });
+    this.runRoot = opts.runRoot ?? defaultRunRoot(this.opts.dataDir);
+    this.driver = opts.driver ?? new QemuMicrovmDriver({ runRoot: this.runRoot, logger: this.log });
   }
 
   get nodeName(): string {
@@ -184,6 +186,8 @@ export class NodeEngine extends EventEmitter {
       this.claims.clear();
       for (const p of this.pools.values()) p.warm = [];
       this.flushPersist();
+      // Only this engine's VMs live here, and all are gone now.
+      rmSync(this.runRoot, { recursive: true, force: true });
     }
   }
 
