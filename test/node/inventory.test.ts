@@ -44,6 +44,8 @@ describe('NodeInventory publisher (server-side apply, field manager sandboxd)', 
     engine.setTargets([{ key: { template: 'sandbox/minimal', net: 'none', size: 'small' }, warm: 1 }]);
     await eventually(() => engine.warmCount({ template: 'sandbox/minimal', net: 'none', size: 'small' }), { timeoutMs: 120_000, until: (n) => n === 1 });
     const rec = await engine.claim({ key: { template: 'sandbox/minimal', net: 'none', size: 'small' }, claimRef: 'team-a/agent-1', ttlSeconds: 120 });
+    // Let the pool refill first, so the state is stable between the publishes below.
+    await eventually(() => engine.poolStatus()[0], { timeoutMs: 120_000, until: (p) => p?.warm === 1 && p.refilling === 0 });
 
     assert.equal(await publisher.publishOnce(), true);
     const inv = JSON.parse(await cluster.kubectl(['get', 'nodeinventory', node, '-o', 'json', '--show-managed-fields'])) as Inventory;
