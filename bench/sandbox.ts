@@ -21,7 +21,6 @@ import { readClusterEnvironment, startCluster } from '../src/cluster/index.js';
 import { KubeClient, Namespaces, Sandboxes, type KubeObject } from '../src/kube/index.js';
 import type { SandboxObject } from '../src/operator/sandbox/index.js';
 import { installCrds } from '../test/support/crds.js';
-import { keepNodeLeasesFresh } from '../test/operator/sandbox-fixtures.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -143,8 +142,6 @@ async function main(): Promise<void> {
     });
   try {
     await installCrds(cluster.kubectl);
-    const leaseKeeper = new AbortController();
-    await keepNodeLeasesFresh(client, cluster.simulatedNodes, leaseKeeper.signal);
     await client.create<KubeObject>(Namespaces, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } });
     const metricsPort = await freePort();
     child = spawn(

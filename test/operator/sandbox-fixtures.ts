@@ -3,7 +3,7 @@
  * status readers. (Not a test file: test/run.ts only collects *.test.ts.)
  */
 import type { Condition, Sandbox } from '../../src/api/index.js';
-import { KubeClient, Leases, Pods, Sandboxes, Services, isNotFound, type KubeObject, type ResourceType } from '../../src/kube/index.js';
+import { KubeClient, Pods, Sandboxes, Services, isNotFound, type KubeObject, type ResourceType } from '../../src/kube/index.js';
 import type { Pod, SandboxObject, Service } from '../../src/operator/sandbox/index.js';
 import type { OperatorConfig } from '../../src/operator/options.js';
 import { createTestNamespace, getTestCluster } from '../support/cluster.js';
@@ -15,7 +15,6 @@ let client: Promise<KubeClient> | undefined;
 export function testClient(): Promise<KubeClient> {
   client ??= getTestCluster().then(async (c) => {
     const kube = await KubeClient.fromKubeconfig(c.kubeconfigPath, { qps: -1 });
-    await keepNodeLeasesFresh(kube, c.simulatedNodes);
     return kube;
   });
   return client;
@@ -128,28 +127,3 @@ export function sumSamples(text: string, metric: string, match: Record<string, s
   return total;
 }
 
-/**
- * Workaround (until src/cluster starts kwok with --node-lease-duration-seconds): kwok does not maintain the
- * simulated nodes' Leases, so ~50 s after start the node lifecycle controller marks them NotReady and sets every
- * pod on them Ready=False, which kwok never reverts. Renewing the Leases keeps the simulation honest.
- */
-export async function keepNodeLeasesFresh(client: KubeClient, nodes: readonly string[], signal?: AbortSignal): Promise<void> {
-  const renew = async () => {
-    const now = new Date().toISOString().replace('Z', '000Z');
-    for (const node of nodes) {
-      const lease = {
-        apiVersion: 'coordination.k8s.io/v1',
-        kind: 'Lease',
-        metadata: { name: node, namespace: 'kube-node-lease' },
-        spec: { holderIdentity: node, leaseDurationSeconds: 40, renewTime: now },
-      };
-      await client
-        .patch(Leases, 'kube-node-lease', node, lease, 'apply', { fieldManager: 'sim-node-lease-keeper', force: true })
-        .catch(() => {});
-    }
-  };
-  await renew();
-  const timer = setInterval(() => void renew(), 10_000);
-  timer.unref();
-  signal?.addEventListener('abort', () => clearInterval(timer), { once: true });
-}
