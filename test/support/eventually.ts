@@ -14,7 +14,9 @@ export async function eventually<T>(
     try {
       const v = await fn();
       if (!opts.until || opts.until(v)) return v;
-      last = new Error(`condition not met; last value: ${JSON.stringify(v)?.slice(0, 500)}`);
+      // Kubernetes objects: the status says why; metadata (managedFields) would fill the message.
+      const shown = v && typeof v === 'object' && 'status' in v ? { status: (v as { status: unknown }).status } : v;
+      last = new Error(`condition not met; last value: ${JSON.stringify(shown)?.slice(0, 1500)}`);
     } catch (err) {
       last = err;
     }
