@@ -9,13 +9,14 @@
  * round the claims are deleted and the pool is left to refill to fully Ready, so the pool size is the only variable.
  * Reported per configuration: p50/p95/p99 latency, warm-hit ratio, apiserver requests per claim (from the
  * apiserver's `apiserver_request_total`, everything the control plane served during the rounds: client, operator,
- * GC, scheduler, kwok) and the operator's own requests per claim (`rest_client_requests_total`).
+ * GC, scheduler, kwok) and the operator's own requests per claim (`rest_client_requests_total`); and, measured in the
+ * same cluster just before, the p50 of one write observed through a watch (the machine's floor).
  */
 import { randomInt } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { readClusterEnvironment, startCluster } from '../src/cluster/index.js';
-import { KubeClient, SandboxClaims, SandboxWarmPools } from '../src/kube/index.js';
+import { ConfigMaps, KubeClient, SandboxClaims, SandboxWarmPools, type KubeObject } from '../src/kube/index.js';
 import type { ClaimObj, PoolObj } from '../src/operator/extensions/support.js';
 import { installCrds } from '../test/support/crds.js';
 import { claim, OperatorProcess, percentile, ReadyWaiter, setupPool, watchAll } from './claim-driver.js';
@@ -56,6 +57,28 @@ async function waitPoolFull(c: KubeClient, ns: string, n: number, timeoutMs: num
   }
 }
 
+/**
+ * The floor on this machine at this moment: one write (ConfigMap create) observed through a watch, serial. A warm
+ * claim is three writes and two watch deliveries, so this puts its latency in context.
+ */
+async function writeFloor(c: KubeClient, ns: string, n = 30): Promise<number> {
+  const seen = new Map<string, (t: number) => void>();
+  const stop = new AbortController();
+  const start = await c.list(ConfigMaps, ns, { limit: 1 });
+  const watching = watchAll<KubeObject>(c, ConfigMaps, ns, start.metadata.resourceVersion!, (_t, o) => seen.get(o.metadata.name!)?.(performance.now()), stop.signal);
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const name = `floor-${i}`;
+    const got = new Promise<number>((r) => seen.set(name, r));
+    const t = performance.now();
+    await c.create(ConfigMaps, { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace: ns } });
+    out.push((await got) - t);
+  }
+  stop.abort();
+  await watching;
+  return percentile(out.sort((a, b) => a - b), 50);
+}
+
 async function main(): Promise<void> {
   const { values } = parseArgs({
     options: { fsync: { type: 'string', default: 'true' }, samples: { type: 'string', default: '60' }, only: { type: 'string' } },
@@ -69,6 +92,10 @@ async function main(): Promise<void> {
   const metricsPort = 20000 + randomInt(20000);
   const op = new OperatorProcess(cluster.kubeconfigPath, '', [`--metrics-bind-address=127.0.0.1:${metricsPort}`]);
   const results: Array<Record<string, unknown>> = [];
+  const interrupted = new Promise<never>((_, reject) => {
+    for (const sig of ['SIGINT', 'SIGTERM'] as const) process.once(sig, () => reject(new Error(`interrupted by ${sig}`)));
+  });
+  interrupted.catch(() => {});
   try {
     await installCrds(cluster.kubectl);
     const c = await KubeClient.fromKubeconfig(cluster.kubeconfigPath, { qps: -1 });
@@ -90,8 +117,9 @@ async function main(): Promise<void> {
       await cluster.kubectl(['create', 'namespace', ns]);
       const t0 = Date.now();
       await setupPool(c, ns, cfg.pool);
-      await waitPoolFull(c, ns, cfg.pool, 900_000);
+      await Promise.race([waitPoolFull(c, ns, cfg.pool, 900_000), interrupted]);
       log(`${cfg.id}: pool of ${cfg.pool} Ready in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+      const floor = await writeFloor(c, ns);
       const waiter = new ReadyWaiter();
       const stop = new AbortController();
       const start = await c.list<ClaimObj>(SandboxClaims, ns, { limit: 1 });
@@ -132,7 +160,7 @@ async function main(): Promise<void> {
         await waitPoolFull(c, ns, cfg.pool, 300_000);
       };
       await runRound(Math.min(round, 5), false); // warm-up
-      while (latencies.length < samples) await runRound(Math.min(round, samples - latencies.length), true);
+      while (latencies.length < samples) await Promise.race([runRound(Math.min(round, samples - latencies.length), true), interrupted]);
       stop.abort();
       await watching;
       const sorted = [...latencies].sort((a, b) => a - b);
@@ -147,6 +175,8 @@ async function main(): Promise<void> {
         warmHitRatio: +(warm / sorted.length).toFixed(3),
         apiserverRequestsPerClaim: +(apiRequests / sorted.length).toFixed(1),
         operatorRequestsPerClaim: +(opRequests / sorted.length).toFixed(1),
+        writeWatchFloorP50: +floor.toFixed(2),
+        loadAverage1m: +(await import('node:os')).loadavg()[0]!.toFixed(1),
         etcdFsync: fsync,
       };
       log(JSON.stringify(r));

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { AnnotationKeys } from '../../src/api/index.js';
 import { controllerOf, Pods, SandboxClaims, Sandboxes, type KubeObject } from '../../src/kube/index.js';
-import type { SandboxObj } from '../../src/operator/extensions/support.js';
+import type { ClaimObj, SandboxObj } from '../../src/operator/extensions/support.js';
 import { eventually } from '../support/eventually.js';
 import { claimManifest, cond, createAll, getClaim, poolManifest, setupEnv, templateManifest, waitClaim, waitPoolReady, type Env } from './claim-support.js';
 
@@ -34,10 +34,20 @@ describe('SandboxClaim watchers (§14.2 TestWarmPoolSandboxWatcher, PodNameAnnot
 
     const pod = await env.client.get<KubeObject>(Pods, env.ns, sbName);
     assert.equal(controllerOf(pod)?.kind, 'Sandbox');
+    // Deleting the pod flips the Sandbox and the claim off Ready (the pod is recreated quickly, so watch, not poll).
+    const claimEvents: ClaimObj[] = [];
+    const claimWatch = env.client
+      .watch<ClaimObj>(SandboxClaims, env.ns, { resourceVersion: annotated!.metadata.resourceVersion }, (ev) => void (ev.type !== 'BOOKMARK' && claimEvents.push(ev.object)), stop.signal)
+      .catch(() => {});
+    const sbEventsBefore = events.length;
     await env.client.delete(Pods, env.ns, sbName, { gracePeriodSeconds: 0 });
-    await eventually(() => getClaim(env.ns, 'w1'), { until: (c) => cond(c)?.status !== 'True', what: 'claim not Ready after pod deletion' });
+    await eventually(() => claimEvents.filter((c) => c.metadata.name === 'w1' && cond(c)?.status !== 'True').length, {
+      until: (n) => n > 0,
+      what: 'a claim event with Ready not True after the pod deletion',
+    });
+    assert.ok(events.slice(sbEventsBefore).some((s) => s.metadata.name === sbName && cond(s)?.status !== 'True'), 'Sandbox observed not Ready');
     stop.abort();
-    await watching;
+    await Promise.all([watching, claimWatch]);
     const claimOwnedReady = events.filter((s) => controllerOf(s)?.kind === 'SandboxClaim' && cond(s)?.status === 'True');
     assert.ok(claimOwnedReady.length > 0);
     for (const s of claimOwnedReady) assert.ok(s.metadata.annotations?.[AnnotationKeys.podName], `event rv ${s.metadata.resourceVersion} lacks pod-name`);

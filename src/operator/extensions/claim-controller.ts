@@ -23,6 +23,7 @@ import {
   fnv1a32,
   HUB_VERSION,
   LabelKeys,
+  claimV1alpha1Intent,
   resolveShadowPoolTemplate,
   type PodMetadata,
   type Sandbox,
@@ -385,7 +386,8 @@ export class ClaimReconciler {
     if (!pool && templateName === undefined)
       throw new Outcome(ClaimReasons.warmPoolNotFound, `SandboxWarmPool "${poolName}" not found`, NOT_FOUND_REQUEUE_MS, true);
 
-    const cold = !!claim.spec.env?.length || !!claim.spec.volumeClaimTemplates?.length;
+    // A v1alpha1 client that asked for `warmpool: none` gets a cold start even from an existing shadow pool (docs/api.md).
+    const cold = !!claim.spec.env?.length || !!claim.spec.volumeClaimTemplates?.length || claimV1alpha1Intent(claim)?.warmpool === 'none';
     if (pool && !cold) {
       const adopted = await this.adopt(claim, pool, template);
       if (adopted) {

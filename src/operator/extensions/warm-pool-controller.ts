@@ -39,11 +39,13 @@ import { EventRecorder, isSandboxReady, newest, type PoolObj, type SandboxObj, t
 export const POOL_BY_TEMPLATE_INDEX = 'ext:pool-by-template';
 const ORPHAN_INDEX = 'ext:warm-orphans';
 /**
- * A refill (members left, e.g. adopted by claims) waits this long before creating, so the refill's writes do not
- * compete with the claim's own writes, and adoptions arriving together are refilled in one batch. The initial fill
- * and scale-ups are not delayed.
+ * Refills (members left, e.g. adopted by claims) are debounced: each departure pushes the refill REFILL_COALESCE_MS
+ * out, up to REFILL_MAX_DELAY_MS after the first, so a burst of claims is refilled in one batch after it instead of
+ * the refill's writes competing with the claims' own. Below half the desired size the pool refills at once. The
+ * initial fill and scale-ups are not delayed.
  */
 export const REFILL_COALESCE_MS = 100;
+export const REFILL_MAX_DELAY_MS = 1_000;
 /** Re-check while expectations are pending, in case a watch event is lost. */
 const EXPECTATIONS_RECHECK_MS = 30_000;
 
@@ -131,8 +133,8 @@ export class WarmPoolReconciler {
   private readonly pacers = new Map<string, RefillPacer>();
   private readonly lastStatus = new Map<string, PoolObj>();
   private readonly holding = new Map<string, boolean>();
-  /** Pool UID -> when a pending refill may start; absent while the pool is full. */
-  private readonly refillAt = new Map<string, number>();
+  /** Pool UID -> the pending refill (debounce state); absent while the pool is full. */
+  private readonly refillAt = new Map<string, { first: number; at: number; last: number }>();
   /** Pool UIDs that have been full at least once (their shortfalls are refills). */
   private readonly filled = new Set<string>();
   private readonly hashCache = new WeakMap<TemplateObj, string>();
@@ -178,6 +180,7 @@ export class WarmPoolReconciler {
     let requeueMs: number | undefined;
     const requeue = (ms: number) => (requeueMs = requeueMs === undefined ? ms : Math.min(requeueMs, ms));
     const removed = new Set<string>();
+    let refillPending = false;
 
     if (!config.warmPoolDisableCrManagement) {
       const tplName = pool.spec.sandboxTemplateRef.name;
@@ -236,9 +239,12 @@ export class WarmPoolReconciler {
         this.filled.add(uid);
         this.refillAt.delete(uid);
       }
-      const refillWait = current < desired && this.filled.has(uid) ? this.refillDelay(uid) : 0;
+      const refillWait = current < desired && this.filled.has(uid) ? this.refillDelay(uid, current, desired) : 0;
       if (!this.membership.satisfied(uid)) requeue(EXPECTATIONS_RECHECK_MS);
-      else if (refillWait > 0) requeue(refillWait);
+      else if (refillWait > 0) {
+        refillPending = true;
+        requeue(refillWait);
+      }
       else if (current < desired && template && bpHash) {
         let pacer = this.pacers.get(uid);
         if (!pacer) this.pacers.set(uid, (pacer = new RefillPacer(config.warmPoolMaxRefillRate)));
@@ -262,6 +268,8 @@ export class WarmPoolReconciler {
       }
     }
 
+    // While a refill waits, its pass will write the status: no pool write lands in the adopting claim's window.
+    if (refillPending) return { requeueAfterMs: requeueMs ?? REFILL_COALESCE_MS };
     await this.writeStatus(pool, {
       replicas: config.warmPoolDisableCrManagement ? this.countAll(pool) : stats.members.size,
       readyReplicas: stats.ready.size,
@@ -271,11 +279,16 @@ export class WarmPoolReconciler {
     return requeueMs === undefined ? undefined : { requeueAfterMs: requeueMs };
   }
 
-  private refillDelay(uid: string): number {
+  private refillDelay(uid: string, current: number, desired: number): number {
     const now = Date.now();
-    let at = this.refillAt.get(uid);
-    if (at === undefined) this.refillAt.set(uid, (at = now + REFILL_COALESCE_MS));
-    return Math.max(0, at - now);
+    let st = this.refillAt.get(uid);
+    if (!st) this.refillAt.set(uid, (st = { first: now, at: now + REFILL_COALESCE_MS, last: current }));
+    else if (current < st.last) st.at = Math.min(now + REFILL_COALESCE_MS, st.first + REFILL_MAX_DELAY_MS);
+    st.last = current;
+    if (current * 2 < desired) return 0;
+    const wait = Math.max(0, st.at - now);
+    if (wait === 0) this.refillAt.set(uid, { first: now, at: now, last: current }); // this pass refills; the next burst debounces anew
+    return wait;
   }
 
   /** Status-only mode counts every labelled member, owned or not (spec §8). */
