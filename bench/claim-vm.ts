@@ -20,7 +20,9 @@ import type { ClaimObj, TemplateObj } from '../src/operator/extensions/support.j
 import { installCrds } from '../test/support/crds.js';
 import { claim, percentile, pool, ReadyWaiter, waitPool, watchAll } from './claim-driver.js';
 
-const { values } = parseArgs({ options: { samples: { type: 'string', default: '30' }, pool: { type: 'string', default: '10' } } });
+const { values } = parseArgs({
+  options: { samples: { type: 'string', default: '30' }, pool: { type: 'string', default: '10' } },
+});
 const SAMPLES = Number(values.samples);
 const POOL = Number(values.pool);
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -34,7 +36,11 @@ function templateFor(ns: string, runtime: 'standard' | 'vk-cocoon'): TemplateObj
       networkPolicyManagement: 'Unmanaged',
       podTemplate: {
         metadata: { annotations: { 'sandbox.cocoonstack.io/runtime': runtime } },
-        spec: { containers: [{ name: 'main', image: runtime === 'standard' ? 'registry.k8s.io/pause:3.10' : 'sandbox/minimal' }] },
+        spec: {
+          containers: [
+            { name: 'main', image: runtime === 'standard' ? 'registry.k8s.io/pause:3.10' : 'sandbox/minimal' },
+          ],
+        },
       },
     },
   } as TemplateObj;
@@ -51,7 +57,12 @@ function child(args: string[], name: string): ChildProcess {
 
 async function main() {
   const env = readClusterEnvironment();
-  const cluster = await startCluster({ cacheDir: env.cacheDir, binDir: env.binDir, simulatedNodes: 2, progress: (l) => process.stderr.write(`${l}\n`) });
+  const cluster = await startCluster({
+    cacheDir: env.cacheDir,
+    binDir: env.binDir,
+    simulatedNodes: 2,
+    progress: (l) => process.stderr.write(`${l}\n`),
+  });
   const dir = await mkdtemp(join(tmpdir(), 'bench-claim-vm-'));
   const procs: ChildProcess[] = [];
   const stop = new AbortController();
@@ -60,20 +71,48 @@ async function main() {
     const c = await KubeClient.fromKubeconfig(cluster.kubeconfigPath, { qps: -1 });
     const tokenFile = join(dir, 'token');
     await writeFile(tokenFile, randomBytes(16).toString('hex'));
-    const kubelet = await issueCert(dir, cluster.pki.ca, { name: 'kubelet', commonName: 'system:node:benchvm', ips: [cluster.hostAddress], usage: 'server' });
+    const kubelet = await issueCert(dir, cluster.pki.ca, {
+      name: 'kubelet',
+      commonName: 'system:node:benchvm',
+      ips: [cluster.hostAddress],
+      usage: 'server',
+    });
     procs.push(
       child(
-        [join(ROOT, 'bin/sandboxd.mjs'), '--node-name=benchvm', `--listen=${cluster.hostAddress}:17790`, `--data-dir=${join(dir, 'node')}`, `--token-file=${tokenFile}`,
-          `--kubeconfig=${cluster.kubeconfigPath}`, '--vk-nodes=vk-cocoon', `--kubelet-address=${cluster.hostAddress}`, '--kubelet-port=10290',
-          `--kubelet-tls-cert=${kubelet.cert}`, `--kubelet-tls-key=${kubelet.key}`, `--kubelet-client-ca=${cluster.pki.ca.cert}`,
-          `--pools=sandbox/minimal=${POOL + 2}`, '--max-claims=500', '--destroy-on-exit', '--log-level=warn'],
+        [
+          join(ROOT, 'bin/sandboxd.mjs'),
+          '--node-name=benchvm',
+          `--listen=${cluster.hostAddress}:17790`,
+          `--data-dir=${join(dir, 'node')}`,
+          `--token-file=${tokenFile}`,
+          `--kubeconfig=${cluster.kubeconfigPath}`,
+          '--vk-nodes=vk-cocoon',
+          `--kubelet-address=${cluster.hostAddress}`,
+          '--kubelet-port=10290',
+          `--kubelet-tls-cert=${kubelet.cert}`,
+          `--kubelet-tls-key=${kubelet.key}`,
+          `--kubelet-client-ca=${cluster.pki.ca.cert}`,
+          `--pools=sandbox/minimal=${POOL + 2}`,
+          '--max-claims=500',
+          '--destroy-on-exit',
+          '--log-level=warn',
+        ],
         'sandboxd',
       ),
     );
     procs.push(
       child(
-        [join(ROOT, 'bin/sandbox-operator.mjs'), `--kubeconfig=${cluster.kubeconfigPath}`, '--leader-elect=false', '--metrics-bind-address=0',
-          '--health-probe-bind-address=0', '--enable-webhook=false', '--manage-webhook-certs=false', '--kube-api-qps=-1', '--zap-log-level=error'],
+        [
+          join(ROOT, 'bin/sandbox-operator.mjs'),
+          `--kubeconfig=${cluster.kubeconfigPath}`,
+          '--leader-elect=false',
+          '--metrics-bind-address=0',
+          '--health-probe-bind-address=0',
+          '--enable-webhook=false',
+          '--manage-webhook-certs=false',
+          '--kube-api-qps=-1',
+          '--zap-log-level=error',
+        ],
         'operator',
       ),
     );
@@ -86,10 +125,18 @@ async function main() {
       await c.create(SandboxTemplates, templateFor(l.ns, l.runtime));
       await c.create(SandboxWarmPools, pool(l.ns, 'pool', 'tpl', POOL));
       const list = await c.list<ClaimObj>(SandboxClaims, l.ns);
-      void watchAll<ClaimObj>(c, SandboxClaims, l.ns, list.metadata.resourceVersion ?? '0', l.waiter.onEvent, stop.signal);
+      void watchAll<ClaimObj>(
+        c,
+        SandboxClaims,
+        l.ns,
+        list.metadata.resourceVersion ?? '0',
+        l.waiter.onEvent,
+        stop.signal,
+      );
     }
     const fill = async () => {
-      for (const l of lanes) await waitPool(c, l.ns, 'pool', POOL, 600_000, (s) => process.stderr.write(`[${l.ns}] ${s}\n`));
+      for (const l of lanes)
+        await waitPool(c, l.ns, 'pool', POOL, 600_000, (s) => process.stderr.write(`[${l.ns}] ${s}\n`));
     };
     await fill();
     let n = 0;
@@ -118,9 +165,15 @@ async function main() {
     const sim = fmt(lanes[0]!.lat);
     const vm = fmt(lanes[1]!.lat);
     console.log(`etcd fsync: on; pool ${POOL} per lane; ${SAMPLES} serial claims per lane, interleaved`);
-    console.log(`standard (kwok-simulated nodes): p50 ${sim.p50.toFixed(1)} ms  p95 ${sim.p95.toFixed(1)} ms  p99 ${sim.p99.toFixed(1)} ms`);
-    console.log(`vk-cocoon (real QEMU microVMs):   p50 ${vm.p50.toFixed(1)} ms  p95 ${vm.p95.toFixed(1)} ms  p99 ${vm.p99.toFixed(1)} ms`);
-    console.log(`ratio vk-cocoon / simulated: p50 ${(vm.p50 / sim.p50).toFixed(2)}x  p95 ${(vm.p95 / sim.p95).toFixed(2)}x`);
+    console.log(
+      `standard (kwok-simulated nodes): p50 ${sim.p50.toFixed(1)} ms  p95 ${sim.p95.toFixed(1)} ms  p99 ${sim.p99.toFixed(1)} ms`,
+    );
+    console.log(
+      `vk-cocoon (real QEMU microVMs):   p50 ${vm.p50.toFixed(1)} ms  p95 ${vm.p95.toFixed(1)} ms  p99 ${vm.p99.toFixed(1)} ms`,
+    );
+    console.log(
+      `ratio vk-cocoon / simulated: p50 ${(vm.p50 / sim.p50).toFixed(2)}x  p95 ${(vm.p95 / sim.p95).toFixed(2)}x`,
+    );
     c.close();
   } finally {
     stop.abort();

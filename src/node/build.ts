@@ -24,6 +24,7 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
     advertiseAddr: config.advertiseAddr,
     maxClaims: config.maxClaims,
     refillConcurrency: config.refillConcurrency,
+    refillDelayMs: config.refillDelayMs,
     defaultTtlSeconds: config.defaultTtlSeconds,
     logger: log.child({ component: 'engine' }),
   });

@@ -17,6 +17,7 @@ export interface SandboxdConfig {
   readonly allowAnonymous: boolean;
   readonly maxClaims: number;
   readonly refillConcurrency: number;
+  readonly refillDelayMs: number;
   readonly defaultTtlSeconds: number;
   readonly peers: readonly string[];
   readonly pools: ReadonlyArray<{ key: PoolKey; warm: number }>;
@@ -50,6 +51,7 @@ export function sandboxdCommand(): Command {
     )
     .option('--max-claims <n>', 'claimed sandboxes at most (then 429)', Number, 200)
     .option('--refill-concurrency <n>', 'clones made in parallel while refilling', Number, 2)
+    .option('--refill-delay <ms>', 'wait after a claim before refilling the pool', Number, 25)
     .option('--default-ttl-seconds <n>', 'lease of a claim that asks for none', Number, 300)
     .option('--peers <list>', 'comma-separated peer sandboxd addresses (redirect hints)', '')
     .option('--pools <list>', 'initial warm targets: template[:net[:size]]=N, comma separated', '')
@@ -134,6 +136,7 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
     allowAnonymous: Boolean(o.allowAnonymous),
     maxClaims: Number(o.maxClaims),
     refillConcurrency: Number(o.refillConcurrency),
+    refillDelayMs: Number(o.refillDelay),
     defaultTtlSeconds: Number(o.defaultTtlSeconds),
     peers: String(o.peers)
       .split(',')
