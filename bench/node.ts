@@ -102,7 +102,26 @@ async function claims(port: number, n: number, concurrency: number): Promise<{ l
   return { lat, ids };
 }
 
+/** The floor: the same keep-alive POST against a Node server that only answers `ok` (client in this process). */
+async function httpFloor(): Promise<number> {
+  const srv = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => res.writeHead(200, { 'content-length': 2 }).end('ok'));
+  });
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
+  const port = (srv.address() as { port: number }).port;
+  const lat: number[] = [];
+  for (let i = 0; i < 2000; i++) {
+    const t0 = performance.now();
+    await call(port, 'POST', '/v1/claim', { template: 'sandbox/minimal' });
+    lat.push(performance.now() - t0);
+  }
+  await new Promise((r) => srv.close(r));
+  return pct(lat.sort((a, b) => a - b), 50);
+}
+
 async function main() {
+  console.log(`floor: keep-alive POST to a Node server answering "ok", p50 ${(await httpFloor()).toFixed(3)} ms (n=2000)`);
   const dir = await mkdtemp(join(tmpdir(), 'bench-node-'));
   await chmod(dir, 0o755);
   await writeFile(join(dir, 'token'), TOKEN);
