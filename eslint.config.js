@@ -8,7 +8,12 @@ const boundary = (from, forbidden) => ({
   rules: {
     'no-restricted-imports': [
       'error',
-      { patterns: forbidden.map((f) => ({ group: [`**/${f}/**`, `../${f}/*`], message: `src/${from} must not import src/${f}` })) },
+      {
+        patterns: forbidden.map((f) => ({
+          group: [`**/${f}/**`, `../${f}/*`],
+          message: `src/${from} must not import src/${f}`,
+        })),
+      },
     ],
   },
 });

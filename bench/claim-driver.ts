@@ -5,24 +5,43 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { controllerOf, SandboxClaims, Sandboxes, SandboxTemplates, SandboxWarmPools, type KubeClient, type ResourceType } from '../src/kube/index.js';
+import {
+  controllerOf,
+  SandboxClaims,
+  Sandboxes,
+  SandboxTemplates,
+  SandboxWarmPools,
+  type KubeClient,
+  type ResourceType,
+} from '../src/kube/index.js';
 import type { ClaimObj, PoolObj, SandboxObj, TemplateObj } from '../src/operator/extensions/support.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
-export const isClaimReady = (c: ClaimObj | undefined) => c?.status?.conditions?.some((x) => x.type === 'Ready' && x.status === 'True') ?? false;
+export const isClaimReady = (c: ClaimObj | undefined) =>
+  c?.status?.conditions?.some((x) => x.type === 'Ready' && x.status === 'True') ?? false;
 
 export function template(ns: string, name: string): TemplateObj {
   return {
     apiVersion: 'extensions.agents.x-k8s.io/v1beta1',
     kind: 'SandboxTemplate',
     metadata: { name, namespace: ns },
-    spec: { podTemplate: { metadata: { labels: { app: 'bench' } }, spec: { containers: [{ name: 'main', image: 'registry.k8s.io/pause:3.10' }] } } },
+    spec: {
+      podTemplate: {
+        metadata: { labels: { app: 'bench' } },
+        spec: { containers: [{ name: 'main', image: 'registry.k8s.io/pause:3.10' }] },
+      },
+    },
   };
 }
 
 export function pool(ns: string, name: string, tpl: string, replicas: number): PoolObj {
-  return { apiVersion: 'extensions.agents.x-k8s.io/v1beta1', kind: 'SandboxWarmPool', metadata: { name, namespace: ns }, spec: { replicas, sandboxTemplateRef: { name: tpl } } };
+  return {
+    apiVersion: 'extensions.agents.x-k8s.io/v1beta1',
+    kind: 'SandboxWarmPool',
+    metadata: { name, namespace: ns },
+    spec: { replicas, sandboxTemplateRef: { name: tpl } },
+  };
 }
 
 export function claim(ns: string, name: string, poolName: string): ClaimObj {
@@ -39,7 +58,14 @@ export async function setupPool(c: KubeClient, ns: string, replicas: number, poo
   await c.create(SandboxWarmPools, pool(ns, poolName, 'tpl', replicas));
 }
 
-export async function waitPool(c: KubeClient, ns: string, name: string, ready: number, timeoutMs: number, progress?: (s: string) => void): Promise<void> {
+export async function waitPool(
+  c: KubeClient,
+  ns: string,
+  name: string,
+  ready: number,
+  timeoutMs: number,
+  progress?: (s: string) => void,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let last = -1;
   for (;;) {
@@ -136,13 +162,17 @@ export class InvariantWatcher {
     if (ref?.kind !== 'SandboxClaim') return;
     const uid = sb.metadata.uid!;
     const prev = this.sandboxOwner.get(uid);
-    if (prev && prev !== ref.uid) this.violations.push(`Sandbox ${sb.metadata.name} owned by claim ${prev} and then by ${ref.uid}`);
+    if (prev && prev !== ref.uid)
+      this.violations.push(`Sandbox ${sb.metadata.name} owned by claim ${prev} and then by ${ref.uid}`);
     this.sandboxOwner.set(uid, ref.uid);
     let seen = this.claimSandboxes.get(ref.uid);
     if (!seen) this.claimSandboxes.set(ref.uid, (seen = new Map()));
     if (!seen.has(uid)) {
       seen.set(uid, `${sb.metadata.name}@${new Date().toISOString()}`);
-      if (seen.size > 1) this.violations.push(`claim ${ref.name} (${ref.uid}) controls ${seen.size} Sandboxes: ${[...seen.values()].join(', ')}`);
+      if (seen.size > 1)
+        this.violations.push(
+          `claim ${ref.name} (${ref.uid}) controls ${seen.size} Sandboxes: ${[...seen.values()].join(', ')}`,
+        );
     }
   };
 

@@ -10,7 +10,16 @@
  */
 import { SandboxClaims, Sandboxes, type KubeClient } from '../src/kube/index.js';
 import type { ClaimObj, SandboxObj } from '../src/operator/extensions/support.js';
-import { claim, InvariantWatcher, isClaimReady, OperatorProcess, ReadyWaiter, setupPool, waitPool, watchAll } from './claim-driver.js';
+import {
+  claim,
+  InvariantWatcher,
+  isClaimReady,
+  OperatorProcess,
+  ReadyWaiter,
+  setupPool,
+  waitPool,
+  watchAll,
+} from './claim-driver.js';
 
 export interface FireOptions {
   client: KubeClient;
@@ -55,7 +64,14 @@ export async function runUnderFire(o: FireOptions): Promise<FireReport> {
     const clList = await c.list<ClaimObj>(SandboxClaims, ns, { limit: 1 });
     const watches = [
       watchAll<SandboxObj>(c, Sandboxes, ns, sbList.metadata.resourceVersion!, inv.onSandbox, stop.signal),
-      watchAll<ClaimObj>(c, SandboxClaims, ns, clList.metadata.resourceVersion!, (t, cl) => (inv.onClaim(t, cl), waiter.onEvent(t, cl)), stop.signal),
+      watchAll<ClaimObj>(
+        c,
+        SandboxClaims,
+        ns,
+        clList.metadata.resourceVersion!,
+        (t, cl) => (inv.onClaim(t, cl), waiter.onEvent(t, cl)),
+        stop.signal,
+      ),
     ];
 
     let next = 0;
@@ -92,7 +108,10 @@ export async function runUnderFire(o: FireOptions): Promise<FireReport> {
           op.start();
           log(`operator restarted at ${new Date().toISOString()}`);
         }
-        if (done % 50 === 0) log(`${((performance.now() - t0) / 1000).toFixed(1)}s ${done}/${o.claims} claims done (${readyObserved} Ready, ${timedOut} timed out, ${inv.violations.length} violations)`);
+        if (done % 50 === 0)
+          log(
+            `${((performance.now() - t0) / 1000).toFixed(1)}s ${done}/${o.claims} claims done (${readyObserved} Ready, ${timedOut} timed out, ${inv.violations.length} violations)`,
+          );
       }
     };
     await Promise.all(Array.from({ length: o.clients }, (_, id) => clientLoop(id)));
@@ -108,7 +127,8 @@ export async function runUnderFire(o: FireOptions): Promise<FireReport> {
     const finalPending = remaining
       .filter((x) => !isClaimReady(x))
       .map((x) => ({ name: x.metadata.name!, reason: x.status?.conditions?.find((k) => k.type === 'Ready')?.reason }));
-    for (const p of finalPending) if (!CLEAN_PENDING.has(p.reason)) inv.violations.push(`claim ${p.name} ended with Ready reason ${p.reason}`);
+    for (const p of finalPending)
+      if (!CLEAN_PENDING.has(p.reason)) inv.violations.push(`claim ${p.name} ended with Ready reason ${p.reason}`);
     stop.abort();
     await Promise.allSettled(watches);
     return {
@@ -144,7 +164,13 @@ async function main(): Promise<void> {
   const { KubeClient } = await import('../src/kube/index.js');
   const env = readClusterEnvironment();
   const fsync = values.fsync !== 'false';
-  const cluster = await startCluster({ cacheDir: env.cacheDir, binDir: env.binDir, simulatedNodes: 2, etcdFsync: fsync, progress: (l) => process.stderr.write(`${l}\n`) });
+  const cluster = await startCluster({
+    cacheDir: env.cacheDir,
+    binDir: env.binDir,
+    simulatedNodes: 2,
+    etcdFsync: fsync,
+    progress: (l) => process.stderr.write(`${l}\n`),
+  });
   try {
     await installCrds(cluster.kubectl);
     const ns = 'fire';
@@ -161,7 +187,9 @@ async function main(): Promise<void> {
       progress: (l) => process.stderr.write(`${l}\n`),
     });
     client.close();
-    process.stdout.write(`${JSON.stringify({ etcdFsync: fsync, ...report, finalPending: report.finalPending.slice(0, 20) }, null, 2)}\n`);
+    process.stdout.write(
+      `${JSON.stringify({ etcdFsync: fsync, ...report, finalPending: report.finalPending.slice(0, 20) }, null, 2)}\n`,
+    );
     if (report.violations.length) process.exitCode = 1;
   } finally {
     await cluster.stop();

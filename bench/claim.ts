@@ -52,7 +52,8 @@ async function waitPoolFull(c: KubeClient, ns: string, n: number, timeoutMs: num
   for (;;) {
     const p = await c.get<PoolObj>(SandboxWarmPools, ns, 'pool');
     if ((p.status?.readyReplicas ?? 0) === n && (p.status?.replicas ?? 0) === n) return;
-    if (Date.now() > deadline) throw new Error(`pool in ${ns}: ${p.status?.readyReplicas}/${n} ready after ${timeoutMs} ms`);
+    if (Date.now() > deadline)
+      throw new Error(`pool in ${ns}: ${p.status?.readyReplicas}/${n} ready after ${timeoutMs} ms`);
     await sleep(200);
   }
 }
@@ -65,7 +66,14 @@ async function writeFloor(c: KubeClient, ns: string, n = 30): Promise<number> {
   const seen = new Map<string, (t: number) => void>();
   const stop = new AbortController();
   const start = await c.list(ConfigMaps, ns, { limit: 1 });
-  const watching = watchAll<KubeObject>(c, ConfigMaps, ns, start.metadata.resourceVersion!, (_t, o) => seen.get(o.metadata.name!)?.(performance.now()), stop.signal);
+  const watching = watchAll<KubeObject>(
+    c,
+    ConfigMaps,
+    ns,
+    start.metadata.resourceVersion!,
+    (_t, o) => seen.get(o.metadata.name!)?.(performance.now()),
+    stop.signal,
+  );
   const out: number[] = [];
   for (let i = 0; i < n; i++) {
     const name = `floor-${i}`;
@@ -76,24 +84,38 @@ async function writeFloor(c: KubeClient, ns: string, n = 30): Promise<number> {
   }
   stop.abort();
   await watching;
-  return percentile(out.sort((a, b) => a - b), 50);
+  return percentile(
+    out.sort((a, b) => a - b),
+    50,
+  );
 }
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
-    options: { fsync: { type: 'string', default: 'true' }, samples: { type: 'string', default: '60' }, only: { type: 'string' } },
+    options: {
+      fsync: { type: 'string', default: 'true' },
+      samples: { type: 'string', default: '60' },
+      only: { type: 'string' },
+    },
   });
   const fsync = values.fsync !== 'false';
   const samples = Number(values.samples);
   const only = values.only ? new Set(values.only.split(',')) : undefined;
   const log = (l: string) => process.stderr.write(`${l}\n`);
   const env = readClusterEnvironment();
-  const cluster = await startCluster({ cacheDir: env.cacheDir, binDir: env.binDir, simulatedNodes: 2, etcdFsync: fsync, progress: log });
+  const cluster = await startCluster({
+    cacheDir: env.cacheDir,
+    binDir: env.binDir,
+    simulatedNodes: 2,
+    etcdFsync: fsync,
+    progress: log,
+  });
   const metricsPort = 20000 + randomInt(20000);
   const op = new OperatorProcess(cluster.kubeconfigPath, '', [`--metrics-bind-address=127.0.0.1:${metricsPort}`]);
   const results: Array<Record<string, unknown>> = [];
   const interrupted = new Promise<never>((_, reject) => {
-    for (const sig of ['SIGINT', 'SIGTERM'] as const) process.once(sig, () => reject(new Error(`interrupted by ${sig}`)));
+    for (const sig of ['SIGINT', 'SIGTERM'] as const)
+      process.once(sig, () => reject(new Error(`interrupted by ${sig}`)));
   });
   interrupted.catch(() => {});
   try {
@@ -123,7 +145,14 @@ async function main(): Promise<void> {
       const waiter = new ReadyWaiter();
       const stop = new AbortController();
       const start = await c.list<ClaimObj>(SandboxClaims, ns, { limit: 1 });
-      const watching = watchAll<ClaimObj>(c, SandboxClaims, ns, start.metadata.resourceVersion!, waiter.onEvent, stop.signal);
+      const watching = watchAll<ClaimObj>(
+        c,
+        SandboxClaims,
+        ns,
+        start.metadata.resourceVersion!,
+        waiter.onEvent,
+        stop.signal,
+      );
       const round = cfg.concurrency === 1 ? 5 : Math.min(100, Math.floor(cfg.pool / 2));
       const latencies: number[] = [];
       let warm = 0;
@@ -152,15 +181,20 @@ async function main(): Promise<void> {
         if (before) {
           const [api, opm] = [await c.raw('GET', '/metrics'), await opMetrics()];
           apiRequests += sumMetric(api, 'apiserver_request_total') - sumMetric(before[0]!, 'apiserver_request_total');
-          opRequests += sumMetric(opm, 'rest_client_requests_total', (l) => !l.includes('verb="watch"')) - sumMetric(before[1]!, 'rest_client_requests_total', (l) => !l.includes('verb="watch"'));
-          const claims = (await c.list<ClaimObj>(SandboxClaims, ns)).items.filter((x) => names.includes(x.metadata.name!));
+          opRequests +=
+            sumMetric(opm, 'rest_client_requests_total', (l) => !l.includes('verb="watch"')) -
+            sumMetric(before[1]!, 'rest_client_requests_total', (l) => !l.includes('verb="watch"'));
+          const claims = (await c.list<ClaimObj>(SandboxClaims, ns)).items.filter((x) =>
+            names.includes(x.metadata.name!),
+          );
           warm += claims.filter((x) => x.status?.sandbox?.name && x.status.sandbox.name !== x.metadata.name).length;
         }
         await Promise.all(names.map((n) => c.delete(SandboxClaims, ns, n).catch(() => {})));
         await waitPoolFull(c, ns, cfg.pool, 300_000);
       };
       await runRound(Math.min(round, 5), false); // warm-up
-      while (latencies.length < samples) await Promise.race([runRound(Math.min(round, samples - latencies.length), true), interrupted]);
+      while (latencies.length < samples)
+        await Promise.race([runRound(Math.min(round, samples - latencies.length), true), interrupted]);
       stop.abort();
       await watching;
       const sorted = [...latencies].sort((a, b) => a - b);
@@ -181,7 +215,9 @@ async function main(): Promise<void> {
       };
       log(JSON.stringify(r));
       results.push(r);
-      await cluster.kubectl(['delete', 'namespace', ns, '--wait=true', '--timeout=300s']).catch((err: unknown) => log(String(err)));
+      await cluster
+        .kubectl(['delete', 'namespace', ns, '--wait=true', '--timeout=300s'])
+        .catch((err: unknown) => log(String(err)));
     }
     c.close();
   } finally {

@@ -117,11 +117,16 @@ async function httpFloor(): Promise<number> {
     lat.push(performance.now() - t0);
   }
   await new Promise((r) => srv.close(r));
-  return pct(lat.sort((a, b) => a - b), 50);
+  return pct(
+    lat.sort((a, b) => a - b),
+    50,
+  );
 }
 
 async function main() {
-  console.log(`floor: keep-alive POST to a Node server answering "ok", p50 ${(await httpFloor()).toFixed(3)} ms (n=2000)`);
+  console.log(
+    `floor: keep-alive POST to a Node server answering "ok", p50 ${(await httpFloor()).toFixed(3)} ms (n=2000)`,
+  );
   const dir = await mkdtemp(join(tmpdir(), 'bench-node-'));
   await chmod(dir, 0o755);
   await writeFile(join(dir, 'token'), TOKEN);

@@ -55,7 +55,8 @@ function manifest(name: string): SandboxObject {
   };
 }
 
-const isReady = (sb: SandboxObject) => sb.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+const isReady = (sb: SandboxObject) =>
+  sb.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 
 /** One watch on the namespace's Sandboxes; resolves per-name waiters the moment Ready=True arrives. */
 class ReadyWatch {
@@ -69,16 +70,22 @@ class ReadyWatch {
     const loop = async (rv: string) => {
       while (!this.ctrl.signal.aborted) {
         await this.client
-          .watch<SandboxObject>(Sandboxes, NS, { resourceVersion: rv, allowWatchBookmarks: true, timeoutSeconds: 600 }, (ev) => {
-            if (ev.object.metadata?.resourceVersion) rv = ev.object.metadata.resourceVersion;
-            if (ev.type === 'BOOKMARK' || ev.type === 'ERROR' || ev.type === 'DELETED') return;
-            const name = ev.object.metadata.name ?? '';
-            if (isReady(ev.object) && !this.ready.has(name)) {
-              const t = performance.now();
-              this.ready.set(name, t);
-              this.waiters.get(name)?.(t);
-            }
-          }, this.ctrl.signal)
+          .watch<SandboxObject>(
+            Sandboxes,
+            NS,
+            { resourceVersion: rv, allowWatchBookmarks: true, timeoutSeconds: 600 },
+            (ev) => {
+              if (ev.object.metadata?.resourceVersion) rv = ev.object.metadata.resourceVersion;
+              if (ev.type === 'BOOKMARK' || ev.type === 'ERROR' || ev.type === 'DELETED') return;
+              const name = ev.object.metadata.name ?? '';
+              if (isReady(ev.object) && !this.ready.has(name)) {
+                const t = performance.now();
+                this.ready.set(name, t);
+                this.waiters.get(name)?.(t);
+              }
+            },
+            this.ctrl.signal,
+          )
           .catch(() => {});
       }
     };
@@ -121,7 +128,8 @@ function sum(text: string, metric: string, match: Record<string, string | RegExp
     const m = /^[^{]+\{(.*)\}\s+(\S+)/.exec(line);
     if (!m) continue;
     const labels = Object.fromEntries([...m[1]!.matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((x) => [x[1], x[2]]));
-    if (Object.entries(match).every(([k, v]) => (typeof v === 'string' ? labels[k] === v : v.test(labels[k] ?? '')))) total += Number(m[2]);
+    if (Object.entries(match).every(([k, v]) => (typeof v === 'string' ? labels[k] === v : v.test(labels[k] ?? ''))))
+      total += Number(m[2]);
   }
   return total;
 }
@@ -131,7 +139,13 @@ const WRITES = /^(POST|PUT|PATCH|DELETE|APPLY|CREATE|UPDATE)$/;
 
 async function main(): Promise<void> {
   const env = readClusterEnvironment();
-  const cluster = await startCluster({ cacheDir: env.cacheDir, binDir: env.binDir, simulatedNodes: 2, etcdFsync: args.fsync, progress: log });
+  const cluster = await startCluster({
+    cacheDir: env.cacheDir,
+    binDir: env.binDir,
+    simulatedNodes: 2,
+    etcdFsync: args.fsync,
+    progress: log,
+  });
   let child: ReturnType<typeof spawn> | undefined;
   const client = await KubeClient.fromKubeconfig(cluster.kubeconfigPath, { qps: -1 });
   // Ctrl-C / SIGTERM still tears the private cluster down.
@@ -173,7 +187,8 @@ async function main(): Promise<void> {
       child!.kill('SIGHUP');
       await sleep(1500);
     };
-    const heapMiB = async () => Math.round((Number(/^nodejs_heap_size_used_bytes (\S+)/m.exec(await opMetrics())?.[1]) / 2 ** 20) * 10) / 10;
+    const heapMiB = async () =>
+      Math.round((Number(/^nodejs_heap_size_used_bytes (\S+)/m.exec(await opMetrics())?.[1]) / 2 ** 20) * 10) / 10;
     for (let i = 0; ; i++) {
       try {
         await opMetrics();
@@ -228,7 +243,13 @@ async function main(): Promise<void> {
       }
       let timer: NodeJS.Timeout | undefined;
       const timeout = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`only ${watch.readyCount}/${target} Sandboxes Ready after 5 min (simulated nodes overloaded?)`)), 300_000);
+        timer = setTimeout(
+          () =>
+            reject(
+              new Error(`only ${watch.readyCount}/${target} Sandboxes Ready after 5 min (simulated nodes overloaded?)`),
+            ),
+          300_000,
+        );
       });
       try {
         await Promise.race([Promise.all(names.map((n) => watch.until(n))), timeout]);
@@ -259,7 +280,8 @@ async function main(): Promise<void> {
       out['operator reconciles'] = sum(op, 'controller_runtime_reconcile_total', { controller: 'sandbox' });
       return out;
     };
-    const diff = (a: Record<string, number>, b: Record<string, number>) => Object.fromEntries(Object.keys(a).map((k) => [k, b[k]! - a[k]!]));
+    const diff = (a: Record<string, number>, b: Record<string, number>) =>
+      Object.fromEntries(Object.keys(a).map((k) => [k, b[k]! - a[k]!]));
     const series = async () => {
       const out = new Map<string, number>();
       for (const line of (await client.raw('GET', '/metrics')).split('\n')) {
@@ -273,7 +295,8 @@ async function main(): Promise<void> {
     await sleep(STEADY_S * 1000);
     const s1 = await snap();
     if (before) {
-      for (const [k, v] of await series()) if (v !== (before.get(k) ?? 0)) log(`moved: ${k} +${v - (before.get(k) ?? 0)}`);
+      for (const [k, v] of await series())
+        if (v !== (before.get(k) ?? 0)) log(`moved: ${k} +${v - (before.get(k) ?? 0)}`);
     }
     const steady = diff(s0, s1);
     log(`L0 steady state (${L0_N} Ready, ${STEADY_S} s): ${JSON.stringify(steady)}`);

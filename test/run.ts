@@ -110,7 +110,10 @@ async function main(): Promise<number> {
   // they may belong to other work on this machine.
   const marked = new Set(leftovers.map((p) => p.pid));
   const unmarked = [...(await sbxVms())].filter(([pid]) => !vmsBefore.has(pid) && !marked.has(pid));
-  if (unmarked.length) process.stderr.write(`note: ${unmarked.length} microVM(s) started during the run by other processes (not this run's)\n`);
+  if (unmarked.length)
+    process.stderr.write(
+      `note: ${unmarked.length} microVM(s) started during the run by other processes (not this run's)\n`,
+    );
   const clusterAlive = cluster.pids.filter(isAlive);
   // Only this run's namespace: other work on the machine may create its own meanwhile.
   const netnsLeft = (await listClusterNamespaces()).filter((n) => n === cluster.netns);

@@ -59,14 +59,24 @@ export async function freePort(host = '127.0.0.1'): Promise<number> {
   });
 }
 
-async function waitHttp(url: string, child: ChildProcess, name: string, logPath: string, timeoutMs: number): Promise<void> {
+async function waitHttp(
+  url: string,
+  child: ChildProcess,
+  name: string,
+  logPath: string,
+  timeoutMs: number,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (child.exitCode !== null || child.signalCode !== null) {
       const tail = (await readFile(logPath, 'utf8').catch(() => '')).trimEnd().split('\n').slice(-10).join('\n');
-      throw new SandboxError('platform.component-died', `${name} exited (${child.exitCode ?? child.signalCode}). Last log lines:\n${tail}`, {
-        hint: `see ${logPath}`,
-      });
+      throw new SandboxError(
+        'platform.component-died',
+        `${name} exited (${child.exitCode ?? child.signalCode}). Last log lines:\n${tail}`,
+        {
+          hint: `see ${logPath}`,
+        },
+      );
     }
     const ok = await new Promise<boolean>((resolve) => {
       const req = request(url, { timeout: 1000 }, (res) => {
@@ -100,7 +110,10 @@ export async function startPlatform(opts: PlatformOptions): Promise<Platform> {
     for (const { child } of [...children].reverse()) {
       if (child.exitCode !== null || child.signalCode !== null) continue;
       child.kill('SIGTERM');
-      const exited = await Promise.race([new Promise((r) => child.once('exit', r)).then(() => true), sleep(20_000).then(() => false)]);
+      const exited = await Promise.race([
+        new Promise((r) => child.once('exit', r)).then(() => true),
+        sleep(20_000).then(() => false),
+      ]);
       if (!exited) child.kill('SIGKILL');
     }
     await cluster.stop();
@@ -140,14 +153,23 @@ export async function startPlatform(opts: PlatformOptions): Promise<Platform> {
     const tokenFile = join(opts.dataDir, 'sandboxd.token');
     await writeFile(tokenFile, randomBytes(24).toString('base64url'), { mode: 0o600 });
     const sandboxd: Platform['sandboxd'] = [];
-    const waits: Array<Promise<void>> = [waitHttp(`${operatorHealth}/readyz`, op.child, 'sandbox-operator', op.logPath, 120_000)];
+    const waits: Array<Promise<void>> = [
+      waitHttp(`${operatorHealth}/readyz`, op.child, 'sandbox-operator', op.logPath, 120_000),
+    ];
     for (let i = 0; i < opts.sandboxdNodes; i++) {
       const node = `node-${i}`;
       const dir = join(opts.dataDir, node);
       await mkdir(dir, { recursive: true });
-      const kubelet = await issueCert(dir, cluster.pki.ca, { name: 'kubelet', commonName: `system:node:${node}`, ips: [host], usage: 'server' });
+      const kubelet = await issueCert(dir, cluster.pki.ca, {
+        name: 'kubelet',
+        commonName: `system:node:${node}`,
+        ips: [host],
+        usage: 'server',
+      });
       const port = await freePort(host);
-      opts.progress(`starting sandboxd ${node} (microVM templates are built on first use; the first start takes minutes)`);
+      opts.progress(
+        `starting sandboxd ${node} (microVM templates are built on first use; the first start takes minutes)`,
+      );
       const d = launch(`sandboxd-${node}`, 'sandboxd', [
         `--node-name=${node}`,
         `--listen=${host}:${port}`,

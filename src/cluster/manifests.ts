@@ -8,7 +8,13 @@ export async function applyCrdDir(kubectl: Kubectl, dir: string): Promise<string
   const files = (await readdir(dir).catch(() => [] as string[])).filter((f) => f.endsWith('.yaml')).sort();
   if (!files.length) return [];
   await kubectl(['apply', '--server-side', '--force-conflicts', ...files.flatMap((f) => ['-f', join(dir, f)])]);
-  const names = files.map((f) => f.replace(/\.yaml$/, '').split('_').reverse().join('.'));
+  const names = files.map((f) =>
+    f
+      .replace(/\.yaml$/, '')
+      .split('_')
+      .reverse()
+      .join('.'),
+  );
   await kubectl(['wait', '--for=condition=Established', '--timeout=60s', ...names.map((n) => `crd/${n}`)]);
   return names;
 }

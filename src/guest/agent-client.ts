@@ -9,7 +9,17 @@ import { connect as netConnect, type Socket } from 'node:net';
 import { constants as osConstants } from 'node:os';
 import { Duplex } from 'node:stream';
 import { SandboxError } from '../errors.js';
-import { AGENT_MAGIC, encodeFrame, FrameDecoder, FrameType, HOST_MAGIC, MAX_JSON, MAX_PAYLOAD, PROTOCOL_VERSION, type Frame } from './protocol.js';
+import {
+  AGENT_MAGIC,
+  encodeFrame,
+  FrameDecoder,
+  FrameType,
+  HOST_MAGIC,
+  MAX_JSON,
+  MAX_PAYLOAD,
+  PROTOCOL_VERSION,
+  type Frame,
+} from './protocol.js';
 
 export interface AgentInfo {
   protocol: number;
@@ -97,7 +107,10 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 function signalNumber(sig: string | number): number {
   if (typeof sig === 'number') return sig;
   const n = (osConstants.signals as Record<string, number | undefined>)[sig.startsWith('SIG') ? sig : `SIG${sig}`];
-  if (n === undefined) throw new SandboxError('INVALID_ARGUMENT', `unknown signal ${sig}`, { hint: 'use a name like SIGTERM or a number' });
+  if (n === undefined)
+    throw new SandboxError('INVALID_ARGUMENT', `unknown signal ${sig}`, {
+      hint: 'use a name like SIGTERM or a number',
+    });
   return n;
 }
 
@@ -137,7 +150,8 @@ export class ExecProcess {
   /** Send bytes to stdin (requires `stdin: true` or a pty). */
   write(data: Buffer | string): void {
     const b = typeof data === 'string' ? Buffer.from(data) : data;
-    for (let off = 0; off < b.length; off += MAX_PAYLOAD) this.client.sendRaw(FrameType.In, this.id, b.subarray(off, off + MAX_PAYLOAD));
+    for (let off = 0; off < b.length; off += MAX_PAYLOAD)
+      this.client.sendRaw(FrameType.In, this.id, b.subarray(off, off + MAX_PAYLOAD));
   }
 
   closeStdin(): void {
@@ -157,7 +171,10 @@ export class ExecProcess {
 export class AgentFiles {
   constructor(private readonly client: AgentClient) {}
 
-  async read(path: string, opts: { offset?: number; length?: number; maxBytes?: number; timeoutMs?: number } = {}): Promise<Buffer> {
+  async read(
+    path: string,
+    opts: { offset?: number; length?: number; maxBytes?: number; timeoutMs?: number } = {},
+  ): Promise<Buffer> {
     const max = opts.maxBytes ?? 64 << 20;
     const chunks: Buffer[] = [];
     let size = 0;
@@ -175,7 +192,9 @@ export class AgentFiles {
       },
     );
     if (tooBig) {
-      throw new SandboxError('FILE_TOO_LARGE', `${path} is larger than ${max} bytes`, { hint: 'pass a larger maxBytes or read a range with offset/length' });
+      throw new SandboxError('FILE_TOO_LARGE', `${path} is larger than ${max} bytes`, {
+        hint: 'pass a larger maxBytes or read a range with offset/length',
+      });
     }
     return Buffer.concat(chunks);
   }
@@ -184,11 +203,20 @@ export class AgentFiles {
     return (await this.read(path)).toString('utf8');
   }
 
-  async write(path: string, data: Buffer | string, opts: { mode?: number; append?: boolean; parents?: boolean; timeoutMs?: number } = {}): Promise<number> {
+  async write(
+    path: string,
+    data: Buffer | string,
+    opts: { mode?: number; append?: boolean; parents?: boolean; timeoutMs?: number } = {},
+  ): Promise<number> {
     const b = typeof data === 'string' ? Buffer.from(data) : data;
-    const { id, done } = this.client.start('file.write', { path, mode: opts.mode, append: opts.append, parents: opts.parents }, { timeoutMs: opts.timeoutMs });
+    const { id, done } = this.client.start(
+      'file.write',
+      { path, mode: opts.mode, append: opts.append, parents: opts.parents },
+      { timeoutMs: opts.timeoutMs },
+    );
     const step = 256 << 10;
-    for (let off = 0; off < b.length; off += step) await this.client.sendRawAsync(FrameType.In, id, b.subarray(off, off + step));
+    for (let off = 0; off < b.length; off += step)
+      await this.client.sendRawAsync(FrameType.In, id, b.subarray(off, off + step));
     this.client.sendRaw(FrameType.In, id, Buffer.alloc(0));
     const res = await done;
     return Number(res.size ?? 0);
@@ -226,7 +254,11 @@ export class AgentFiles {
   }
 
   /** Watch a directory; resolves once the watch is in place. */
-  async watch(path: string, onEvent: (e: WatchEvent) => void, opts: { recursive?: boolean } = {}): Promise<{ close(): Promise<void>; done: Promise<void> }> {
+  async watch(
+    path: string,
+    onEvent: (e: WatchEvent) => void,
+    opts: { recursive?: boolean } = {},
+  ): Promise<{ close(): Promise<void>; done: Promise<void> }> {
     let ready!: () => void;
     const readyP = new Promise<void>((r) => (ready = r));
     const { id, done } = this.client.start(
@@ -282,8 +314,16 @@ export class AgentClient {
       }
       for (const f of frames) this.onFrame(f);
     });
-    socket.on('error', (err) => this.fail(new SandboxError('AGENT_DISCONNECTED', `agent connection error: ${err.message}`, { cause: err })));
-    socket.on('close', () => this.fail(new SandboxError('AGENT_DISCONNECTED', 'agent connection closed', { hint: 'the VM stopped or the connection was closed' })));
+    socket.on('error', (err) =>
+      this.fail(new SandboxError('AGENT_DISCONNECTED', `agent connection error: ${err.message}`, { cause: err })),
+    );
+    socket.on('close', () =>
+      this.fail(
+        new SandboxError('AGENT_DISCONNECTED', 'agent connection closed', {
+          hint: 'the VM stopped or the connection was closed',
+        }),
+      ),
+    );
   }
 
   /** Connect to the agent socket (retrying while it does not exist yet) and complete the hello handshake. */
@@ -293,7 +333,8 @@ export class AgentClient {
     let socket: Socket | undefined;
     let lastErr: unknown;
     while (!socket) {
-      if (opts.signal?.aborted) throw new SandboxError('ABORTED', 'agent connect aborted', { cause: opts.signal.reason });
+      if (opts.signal?.aborted)
+        throw new SandboxError('ABORTED', 'agent connect aborted', { cause: opts.signal.reason });
       try {
         socket = await new Promise<Socket>((resolve, reject) => {
           const s = netConnect(socketPath);
@@ -310,18 +351,31 @@ export class AgentClient {
       }
     }
     if (!socket) {
-      throw new SandboxError('AGENT_UNREACHABLE', `cannot connect to the agent socket ${socketPath}: ${String((lastErr as Error | undefined)?.message ?? lastErr)}`, {
-        cause: lastErr,
-        hint: 'the VM is not running or its QEMU exited; check the VM log',
-      });
+      throw new SandboxError(
+        'AGENT_UNREACHABLE',
+        `cannot connect to the agent socket ${socketPath}: ${String((lastErr as Error | undefined)?.message ?? lastErr)}`,
+        {
+          cause: lastErr,
+          hint: 'the VM is not running or its QEMU exited; check the VM log',
+        },
+      );
     }
     socket.setNoDelay(true);
     const client = new AgentClient(socket, socketPath, opts);
     socket.write(HOST_MAGIC);
     const left = Math.max(1, deadline - Date.now());
     try {
-      const res = await client.request('hello', { timeUnixNs: Date.now() * 1e6, seed: randomBytes(32).toString('base64') }, { timeoutMs: left, signal: opts.signal });
-      client.info = { protocol: Number(res.protocol), version: String(res.version), pid: Number(res.pid), features: (res.features as string[] | undefined) ?? [] };
+      const res = await client.request(
+        'hello',
+        { timeUnixNs: Date.now() * 1e6, seed: randomBytes(32).toString('base64') },
+        { timeoutMs: left, signal: opts.signal },
+      );
+      client.info = {
+        protocol: Number(res.protocol),
+        version: String(res.version),
+        pid: Number(res.pid),
+        features: (res.features as string[] | undefined) ?? [],
+      };
     } catch (err) {
       client.close();
       if (err instanceof SandboxError && err.code === 'AGENT_TIMEOUT') {
@@ -334,7 +388,11 @@ export class AgentClient {
     }
     if (client.info.protocol !== PROTOCOL_VERSION) {
       client.close();
-      throw new SandboxError('AGENT_VERSION', `agent speaks protocol ${client.info.protocol}, host speaks ${PROTOCOL_VERSION}`, { hint: 'rebuild the guest image' });
+      throw new SandboxError(
+        'AGENT_VERSION',
+        `agent speaks protocol ${client.info.protocol}, host speaks ${PROTOCOL_VERSION}`,
+        { hint: 'rebuild the guest image' },
+      );
     }
     return client;
   }
@@ -434,17 +492,32 @@ export class AgentClient {
     if (this.nextId > 0xffff_fff0) this.nextId = 1;
     const payload = Buffer.from(JSON.stringify({ op, ...args }));
     if (payload.length > MAX_JSON) {
-      throw new SandboxError('AGENT_FRAME_TOO_LARGE', `${op} request is ${payload.length} bytes, over the ${MAX_JSON}-byte limit`, {
-        hint: 'send large data as file content, not as arguments',
-      });
+      throw new SandboxError(
+        'AGENT_FRAME_TOO_LARGE',
+        `${op} request is ${payload.length} bytes, over the ${MAX_JSON}-byte limit`,
+        {
+          hint: 'send large data as file content, not as arguments',
+        },
+      );
     }
     const timeoutMs = handlers.timeoutMs ?? this.requestTimeoutMs;
     const done = new Promise<Record<string, unknown>>((resolve, reject) => {
-      const p: Pending = { op, resolve, reject, onEvent: handlers.onEvent, onOut: handlers.onOut, onErr: handlers.onErr };
+      const p: Pending = {
+        op,
+        resolve,
+        reject,
+        onEvent: handlers.onEvent,
+        onOut: handlers.onOut,
+        onErr: handlers.onErr,
+      };
       if (timeoutMs > 0) {
         p.timer = setTimeout(() => {
           this.pending.delete(id);
-          reject(new SandboxError('AGENT_TIMEOUT', `${op} got no answer from the guest agent within ${timeoutMs} ms`, { hint: 'the guest may be paused or overloaded' }));
+          reject(
+            new SandboxError('AGENT_TIMEOUT', `${op} got no answer from the guest agent within ${timeoutMs} ms`, {
+              hint: 'the guest may be paused or overloaded',
+            }),
+          );
         }, timeoutMs);
       }
       const signal = handlers.signal;
@@ -465,7 +538,11 @@ export class AgentClient {
     return { id, done };
   }
 
-  async request(op: string, args: Record<string, unknown> = {}, handlers: Parameters<AgentClient['start']>[2] = {}): Promise<Record<string, unknown>> {
+  async request(
+    op: string,
+    args: Record<string, unknown> = {},
+    handlers: Parameters<AgentClient['start']>[2] = {},
+  ): Promise<Record<string, unknown>> {
     return this.start(op, args, handlers).done;
   }
 
@@ -502,7 +579,16 @@ export class AgentClient {
     });
     const { id, done } = this.start(
       'exec',
-      { argv, env: opts.env, cwd: opts.cwd, stdin: opts.stdin, pty: opts.pty, timeoutMs: opts.timeoutMs, uid: opts.uid, gid: opts.gid },
+      {
+        argv,
+        env: opts.env,
+        cwd: opts.cwd,
+        stdin: opts.stdin,
+        pty: opts.pty,
+        timeoutMs: opts.timeoutMs,
+        uid: opts.uid,
+        gid: opts.gid,
+      },
       {
         timeoutMs: opts.timeoutMs ? opts.timeoutMs + 10_000 : 0,
         signal: opts.signal,
@@ -574,7 +660,8 @@ export class AgentClient {
     duplex = new Duplex({
       write: (chunk: Buffer, _enc, cb) => {
         try {
-          for (let off = 0; off < chunk.length; off += MAX_PAYLOAD) this.sendRaw(FrameType.In, id, chunk.subarray(off, off + MAX_PAYLOAD));
+          for (let off = 0; off < chunk.length; off += MAX_PAYLOAD)
+            this.sendRaw(FrameType.In, id, chunk.subarray(off, off + MAX_PAYLOAD));
           cb();
         } catch (e) {
           cb(e as Error);

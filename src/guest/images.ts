@@ -19,11 +19,37 @@ export interface GuestTemplateDef {
   warmup?: readonly (readonly string[])[];
 }
 
-const BASE_PACKAGES = ['base-files', 'bash', 'coreutils', 'dash', 'grep', 'sed', 'findutils', 'gzip', 'tar', 'procps', 'ca-certificates', 'util-linux', 'diffutils'];
+const BASE_PACKAGES = [
+  'base-files',
+  'bash',
+  'coreutils',
+  'dash',
+  'grep',
+  'sed',
+  'findutils',
+  'gzip',
+  'tar',
+  'procps',
+  'ca-certificates',
+  'util-linux',
+  'diffutils',
+];
 
 export const GUEST_TEMPLATES: Readonly<Record<string, GuestTemplateDef>> = {
-  'sandbox/minimal': { name: 'sandbox/minimal', description: 'busybox in the initramfs, no root filesystem, no network', memoryMiB: 128, network: 'none' },
-  'sandbox/base': { name: 'sandbox/base', description: 'Debian bookworm userland (bash, coreutils, ...), read-only root + tmpfs copy-on-write layer, no network', packages: BASE_PACKAGES, memoryMiB: 128, network: 'none' },
+  'sandbox/minimal': {
+    name: 'sandbox/minimal',
+    description: 'busybox in the initramfs, no root filesystem, no network',
+    memoryMiB: 128,
+    network: 'none',
+  },
+  'sandbox/base': {
+    name: 'sandbox/base',
+    description:
+      'Debian bookworm userland (bash, coreutils, ...), read-only root + tmpfs copy-on-write layer, no network',
+    packages: BASE_PACKAGES,
+    memoryMiB: 128,
+    network: 'none',
+  },
   'sandbox/python': {
     name: 'sandbox/python',
     description: 'sandbox/base + python3, egress networking (user-mode NAT)',
@@ -51,11 +77,18 @@ export interface GuestImageArtifact {
 export async function ensureGuestImage(name: string, opts: { progress?: Progress } = {}): Promise<GuestImageArtifact> {
   const def = GUEST_TEMPLATES[name] ?? GUEST_TEMPLATES[name.replace(/:latest$/, '')];
   if (!def) {
-    throw new SandboxError('TEMPLATE_UNKNOWN', `unknown template ${name}`, { hint: `known templates: ${Object.keys(GUEST_TEMPLATES).join(', ')}` });
+    throw new SandboxError('TEMPLATE_UNKNOWN', `unknown template ${name}`, {
+      hint: `known templates: ${Object.keys(GUEST_TEMPLATES).join(', ')}`,
+    });
   }
   const [kernel, initramfs] = await Promise.all([ensureKernel(opts), ensureInitramfs(opts)]);
   if (!def.packages) {
-    return { kernel: kernel.vmlinux, initramfs: initramfs.path, hash: contentHash(['image-v1', kernel.hash, initramfs.hash]), def };
+    return {
+      kernel: kernel.vmlinux,
+      initramfs: initramfs.path,
+      hash: contentHash(['image-v1', kernel.hash, initramfs.hash]),
+      def,
+    };
   }
   const rootfs = await ensureRootfs(def.packages, opts);
   return {

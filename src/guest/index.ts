@@ -3,8 +3,25 @@
  * Imports nothing of ours except errors and logging.
  */
 export { AgentClient, AgentFiles, ExecProcess } from './agent-client.js';
-export type { AgentConnectOptions, AgentHealth, AgentInfo, ExecOptions, ExecResult, FileStat, WatchEvent } from './agent-client.js';
-export { FrameDecoder, FrameType, encodeFrame, HOST_MAGIC, AGENT_MAGIC, MAX_PAYLOAD, MAX_JSON, PROTOCOL_VERSION } from './protocol.js';
+export type {
+  AgentConnectOptions,
+  AgentHealth,
+  AgentInfo,
+  ExecOptions,
+  ExecResult,
+  FileStat,
+  WatchEvent,
+} from './agent-client.js';
+export {
+  FrameDecoder,
+  FrameType,
+  encodeFrame,
+  HOST_MAGIC,
+  AGENT_MAGIC,
+  MAX_PAYLOAD,
+  MAX_JSON,
+  PROTOCOL_VERSION,
+} from './protocol.js';
 export type { Frame } from './protocol.js';
 export { cachedArtifact, contentHash, guestCacheRoot, silentProgress, stderrProgress } from './build/cache.js';
 export type { Progress } from './build/cache.js';

@@ -35,9 +35,13 @@ export interface Frame {
 
 export function encodeFrame(type: FrameType, id: number, payload: Buffer): Buffer {
   if (payload.length > MAX_PAYLOAD) {
-    throw new SandboxError('AGENT_FRAME_TOO_LARGE', `frame payload of ${payload.length} bytes is over the ${MAX_PAYLOAD}-byte limit`, {
-      hint: 'split the data into chunks of at most 1 MiB',
-    });
+    throw new SandboxError(
+      'AGENT_FRAME_TOO_LARGE',
+      `frame payload of ${payload.length} bytes is over the ${MAX_PAYLOAD}-byte limit`,
+      {
+        hint: 'split the data into chunks of at most 1 MiB',
+      },
+    );
   }
   const b = Buffer.allocUnsafe(HEADER_LEN + payload.length);
   b.writeUInt32BE(5 + payload.length, 0);
@@ -85,12 +89,20 @@ export class FrameDecoder {
       const len = this.buf.readUInt32BE(0);
       if (len < 5) throw new SandboxError('AGENT_PROTOCOL', `malformed frame: length ${len} below header size`);
       if (len - 5 > this.maxPayload) {
-        throw new SandboxError('AGENT_FRAME_TOO_LARGE', `agent sent a frame of ${len - 5} bytes, over the ${this.maxPayload}-byte limit`, {
-          hint: 'the guest agent is misbehaving or not ours; destroy the VM',
-        });
+        throw new SandboxError(
+          'AGENT_FRAME_TOO_LARGE',
+          `agent sent a frame of ${len - 5} bytes, over the ${this.maxPayload}-byte limit`,
+          {
+            hint: 'the guest agent is misbehaving or not ours; destroy the VM',
+          },
+        );
       }
       if (this.buf.length < 4 + len) break;
-      frames.push({ type: this.buf.readUInt8(4), id: this.buf.readUInt32BE(5), payload: Buffer.from(this.buf.subarray(HEADER_LEN, 4 + len)) });
+      frames.push({
+        type: this.buf.readUInt8(4),
+        id: this.buf.readUInt32BE(5),
+        payload: Buffer.from(this.buf.subarray(HEADER_LEN, 4 + len)),
+      });
       this.buf = this.buf.subarray(4 + len);
     }
     return frames;

@@ -75,7 +75,9 @@ export async function buildOperator(config: OperatorConfig, log: Logger, client?
           logger: log,
         });
         webhookReady = true;
-        await new Promise<void>((r) => (signal.aborted ? r() : signal.addEventListener('abort', () => r(), { once: true })));
+        await new Promise<void>((r) =>
+          signal.aborted ? r() : signal.addEventListener('abort', () => r(), { once: true }),
+        );
         await hook.close();
       },
     });

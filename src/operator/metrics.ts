@@ -15,10 +15,14 @@ function once<T>(registry: Registry, name: string, make: () => T): T {
 }
 
 /** Buckets of `agent_sandbox_creation_latency_ms` (§12). */
-export const CREATION_LATENCY_BUCKETS_MS = [50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000, 240000, 300000, 600000];
+export const CREATION_LATENCY_BUCKETS_MS = [
+  50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000, 240000, 300000, 600000,
+];
 
 /** Sandbox Ready.lastTransitionTime − creationTimestamp, observed when a Sandbox turns Ready. */
-export function sandboxCreationLatency(registry: Registry): Histogram<'namespace' | 'launch_type' | 'sandbox_template'> {
+export function sandboxCreationLatency(
+  registry: Registry,
+): Histogram<'namespace' | 'launch_type' | 'sandbox_template'> {
   return once(
     registry,
     'agent_sandbox_creation_latency_ms',
@@ -33,14 +37,25 @@ export function sandboxCreationLatency(registry: Registry): Histogram<'namespace
   );
 }
 
-export const SANDBOXES_GAUGE_LABELS = ['namespace', 'ready_condition', 'expired', 'launch_type', 'sandbox_template', 'owned_by', 'created_by'] as const;
+export const SANDBOXES_GAUGE_LABELS = [
+  'namespace',
+  'ready_condition',
+  'expired',
+  'launch_type',
+  'sandbox_template',
+  'owned_by',
+  'created_by',
+] as const;
 export type SandboxesGaugeLabels = Record<(typeof SANDBOXES_GAUGE_LABELS)[number], string>;
 
 /**
  * `agent_sandboxes`: counts by label set, computed on scrape from `rows()` (an informer cache walk, never an
  * API LIST). Registering a second source for the same registry replaces the first.
  */
-export function sandboxesGauge(registry: Registry, rows: () => Iterable<SandboxesGaugeLabels>): Gauge<(typeof SANDBOXES_GAUGE_LABELS)[number]> {
+export function sandboxesGauge(
+  registry: Registry,
+  rows: () => Iterable<SandboxesGaugeLabels>,
+): Gauge<(typeof SANDBOXES_GAUGE_LABELS)[number]> {
   const state = once(registry, 'agent_sandboxes:source', () => ({ rows }));
   state.rows = rows;
   return once(

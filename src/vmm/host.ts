@@ -7,7 +7,9 @@ import { SandboxError } from '../errors.js';
 export function hostTscKHz(): number {
   try {
     const dmesg = execFileSync('dmesg', [], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
-    const m = /tsc: Detected ([0-9.]+) MHz/.exec(dmesg) ?? /tsc: Refined TSC clocksource calibration: ([0-9.]+) MHz/.exec(dmesg);
+    const m =
+      /tsc: Detected ([0-9.]+) MHz/.exec(dmesg) ??
+      /tsc: Refined TSC clocksource calibration: ([0-9.]+) MHz/.exec(dmesg);
     if (m?.[1]) return Math.round(Number(m[1]) * 1000);
   } catch {
     /* dmesg may be restricted */

@@ -10,5 +10,17 @@ export { hostHasHardwareKvm, hostTscKHz } from './host.js';
 export { resolveDriverOptions } from './options.js';
 export type { QemuDriverOptions, ResolvedDriverOptions } from './options.js';
 export { ALLOWED_ACTIONS, assertAllowed } from './types.js';
-export type { Accel, CloneOptions, GuestImage, HostForward, NetworkLane, Template, TemplateSpec, VmAction, VmRecord, VmState, VmStats } from './types.js';
+export type {
+  Accel,
+  CloneOptions,
+  GuestImage,
+  HostForward,
+  NetworkLane,
+  Template,
+  TemplateSpec,
+  VmAction,
+  VmRecord,
+  VmState,
+  VmStats,
+} from './types.js';
 export { templateFromImage, ensureTemplate } from './templates.js';

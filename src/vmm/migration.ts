@@ -24,18 +24,27 @@ export async function waitMigration(qmp: QmpClient, timeoutMs: number, what: str
     const info = await qmp.execute<MigrateInfo>('query-migrate');
     if (info.status === 'completed') return;
     if (info.status === 'failed' || info.status === 'cancelled') {
-      throw new SandboxError('VM_MIGRATION_FAILED', `${what} failed: ${info['error-desc'] ?? info.status}`, { hint: 'see qemu.log in the VM run dir' });
+      throw new SandboxError('VM_MIGRATION_FAILED', `${what} failed: ${info['error-desc'] ?? info.status}`, {
+        hint: 'see qemu.log in the VM run dir',
+      });
     }
     if (Date.now() > deadline) {
       await qmp.execute('migrate_cancel').catch(() => undefined);
-      throw new SandboxError('VM_MIGRATION_TIMEOUT', `${what} did not finish within ${timeoutMs} ms`, { hint: 'the host may be overloaded; retry' });
+      throw new SandboxError('VM_MIGRATION_TIMEOUT', `${what} did not finish within ${timeoutMs} ms`, {
+        hint: 'the host may be overloaded; retry',
+      });
     }
     await sleep(delay);
   }
 }
 
 /** Migrate the VM's state (per the capabilities already set) into `file`. */
-export async function migrateToFile(qmp: QmpClient, file: string, sockDir: string, opts: { timeoutMs?: number; what?: string } = {}): Promise<number> {
+export async function migrateToFile(
+  qmp: QmpClient,
+  file: string,
+  sockDir: string,
+  opts: { timeoutMs?: number; what?: string } = {},
+): Promise<number> {
   const what = opts.what ?? 'snapshot';
   const timeoutMs = opts.timeoutMs ?? 120_000;
   const sockPath = join(sockDir, `mig-${randomBytes(4).toString('hex')}.sock`);

@@ -59,17 +59,27 @@ function qemuEnv(): NodeJS.ProcessEnv {
   return marker ? { SBX_TEST_RUN_ID: marker } : {};
 }
 
-export function launchQemu(binary: string, argv: readonly string[], opts: { logFile: string; extraFds?: readonly number[] }): QemuProcess {
+export function launchQemu(
+  binary: string,
+  argv: readonly string[],
+  opts: { logFile: string; extraFds?: readonly number[] },
+): QemuProcess {
   const logFd = openSync(opts.logFile, 'a');
   let child: ChildProcess;
   try {
-    child = spawn(binary, argv, { stdio: ['ignore', logFd, logFd, ...(opts.extraFds ?? [])], detached: true, env: qemuEnv() });
+    child = spawn(binary, argv, {
+      stdio: ['ignore', logFd, logFd, ...(opts.extraFds ?? [])],
+      detached: true,
+      env: qemuEnv(),
+    });
   } finally {
     closeSync(logFd);
   }
   const pid = child.pid;
   if (pid === undefined) {
-    throw new SandboxError('VM_SPAWN_FAILED', `cannot start ${binary}`, { hint: 'install qemu-system-x86 (scripts/bootstrap.sh)' });
+    throw new SandboxError('VM_SPAWN_FAILED', `cannot start ${binary}`, {
+      hint: 'install qemu-system-x86 (scripts/bootstrap.sh)',
+    });
   }
   child.unref();
   let alive = true;

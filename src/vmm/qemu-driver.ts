@@ -6,17 +6,50 @@
  * process, its QMP connection and its agent connection, and a run dir that `destroy` removes entirely.
  */
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, openSync, closeSync, readdirSync, readFileSync, rmSync, writeFileSync, renameSync, statSync, chmodSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  openSync,
+  closeSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+  renameSync,
+  statSync,
+  chmodSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
-import { AgentClient, type ExecOptions, type ExecProcess, type ExecResult, type AgentFiles, type Progress, cachedArtifact, contentHash, stderrProgress } from '../guest/index.js';
+import {
+  AgentClient,
+  type ExecOptions,
+  type ExecProcess,
+  type ExecResult,
+  type AgentFiles,
+  type Progress,
+  cachedArtifact,
+  contentHash,
+  stderrProgress,
+} from '../guest/index.js';
 import { hostHasHardwareKvm, hostTscKHz, qemuVersion, unprivilegedUser } from './host.js';
 import { migrateToFile } from './migration.js';
 import { resolveDriverOptions, type QemuDriverOptions, type ResolvedDriverOptions } from './options.js';
 import { adoptQemu, launchQemu, pidAlive, pidStartTicks, type QemuProcess } from './process.js';
 import { QmpClient } from './qmp.js';
-import { assertAllowed, type CloneOptions, type HostForward, type NetworkLane, type Template, type TemplateSpec, type VmAction, type VmRecord, type VmState, type VmStats } from './types.js';
+import {
+  assertAllowed,
+  type CloneOptions,
+  type HostForward,
+  type NetworkLane,
+  type Template,
+  type TemplateSpec,
+  type VmAction,
+  type VmRecord,
+  type VmState,
+  type VmStats,
+} from './types.js';
 import type { Duplex } from 'node:stream';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -147,16 +180,29 @@ export class QemuMicrovmDriver {
     // (QEMU keeps ELF segments as ROM blobs: ~20 MB private memory per clone).
     if (!plan.incoming) a.push('-kernel', plan.image.kernel, '-initrd', plan.image.initramfs, '-append', plan.cmdline);
     if (plan.mem.kind === 'file') {
-      a.push('-object', `memory-backend-file,id=mem0,size=${plan.memoryMiB}M,mem-path=${plan.mem.path},share=${plan.mem.share ? 'on' : 'off'}`);
+      a.push(
+        '-object',
+        `memory-backend-file,id=mem0,size=${plan.memoryMiB}M,mem-path=${plan.mem.path},share=${plan.mem.share ? 'on' : 'off'}`,
+      );
     } else {
       a.push('-object', `memory-backend-ram,id=mem0,size=${plan.memoryMiB}M`);
     }
     a.push('-device', 'virtio-serial-device');
     a.push('-chardev', `socket,id=agent,path=${join(d, 'agent.sock')},server=on,wait=off`);
     a.push('-device', 'virtserialport,chardev=agent,name=sandbox.agent');
-    a.push('-chardev', `socket,id=qmp,path=${join(d, 'qmp.sock')},server=on,wait=off`, '-mon', 'chardev=qmp,mode=control');
+    a.push(
+      '-chardev',
+      `socket,id=qmp,path=${join(d, 'qmp.sock')},server=on,wait=off`,
+      '-mon',
+      'chardev=qmp,mode=control',
+    );
     if (plan.image.rootfs) {
-      a.push('-drive', `file=${plan.image.rootfs},if=none,id=rootfs,format=raw,readonly=on`, '-device', 'virtio-blk-device,drive=rootfs');
+      a.push(
+        '-drive',
+        `file=${plan.image.rootfs},if=none,id=rootfs,format=raw,readonly=on`,
+        '-device',
+        'virtio-blk-device,drive=rootfs',
+      );
     }
     if (plan.network === 'egress') {
       const fwd = plan.hostForwards.map((f) => `,hostfwd=tcp:127.0.0.1:${f.hostPort}-:${f.guestPort}`).join('');
@@ -165,7 +211,10 @@ export class QemuMicrovmDriver {
     a.push('-object', 'rng-random,id=rng0,filename=/dev/urandom', '-device', 'virtio-rng-device,rng=rng0');
     const runAs = this.options.runAs === null ? undefined : (this.options.runAs ?? unprivilegedUser());
     // Hardening: seccomp sandbox; QEMU never spawns (migration goes to our sockets/fds); drop to an unprivileged user.
-    a.push('-sandbox', `on,obsolete=deny,elevateprivileges=${runAs ? 'allow' : 'deny'},spawn=deny,resourcecontrol=deny`);
+    a.push(
+      '-sandbox',
+      `on,obsolete=deny,elevateprivileges=${runAs ? 'allow' : 'deny'},spawn=deny,resourcecontrol=deny`,
+    );
     if (runAs) a.push('-runas', runAs);
     if (plan.incoming) a.push('-incoming', 'defer');
     return a;
@@ -190,7 +239,10 @@ export class QemuMicrovmDriver {
   }
 
   /** Cold-boot the template once and snapshot it; cached on disk by content hash. */
-  async createTemplate(spec: TemplateSpec, opts: { progress?: Progress; bootTimeoutMs?: number } = {}): Promise<Template> {
+  async createTemplate(
+    spec: TemplateSpec,
+    opts: { progress?: Progress; bootTimeoutMs?: number } = {},
+  ): Promise<Template> {
     let lastErr: unknown;
     for (const accel of this.candidateAccels()) {
       try {
@@ -209,11 +261,17 @@ export class QemuMicrovmDriver {
     throw lastErr;
   }
 
-  private async createTemplateWith(spec: TemplateSpec, accel: 'kvm' | 'tcg', opts: { progress?: Progress; bootTimeoutMs?: number }): Promise<Template> {
+  private async createTemplateWith(
+    spec: TemplateSpec,
+    accel: 'kvm' | 'tcg',
+    opts: { progress?: Progress; bootTimeoutMs?: number },
+  ): Promise<Template> {
     const progress = opts.progress ?? stderrProgress;
     for (const f of [spec.image.kernel, spec.image.initramfs, ...(spec.image.rootfs ? [spec.image.rootfs] : [])]) {
       if (!existsSync(f)) {
-        throw new SandboxError('VM_IMAGE_MISSING', `guest image file ${f} does not exist`, { hint: 'rebuild the guest image (ensureGuestImage) or fix the path' });
+        throw new SandboxError('VM_IMAGE_MISSING', `guest image file ${f} does not exist`, {
+          hint: 'rebuild the guest image (ensureGuestImage) or fix the path',
+        });
       }
     }
     const hash = this.templateHash(spec, accel);
@@ -236,7 +294,10 @@ export class QemuMicrovmDriver {
     try {
       t = JSON.parse(readFileSync(join(dir, 'template.json'), 'utf8')) as Template;
     } catch (err) {
-      throw new SandboxError('TEMPLATE_INVALID', `no valid template in ${dir}`, { cause: err, hint: 'remove the directory and create the template again' });
+      throw new SandboxError('TEMPLATE_INVALID', `no valid template in ${dir}`, {
+        cause: err,
+        hint: 'remove the directory and create the template again',
+      });
     }
     return { ...t, dir, memFile: join(dir, 'mem'), stateFile: join(dir, 'state') };
   }
@@ -246,7 +307,13 @@ export class QemuMicrovmDriver {
     rmSync(t.dir, { recursive: true, force: true });
   }
 
-  private async bootAndSnapshot(spec: TemplateSpec, accel: 'kvm' | 'tcg', outDir: string, hash: string, bootTimeoutMs: number): Promise<Template> {
+  private async bootAndSnapshot(
+    spec: TemplateSpec,
+    accel: 'kvm' | 'tcg',
+    outDir: string,
+    hash: string,
+    bootTimeoutMs: number,
+  ): Promise<Template> {
     const network = spec.network ?? 'none';
     const memoryMiB = spec.memoryMiB ?? 128;
     const vcpus = spec.vcpus ?? 1;
@@ -255,31 +322,61 @@ export class QemuMicrovmDriver {
     const runDir = join(this.options.runRoot, id);
     mkdirSync(runDir, { recursive: true });
     const memFile = join(outDir, 'mem');
-    const argv = this.buildArgv({ id, runDir, accel, memoryMiB, vcpus, network, hostForwards: [], image: spec.image, cmdline, mem: { kind: 'file', path: memFile, share: true }, incoming: false });
+    const argv = this.buildArgv({
+      id,
+      runDir,
+      accel,
+      memoryMiB,
+      vcpus,
+      network,
+      hostForwards: [],
+      image: spec.image,
+      cmdline,
+      mem: { kind: 'file', path: memFile, share: true },
+      incoming: false,
+    });
     const logFile = join(runDir, 'qemu.log');
     const started = performance.now();
     const proc = launchQemu(this.options.qemuBinary, argv, { logFile });
     let qmp: QmpClient | undefined;
     let agent: AgentClient | undefined;
     try {
-      qmp = await unlessExited(proc, QmpClient.connect(join(runDir, 'qmp.sock'), { timeoutMs: 10_000 }), 'template boot', logFile);
-      agent = await unlessExited(proc, AgentClient.connect(join(runDir, 'agent.sock'), { connectTimeoutMs: bootTimeoutMs }), 'template boot', logFile).catch((err: unknown) => {
+      qmp = await unlessExited(
+        proc,
+        QmpClient.connect(join(runDir, 'qmp.sock'), { timeoutMs: 10_000 }),
+        'template boot',
+        logFile,
+      );
+      agent = await unlessExited(
+        proc,
+        AgentClient.connect(join(runDir, 'agent.sock'), { connectTimeoutMs: bootTimeoutMs }),
+        'template boot',
+        logFile,
+      ).catch((err: unknown) => {
         let consoleTail = '';
         try {
           consoleTail = readFileSync(join(runDir, 'console.log'), 'utf8').slice(-600);
         } catch {
           /* none */
         }
-        throw new SandboxError('VM_BOOT_FAILED', `template ${spec.name} did not boot: ${(err as Error).message}${consoleTail ? `\nconsole: ${consoleTail}` : ''}${tailOf(logFile, 'qemu.log')}${proc.alive ? '' : ' (QEMU exited)'}`, {
-          cause: err,
-          hint: 'check the kernel/initramfs; under TCG the TSC arguments must be present',
-        });
+        throw new SandboxError(
+          'VM_BOOT_FAILED',
+          `template ${spec.name} did not boot: ${(err as Error).message}${consoleTail ? `\nconsole: ${consoleTail}` : ''}${tailOf(logFile, 'qemu.log')}${proc.alive ? '' : ' (QEMU exited)'}`,
+          {
+            cause: err,
+            hint: 'check the kernel/initramfs; under TCG the TSC arguments must be present',
+          },
+        );
       });
       const bootMs = Math.round(performance.now() - started);
       for (const cmd of spec.warmup ?? []) {
         const r = await agent.run(cmd, { timeoutMs: 120_000 });
         if (r.exitCode !== 0) {
-          throw new SandboxError('TEMPLATE_WARMUP_FAILED', `warmup ${cmd.join(' ')} exited ${r.exitCode}: ${r.stderr.toString().slice(0, 500)}`, { hint: 'fix the template warmup command' });
+          throw new SandboxError(
+            'TEMPLATE_WARMUP_FAILED',
+            `warmup ${cmd.join(' ')} exited ${r.exitCode}: ${r.stderr.toString().slice(0, 500)}`,
+            { hint: 'fix the template warmup command' },
+          );
         }
       }
       await agent.sync();
@@ -289,9 +386,18 @@ export class QemuMicrovmDriver {
       await sleep(20);
       await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: true }] });
       await qmp.execute('stop');
-      await unlessExited(proc, migrateToFile(qmp, join(outDir, 'state'), this.options.runRoot, { what: `template ${spec.name} snapshot` }), 'template snapshot', logFile);
+      await unlessExited(
+        proc,
+        migrateToFile(qmp, join(outDir, 'state'), this.options.runRoot, { what: `template ${spec.name} snapshot` }),
+        'template snapshot',
+        logFile,
+      );
       await qmp.execute('quit').catch(() => undefined);
-      await withDeadline(proc.exited, 10_000, () => new SandboxError('VM_STOP_TIMEOUT', 'template QEMU did not exit after quit'));
+      await withDeadline(
+        proc.exited,
+        10_000,
+        () => new SandboxError('VM_STOP_TIMEOUT', 'template QEMU did not exit after quit'),
+      );
       return {
         name: spec.name,
         hash,
@@ -320,18 +426,31 @@ export class QemuMicrovmDriver {
   /** Start a VM from a template snapshot; resolves once its agent answers. */
   async clone(template: Template, opts: CloneOptions = {}): Promise<Vm> {
     if (!existsSync(template.memFile) || !existsSync(template.stateFile)) {
-      throw new SandboxError('TEMPLATE_MISSING', `template ${template.name} has no snapshot in ${template.dir}`, { hint: 'create the template again (createTemplate)' });
+      throw new SandboxError('TEMPLATE_MISSING', `template ${template.name} has no snapshot in ${template.dir}`, {
+        hint: 'create the template again (createTemplate)',
+      });
     }
     const id = opts.id ?? newId();
     if (this.vms.has(id) || existsSync(join(this.options.runRoot, id))) {
-      throw new SandboxError('VM_EXISTS', `a VM with id ${id} already exists`, { hint: 'pick another id or destroy the existing VM' });
+      throw new SandboxError('VM_EXISTS', `a VM with id ${id} already exists`, {
+        hint: 'pick another id or destroy the existing VM',
+      });
     }
     if (template.network === 'none' && opts.hostForwards?.length) {
-      throw new SandboxError('INVALID_ARGUMENT', `template ${template.name} has no network; host forwards need the egress lane`, { hint: 'use a template with network: egress' });
+      throw new SandboxError(
+        'INVALID_ARGUMENT',
+        `template ${template.name} has no network; host forwards need the egress lane`,
+        { hint: 'use a template with network: egress' },
+      );
     }
     const runDir = join(this.options.runRoot, id);
     mkdirSync(runDir, { recursive: true });
-    const hostForwards = await Promise.all((opts.hostForwards ?? []).map(async (f) => ({ hostPort: f.hostPort || (await freePort()), guestPort: f.guestPort })));
+    const hostForwards = await Promise.all(
+      (opts.hostForwards ?? []).map(async (f) => ({
+        hostPort: f.hostPort || (await freePort()),
+        guestPort: f.guestPort,
+      })),
+    );
     const plan: LaunchPlan = {
       id,
       runDir,
@@ -364,7 +483,11 @@ export class QemuMicrovmDriver {
     const vm = new Vm(this, record, this.log.child({ vm: id }));
     this.vms.set(id, vm);
     try {
-      await vm.startFromState(plan, template.stateFile, { ignoreShared: true, readyTimeoutMs: opts.readyTimeoutMs ?? 15_000, signal: opts.signal });
+      await vm.startFromState(plan, template.stateFile, {
+        ignoreShared: true,
+        readyTimeoutMs: opts.readyTimeoutMs ?? 15_000,
+        signal: opts.signal,
+      });
       return vm;
     } catch (err) {
       await vm.destroy().catch(() => undefined);
@@ -400,7 +523,10 @@ export class QemuMicrovmDriver {
       if (!existsSync(file)) continue;
       try {
         const r = JSON.parse(readFileSync(file, 'utf8')) as VmRecord;
-        const alive = r.pid !== undefined && pidAlive(r.pid) && (r.pidStartTicks === undefined || pidStartTicks(r.pid) === r.pidStartTicks);
+        const alive =
+          r.pid !== undefined &&
+          pidAlive(r.pid) &&
+          (r.pidStartTicks === undefined || pidStartTicks(r.pid) === r.pidStartTicks);
         out.push({ ...r, alive });
       } catch {
         /* half-written record: skip */
@@ -414,7 +540,10 @@ export class QemuMicrovmDriver {
     const existing = this.vms.get(id);
     if (existing) return existing;
     const rec = this.list().find((r) => r.id === id);
-    if (!rec) throw new SandboxError('VM_NOT_FOUND', `no VM ${id} under ${this.options.runRoot}`, { hint: 'list VMs with `sbx vm list`' });
+    if (!rec)
+      throw new SandboxError('VM_NOT_FOUND', `no VM ${id} under ${this.options.runRoot}`, {
+        hint: 'list VMs with `sbx vm list`',
+      });
     const { alive, ...record } = rec;
     const vm = new Vm(this, record, this.log.child({ vm: id }));
     if (record.state === 'hibernated') {
@@ -422,7 +551,9 @@ export class QemuMicrovmDriver {
       return vm;
     }
     if (!alive || record.pid === undefined) {
-      throw new SandboxError('VM_GONE', `VM ${id} is not running any more (QEMU pid ${record.pid ?? '?'} is gone)`, { hint: `destroy it: sbx vm destroy ${id}` });
+      throw new SandboxError('VM_GONE', `VM ${id} is not running any more (QEMU pid ${record.pid ?? '?'} is gone)`, {
+        hint: `destroy it: sbx vm destroy ${id}`,
+      });
     }
     this.vms.set(id, vm);
     try {
@@ -453,7 +584,13 @@ export class QemuMicrovmDriver {
   }
 
   /** @internal Materialise a full-state file into a new template (shared RAM file + device state). */
-  async materialiseTemplate(name: string, from: VmRecord, fullState: string, image: Template['image'], cmdline: string): Promise<Template> {
+  async materialiseTemplate(
+    name: string,
+    from: VmRecord,
+    fullState: string,
+    image: Template['image'],
+    cmdline: string,
+  ): Promise<Template> {
     const hash = randomBytes(8).toString('hex');
     const dir = join(this.options.templateRoot, `${slug(name)}-${hash}`);
     mkdirSync(dir, { recursive: true });
@@ -484,9 +621,18 @@ export class QemuMicrovmDriver {
       await qmp.execute('migrate-incoming', { uri: 'fd:3' });
       await unlessExited(proc, waitIncoming(qmp, 60_000), 'checkpoint load', logFile);
       await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: true }] });
-      await unlessExited(proc, migrateToFile(qmp, join(dir, 'state'), this.options.runRoot, { what: 'checkpoint' }), 'checkpoint', logFile);
+      await unlessExited(
+        proc,
+        migrateToFile(qmp, join(dir, 'state'), this.options.runRoot, { what: 'checkpoint' }),
+        'checkpoint',
+        logFile,
+      );
       await qmp.execute('quit').catch(() => undefined);
-      await withDeadline(proc.exited, 10_000, () => new SandboxError('VM_STOP_TIMEOUT', 'checkpoint QEMU did not exit'));
+      await withDeadline(
+        proc.exited,
+        10_000,
+        () => new SandboxError('VM_STOP_TIMEOUT', 'checkpoint QEMU did not exit'),
+      );
       const t: Template = {
         name,
         hash,
@@ -540,10 +686,14 @@ async function waitIncoming(qmp: QmpClient, timeoutMs: number): Promise<string> 
     const st = await qmp.execute<{ status: string }>('query-status');
     if (st.status !== 'inmigrate') {
       if (st.status === 'running' || st.status === 'paused' || st.status === 'postmigrate') return st.status;
-      throw new SandboxError('VM_RESTORE_FAILED', `VM state load ended in runstate ${st.status}`, { hint: 'the snapshot does not match this QEMU/device config; recreate the template' });
+      throw new SandboxError('VM_RESTORE_FAILED', `VM state load ended in runstate ${st.status}`, {
+        hint: 'the snapshot does not match this QEMU/device config; recreate the template',
+      });
     }
     if (Date.now() > deadline) {
-      throw new SandboxError('VM_RESTORE_TIMEOUT', `VM state did not load within ${timeoutMs} ms`, { hint: 'the host may be overloaded; retry' });
+      throw new SandboxError('VM_RESTORE_TIMEOUT', `VM state did not load within ${timeoutMs} ms`, {
+        hint: 'the host may be overloaded; retry',
+      });
     }
     await sleep(delay);
   }
@@ -592,7 +742,9 @@ export class Vm {
   get agent(): AgentClient {
     this.check('exec');
     if (!this._agent || this._agent.closed) {
-      throw new SandboxError('AGENT_DISCONNECTED', `the agent of VM ${this.id} is not connected`, { hint: 'the VM may have crashed; check its stats and destroy it' });
+      throw new SandboxError('AGENT_DISCONNECTED', `the agent of VM ${this.id} is not connected`, {
+        hint: 'the VM may have crashed; check its stats and destroy it',
+      });
     }
     return this._agent;
   }
@@ -637,7 +789,8 @@ export class Vm {
     try {
       assertAllowed(this.id, this._state, action);
     } catch (err) {
-      if (this.failure && err instanceof SandboxError) throw new SandboxError(err.code, `${err.message}: ${this.failure}`, { hint: err.hint });
+      if (this.failure && err instanceof SandboxError)
+        throw new SandboxError(err.code, `${err.message}: ${this.failure}`, { hint: err.hint });
       throw err;
     }
   }
@@ -664,7 +817,11 @@ export class Vm {
   }
 
   /** @internal Launch QEMU with -incoming, load a state file, run, connect the agent. */
-  async startFromState(plan: LaunchPlan, stateFile: string, opts: { ignoreShared: boolean; readyTimeoutMs: number; signal?: AbortSignal }): Promise<void> {
+  async startFromState(
+    plan: LaunchPlan,
+    stateFile: string,
+    opts: { ignoreShared: boolean; readyTimeoutMs: number; signal?: AbortSignal },
+  ): Promise<void> {
     const logFile = join(plan.runDir, 'qemu.log');
     const fd = openSync(stateFile, 'r');
     let launched: { proc: QemuProcess; argv: string[] };
@@ -683,37 +840,72 @@ export class Vm {
     this.watchExit(proc);
     const deadline = Date.now() + opts.readyTimeoutMs;
     const timeoutErr = () =>
-      new SandboxError('VM_START_TIMEOUT', `VM ${this.id} was not ready within ${opts.readyTimeoutMs} ms`, { hint: 'the host may be overloaded; see qemu.log and console.log in the run dir' });
+      new SandboxError('VM_START_TIMEOUT', `VM ${this.id} was not ready within ${opts.readyTimeoutMs} ms`, {
+        hint: 'the host may be overloaded; see qemu.log and console.log in the run dir',
+      });
     try {
       await this.loadAndConnect(proc, deadline, timeoutErr, logFile, opts);
     } catch (err) {
       // A QEMU that died mid-way surfaces first as a broken socket; report the exit and its log instead.
       const how = await Promise.race([proc.exited, sleep(300).then(() => undefined)]);
       if (how !== undefined && !(err instanceof SandboxError && err.code === 'VM_PROCESS_EXITED')) {
-        throw new SandboxError('VM_PROCESS_EXITED', `QEMU exited (${how}) while starting VM ${this.id}${tailOf(logFile, 'qemu.log')}`, {
-          cause: err,
-          hint: `see ${logFile}; a crash here usually means a bad or mismatched snapshot`,
-        });
+        throw new SandboxError(
+          'VM_PROCESS_EXITED',
+          `QEMU exited (${how}) while starting VM ${this.id}${tailOf(logFile, 'qemu.log')}`,
+          {
+            cause: err,
+            hint: `see ${logFile}; a crash here usually means a bad or mismatched snapshot`,
+          },
+        );
       }
       throw err;
     }
     this.setState('running');
   }
 
-  private async loadAndConnect(proc: QemuProcess, deadline: number, timeoutErr: () => SandboxError, logFile: string, opts: { ignoreShared: boolean; readyTimeoutMs: number; signal?: AbortSignal }): Promise<void> {
-    const qmp = await unlessExited(proc, withDeadline(QmpClient.connect(this.record.qmpSocket, { timeoutMs: opts.readyTimeoutMs }), opts.readyTimeoutMs, timeoutErr), 'start', logFile);
+  private async loadAndConnect(
+    proc: QemuProcess,
+    deadline: number,
+    timeoutErr: () => SandboxError,
+    logFile: string,
+    opts: { ignoreShared: boolean; readyTimeoutMs: number; signal?: AbortSignal },
+  ): Promise<void> {
+    const qmp = await unlessExited(
+      proc,
+      withDeadline(
+        QmpClient.connect(this.record.qmpSocket, { timeoutMs: opts.readyTimeoutMs }),
+        opts.readyTimeoutMs,
+        timeoutErr,
+      ),
+      'start',
+      logFile,
+    );
     this.qmp = qmp;
     // Connect to the agent while the state loads; the hello is answered once the guest runs.
-    const agentP = AgentClient.connect(this.record.agentSocket, { connectTimeoutMs: Math.max(100, deadline - Date.now()), signal: opts.signal });
+    const agentP = AgentClient.connect(this.record.agentSocket, {
+      connectTimeoutMs: Math.max(100, deadline - Date.now()),
+      signal: opts.signal,
+    });
     agentP.catch(() => undefined);
     try {
-      if (opts.ignoreShared) await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: true }] });
+      if (opts.ignoreShared)
+        await qmp.execute('migrate-set-capabilities', {
+          capabilities: [{ capability: 'x-ignore-shared', state: true }],
+        });
       await qmp.execute('migrate-incoming', { uri: 'fd:3' });
-      const status = await unlessExited(proc, waitIncoming(qmp, Math.max(100, deadline - Date.now())), 'state load', logFile);
+      const status = await unlessExited(
+        proc,
+        waitIncoming(qmp, Math.max(100, deadline - Date.now())),
+        'state load',
+        logFile,
+      );
       if (status !== 'running') await qmp.execute('cont');
       this._agent = await unlessExited(proc, agentP, 'agent connect', logFile);
     } catch (err) {
-      void agentP.then((a) => a.close(), () => undefined);
+      void agentP.then(
+        (a) => a.close(),
+        () => undefined,
+      );
       throw err;
     }
   }
@@ -738,7 +930,9 @@ export class Vm {
 
   private requireQmp(): QmpClient {
     if (!this.qmp || this.qmp.closed) {
-      throw new SandboxError('VM_PROCESS_EXITED', `QEMU of VM ${this.id} is not reachable`, { hint: 'the VM crashed; destroy it' });
+      throw new SandboxError('VM_PROCESS_EXITED', `QEMU of VM ${this.id} is not reachable`, {
+        hint: 'the VM crashed; destroy it',
+      });
     }
     return this.qmp;
   }
@@ -768,15 +962,26 @@ export class Vm {
       const file = join(this.record.runDir, 'hibernate.state');
       if (this._state === 'running') await this._agent?.sync().catch(() => undefined);
       await qmp.execute('stop');
-      await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: false }] });
-      await unlessExited(proc, migrateToFile(qmp, file, this.record.runDir, { what: `hibernate ${this.id}` }), 'hibernate', join(this.record.runDir, 'qemu.log'));
+      await qmp.execute('migrate-set-capabilities', {
+        capabilities: [{ capability: 'x-ignore-shared', state: false }],
+      });
+      await unlessExited(
+        proc,
+        migrateToFile(qmp, file, this.record.runDir, { what: `hibernate ${this.id}` }),
+        'hibernate',
+        join(this.record.runDir, 'qemu.log'),
+      );
       this.expectingExit = true;
       this._agent?.close();
       this._agent = undefined;
       await qmp.execute('quit').catch(() => undefined);
       qmp.close();
       this.qmp = undefined;
-      await withDeadline(proc.exited, 10_000, () => new SandboxError('VM_STOP_TIMEOUT', 'QEMU did not exit after hibernate')).catch(() => proc.kill());
+      await withDeadline(
+        proc.exited,
+        10_000,
+        () => new SandboxError('VM_STOP_TIMEOUT', 'QEMU did not exit after hibernate'),
+      ).catch(() => proc.kill());
       this.proc = undefined;
       this.record.pid = undefined;
       this.record.pidStartTicks = undefined;
@@ -791,7 +996,9 @@ export class Vm {
     return this.act('restore', async () => {
       const file = this.record.hibernateFile;
       if (!file || !existsSync(file)) {
-        throw new SandboxError('VM_STATE_MISSING', `hibernated state of VM ${this.id} is missing`, { hint: 'the VM cannot be restored; destroy it' });
+        throw new SandboxError('VM_STATE_MISSING', `hibernated state of VM ${this.id} is missing`, {
+          hint: 'the VM cannot be restored; destroy it',
+        });
       }
       const plan = this.planFor({ kind: 'ram' });
       try {
@@ -838,7 +1045,11 @@ export class Vm {
     const drive = a.find((x) => x.startsWith('file=') && x.includes('id=rootfs'));
     const rootfs = drive ? /^file=([^,]+)/.exec(drive)?.[1] : undefined;
     const cmdline = val('-append') ?? '';
-    const image: Template['image'] = { kernel: val('-kernel') ?? '', initramfs: val('-initrd') ?? '', hash: this.record.template.hash };
+    const image: Template['image'] = {
+      kernel: val('-kernel') ?? '',
+      initramfs: val('-initrd') ?? '',
+      hash: this.record.template.hash,
+    };
     if (rootfs) {
       image.rootfs = rootfs;
       image.rootfsType = /sbx\.rootfstype=squashfs/.test(cmdline) ? 'squashfs' : 'ext4';
@@ -863,7 +1074,9 @@ export class Vm {
         await this._agent?.sync().catch(() => undefined);
         await qmp.execute('stop');
       }
-      await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: false }] });
+      await qmp.execute('migrate-set-capabilities', {
+        capabilities: [{ capability: 'x-ignore-shared', state: false }],
+      });
       await migrateToFile(qmp, file, this.record.runDir, { what: `checkpoint ${this.id}` });
       if (wasRunning) {
         await qmp.execute('cont');
@@ -883,7 +1096,11 @@ export class Vm {
   /** Fork n children that start from this VM's current state (files included); the parent keeps running. */
   fork(n: number, opts: Omit<CloneOptions, 'id'> = {}): Promise<Vm[]> {
     if (!Number.isInteger(n) || n < 1 || n > 64) {
-      return Promise.reject(new SandboxError('INVALID_ARGUMENT', `fork count ${n} must be 1..64`, { hint: 'fork fewer children at a time' }));
+      return Promise.reject(
+        new SandboxError('INVALID_ARGUMENT', `fork count ${n} must be 1..64`, {
+          hint: 'fork fewer children at a time',
+        }),
+      );
     }
     return this.act('fork', async () => {
       const tpl = await this.checkpointNow(`${this.record.template.name}@fork-${this.id}`);

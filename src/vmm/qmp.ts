@@ -32,7 +32,9 @@ export class QmpClient {
   private constructor(private readonly socket: Socket) {
     socket.setEncoding('utf8');
     socket.on('data', (d: string) => this.onData(d));
-    socket.on('error', (err) => this.fail(new SandboxError('QMP_DISCONNECTED', `QMP connection error: ${err.message}`, { cause: err })));
+    socket.on('error', (err) =>
+      this.fail(new SandboxError('QMP_DISCONNECTED', `QMP connection error: ${err.message}`, { cause: err })),
+    );
     socket.on('close', () => this.fail(new SandboxError('QMP_DISCONNECTED', 'QMP connection closed (QEMU exited?)')));
   }
 
@@ -42,7 +44,9 @@ export class QmpClient {
     let lastErr: unknown;
     for (;;) {
       if (opts.isAlive && !opts.isAlive()) {
-        throw new SandboxError('VM_PROCESS_EXITED', 'QEMU exited before its QMP socket came up', { hint: 'see the VM log (qemu.log in the run dir)' });
+        throw new SandboxError('VM_PROCESS_EXITED', 'QEMU exited before its QMP socket came up', {
+          hint: 'see the VM log (qemu.log in the run dir)',
+        });
       }
       try {
         const socket = await new Promise<Socket>((resolve, reject) => {
@@ -62,10 +66,14 @@ export class QmpClient {
         await sleep(2);
       }
     }
-    throw new SandboxError('QMP_UNREACHABLE', `cannot connect to QMP at ${path}: ${(lastErr as Error | undefined)?.message ?? String(lastErr)}`, {
-      cause: lastErr,
-      hint: 'QEMU is not running or did not start; see qemu.log in the VM run dir',
-    });
+    throw new SandboxError(
+      'QMP_UNREACHABLE',
+      `cannot connect to QMP at ${path}: ${(lastErr as Error | undefined)?.message ?? String(lastErr)}`,
+      {
+        cause: lastErr,
+        hint: 'QEMU is not running or did not start; see qemu.log in the VM run dir',
+      },
+    );
   }
 
   private async handshake(timeoutMs: number): Promise<void> {
@@ -112,7 +120,11 @@ export class QmpClient {
     return new Promise<T>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.waiters.delete(id);
-        reject(new SandboxError('QMP_TIMEOUT', `QMP ${cmd} got no answer within ${timeoutMs} ms`, { hint: 'QEMU may be hung; destroy the VM' }));
+        reject(
+          new SandboxError('QMP_TIMEOUT', `QMP ${cmd} got no answer within ${timeoutMs} ms`, {
+            hint: 'QEMU may be hung; destroy the VM',
+          }),
+        );
       }, timeoutMs);
       this.waiters.set(id, { resolve: resolve as (v: unknown) => void, reject, timer, cmd });
       this.socket.write(`${JSON.stringify(args ? { execute: cmd, arguments: args, id } : { execute: cmd, id })}\n`);
@@ -166,7 +178,12 @@ export class QmpClient {
       clearTimeout(w.timer);
       if ('error' in msg) {
         const e = msg.error as { class?: string; desc?: string };
-        w.reject(new SandboxError('QMP_ERROR', `QMP ${w.cmd} failed: ${e.desc ?? 'unknown error'} (${e.class ?? 'GenericError'})`));
+        w.reject(
+          new SandboxError(
+            'QMP_ERROR',
+            `QMP ${w.cmd} failed: ${e.desc ?? 'unknown error'} (${e.class ?? 'GenericError'})`,
+          ),
+        );
       } else {
         w.resolve(msg.return);
       }

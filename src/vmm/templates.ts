@@ -13,7 +13,11 @@ export function templateFromImage(img: GuestImageArtifact): TemplateSpec {
 }
 
 /** Build what is missing (kernel, initramfs, rootfs, snapshot) for a named template, with progress. */
-export async function ensureTemplate(driver: QemuMicrovmDriver, name: string, opts: { progress?: Progress } = {}): Promise<Template> {
+export async function ensureTemplate(
+  driver: QemuMicrovmDriver,
+  name: string,
+  opts: { progress?: Progress } = {},
+): Promise<Template> {
   const img = await ensureGuestImage(name, opts);
   return driver.createTemplate(templateFromImage(img), opts);
 }

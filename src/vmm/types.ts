@@ -11,7 +11,8 @@ export type NetworkLane = 'none' | 'egress';
 
 export type VmState = 'starting' | 'running' | 'paused' | 'hibernated' | 'failed' | 'destroyed';
 
-export type VmAction = 'exec' | 'pause' | 'resume' | 'hibernate' | 'restore' | 'checkpoint' | 'fork' | 'destroy' | 'stats';
+export type VmAction =
+  'exec' | 'pause' | 'resume' | 'hibernate' | 'restore' | 'checkpoint' | 'fork' | 'destroy' | 'stats';
 
 /** Which actions each state admits; anything else is a typed refusal (VM_INVALID_STATE). */
 export const ALLOWED_ACTIONS: Readonly<Record<VmState, readonly VmAction[]>> = {
@@ -27,7 +28,9 @@ export function assertAllowed(vmId: string, state: VmState, action: VmAction): v
   if (ALLOWED_ACTIONS[state].includes(action)) return;
   const allowed = ALLOWED_ACTIONS[state];
   throw new SandboxError('VM_INVALID_STATE', `cannot ${action} VM ${vmId}: it is ${state}`, {
-    hint: allowed.length ? `in state ${state} the VM accepts: ${allowed.join(', ')}` : 'the VM is gone; create a new one',
+    hint: allowed.length
+      ? `in state ${state} the VM accepts: ${allowed.join(', ')}`
+      : 'the VM is gone; create a new one',
   });
 }
 

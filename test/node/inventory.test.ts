@@ -40,15 +40,32 @@ describe('NodeInventory publisher (server-side apply, field manager sandboxd)', 
   });
 
   it('publishes pools and claimed sandboxes, skips unchanged state, and recreates a deleted object', async () => {
-    const publisher = new InventoryPublisher({ client, engine, nodeName: node, address: `${cluster.hostAddress}:7777` });
+    const publisher = new InventoryPublisher({
+      client,
+      engine,
+      nodeName: node,
+      address: `${cluster.hostAddress}:7777`,
+    });
     engine.setTargets([{ key: { template: 'sandbox/minimal', net: 'none', size: 'small' }, warm: 1 }]);
-    await eventually(() => engine.warmCount({ template: 'sandbox/minimal', net: 'none', size: 'small' }), { timeoutMs: 120_000, until: (n) => n === 1 });
-    const rec = await engine.claim({ key: { template: 'sandbox/minimal', net: 'none', size: 'small' }, claimRef: 'team-a/agent-1', ttlSeconds: 120 });
+    await eventually(() => engine.warmCount({ template: 'sandbox/minimal', net: 'none', size: 'small' }), {
+      timeoutMs: 120_000,
+      until: (n) => n === 1,
+    });
+    const rec = await engine.claim({
+      key: { template: 'sandbox/minimal', net: 'none', size: 'small' },
+      claimRef: 'team-a/agent-1',
+      ttlSeconds: 120,
+    });
     // Let the pool refill first, so the state is stable between the publishes below.
-    await eventually(() => engine.poolStatus()[0], { timeoutMs: 120_000, until: (p) => p?.warm === 1 && p.refilling === 0 });
+    await eventually(() => engine.poolStatus()[0], {
+      timeoutMs: 120_000,
+      until: (p) => p?.warm === 1 && p.refilling === 0,
+    });
 
     assert.equal(await publisher.publishOnce(), true);
-    const inv = JSON.parse(await cluster.kubectl(['get', 'nodeinventory', node, '-o', 'json', '--show-managed-fields'])) as Inventory;
+    const inv = JSON.parse(
+      await cluster.kubectl(['get', 'nodeinventory', node, '-o', 'json', '--show-managed-fields']),
+    ) as Inventory;
     assert.equal(inv.node, node);
     assert.equal(inv.address, `${cluster.hostAddress}:7777`);
     assert.deepEqual(
@@ -58,7 +75,10 @@ describe('NodeInventory publisher (server-side apply, field manager sandboxd)', 
     assert.ok(inv.entries?.[0]?.deadline?.endsWith('Z'));
     assert.equal(inv.pools?.[0]?.template, 'sandbox/minimal');
     assert.equal(inv.pools?.[0]?.target, 1);
-    assert.ok(inv.metadata.managedFields?.some((f) => f.manager === 'sandboxd'), 'written by field manager sandboxd');
+    assert.ok(
+      inv.metadata.managedFields?.some((f) => f.manager === 'sandboxd'),
+      'written by field manager sandboxd',
+    );
 
     // Nothing changed: no write.
     assert.equal(await publisher.publishOnce(), false);

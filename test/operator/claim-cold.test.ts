@@ -3,15 +3,34 @@ import { after, before, describe, it } from 'node:test';
 import { AnnotationKeys, fnv1a32, LabelKeys } from '../../src/api/index.js';
 import { Pods, SandboxClaims, SandboxTemplates, type KubeObject } from '../../src/kube/index.js';
 import { eventually } from '../support/eventually.js';
-import { claimManifest, cond, createAll, getSandboxOrUndefined, poolManifest, setupEnv, templateManifest, waitClaim, waitPoolReady, type Env } from './claim-support.js';
+import {
+  claimManifest,
+  cond,
+  createAll,
+  getSandboxOrUndefined,
+  poolManifest,
+  setupEnv,
+  templateManifest,
+  waitClaim,
+  waitPoolReady,
+  type Env,
+} from './claim-support.js';
 
 describe('SandboxClaim cold path, injection and bad input (spec §16 items 16–19)', () => {
   let env: Env;
   before(async () => {
     env = await setupEnv('claim-cold');
     await createAll(env.client, templateManifest(env.ns, 'tpl'), poolManifest(env.ns, 'empty', 'tpl', 0));
-    await createAll(env.client, templateManifest(env.ns, 'allowed', { envVarsInjectionPolicy: 'Allowed', volumeClaimTemplatesPolicy: 'Allowed' }), poolManifest(env.ns, 'allowed-pool', 'allowed', 1));
-    await createAll(env.client, templateManifest(env.ns, 'overrides', { envVarsInjectionPolicy: 'Overrides' }), poolManifest(env.ns, 'overrides-pool', 'overrides', 0));
+    await createAll(
+      env.client,
+      templateManifest(env.ns, 'allowed', { envVarsInjectionPolicy: 'Allowed', volumeClaimTemplatesPolicy: 'Allowed' }),
+      poolManifest(env.ns, 'allowed-pool', 'allowed', 1),
+    );
+    await createAll(
+      env.client,
+      templateManifest(env.ns, 'overrides', { envVarsInjectionPolicy: 'Overrides' }),
+      poolManifest(env.ns, 'overrides-pool', 'overrides', 0),
+    );
     await waitPoolReady(env.ns, 'allowed-pool', 1);
   });
   after(() => env?.stop());
@@ -32,12 +51,21 @@ describe('SandboxClaim cold path, injection and bad input (spec §16 items 16–
   });
 
   it('env forces a cold start even with warm members; Allowed appends, Overrides replaces', async () => {
-    await env.client.create(SandboxClaims, claimManifest(env.ns, 'env-allowed', 'allowed-pool', { env: [{ name: 'EXTRA', value: 'x' }] }));
-    await env.client.create(SandboxClaims, claimManifest(env.ns, 'env-over', 'overrides-pool', { env: [{ name: 'MODE', value: 'override' }] }));
+    await env.client.create(
+      SandboxClaims,
+      claimManifest(env.ns, 'env-allowed', 'allowed-pool', { env: [{ name: 'EXTRA', value: 'x' }] }),
+    );
+    await env.client.create(
+      SandboxClaims,
+      claimManifest(env.ns, 'env-over', 'overrides-pool', { env: [{ name: 'MODE', value: 'override' }] }),
+    );
     const a = await waitClaim(env.ns, 'env-allowed');
     assert.equal(a.status?.sandbox?.name, 'env-allowed');
     const sa = (await getSandboxOrUndefined(env.ns, 'env-allowed'))!;
-    assert.deepEqual(sa.spec.podTemplate.spec.containers[0]!.env, [{ name: 'MODE', value: 'one' }, { name: 'EXTRA', value: 'x' }]);
+    assert.deepEqual(sa.spec.podTemplate.spec.containers[0]!.env, [
+      { name: 'MODE', value: 'one' },
+      { name: 'EXTRA', value: 'x' },
+    ]);
     await waitClaim(env.ns, 'env-over');
     const so = (await getSandboxOrUndefined(env.ns, 'env-over'))!;
     assert.deepEqual(so.spec.podTemplate.spec.containers[0]!.env, [{ name: 'MODE', value: 'override' }]);
@@ -47,7 +75,9 @@ describe('SandboxClaim cold path, injection and bad input (spec §16 items 16–
   it('accepted additionalPodMetadata lands on the pod template and the Pod', async () => {
     await env.client.create(
       SandboxClaims,
-      claimManifest(env.ns, 'meta-ok', 'allowed-pool', { additionalPodMetadata: { labels: { 'sandbox.users.io/team': 'blue' }, annotations: { note: 'hi' } } }),
+      claimManifest(env.ns, 'meta-ok', 'allowed-pool', {
+        additionalPodMetadata: { labels: { 'sandbox.users.io/team': 'blue' }, annotations: { note: 'hi' } },
+      }),
     );
     const claim = await waitClaim(env.ns, 'meta-ok');
     const sbName = claim.status!.sandbox!.name!;
@@ -63,20 +93,46 @@ describe('SandboxClaim cold path, injection and bad input (spec §16 items 16–
     const bad: Array<[string, ReturnType<typeof claimManifest>, string]> = [
       ['no-pool', claimManifest(env.ns, 'no-pool', 'missing-pool'), 'WarmPoolNotFound'],
       ['no-template', claimManifest(env.ns, 'no-template', 'shadow-pool-missing-template'), 'TemplateNotFound'],
-      ['bad-meta', claimManifest(env.ns, 'bad-meta', 'empty', { additionalPodMetadata: { labels: { team: 'x' } } }), 'InvalidMetadata'],
-      ['bad-annot', claimManifest(env.ns, 'bad-annot', 'empty', { additionalPodMetadata: { annotations: { 'kubernetes.io/x': 'y' } } }), 'InvalidMetadata'],
-      ['env-disallowed', claimManifest(env.ns, 'env-disallowed', 'empty', { env: [{ name: 'A', value: '1' }] }), 'EnvVarsInjectionRejected'],
+      [
+        'bad-meta',
+        claimManifest(env.ns, 'bad-meta', 'empty', { additionalPodMetadata: { labels: { team: 'x' } } }),
+        'InvalidMetadata',
+      ],
+      [
+        'bad-annot',
+        claimManifest(env.ns, 'bad-annot', 'empty', {
+          additionalPodMetadata: { annotations: { 'kubernetes.io/x': 'y' } },
+        }),
+        'InvalidMetadata',
+      ],
+      [
+        'env-disallowed',
+        claimManifest(env.ns, 'env-disallowed', 'empty', { env: [{ name: 'A', value: '1' }] }),
+        'EnvVarsInjectionRejected',
+      ],
       [
         'dup-vct',
         claimManifest(env.ns, 'dup-vct', 'allowed-pool', {
           volumeClaimTemplates: [
-            { metadata: { name: 'w' }, spec: { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: '1Gi' } } } },
-            { metadata: { name: 'w' }, spec: { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: '1Gi' } } } },
+            {
+              metadata: { name: 'w' },
+              spec: { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: '1Gi' } } },
+            },
+            {
+              metadata: { name: 'w' },
+              spec: { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: '1Gi' } } },
+            },
           ],
         }),
         'VolumeClaimTemplatesError',
       ],
-      ['vct-disallowed', claimManifest(env.ns, 'vct-disallowed', 'empty', { volumeClaimTemplates: [{ metadata: { name: 'w' }, spec: {} }] }), 'VolumeClaimTemplatesError'],
+      [
+        'vct-disallowed',
+        claimManifest(env.ns, 'vct-disallowed', 'empty', {
+          volumeClaimTemplates: [{ metadata: { name: 'w' }, spec: {} }],
+        }),
+        'VolumeClaimTemplatesError',
+      ],
     ];
     for (const [, manifest] of bad) await env.client.create(SandboxClaims, manifest);
     await env.client.create(SandboxClaims, claimManifest(env.ns, 'good-after-bad', 'allowed-pool'));
@@ -86,7 +142,10 @@ describe('SandboxClaim cold path, injection and bad input (spec §16 items 16–
       assert.equal(cond(c)?.status, 'False', name);
       assert.equal(c.status?.sandbox?.name, undefined, name);
     }
-    assert.equal(cond(await waitClaim(env.ns, 'no-pool', 'WarmPoolNotFound'))?.message, 'SandboxWarmPool "missing-pool" not found');
+    assert.equal(
+      cond(await waitClaim(env.ns, 'no-pool', 'WarmPoolNotFound'))?.message,
+      'SandboxWarmPool "missing-pool" not found',
+    );
   });
 
   it('a shadow-pool claim with no such pool falls back to the template it names', async () => {

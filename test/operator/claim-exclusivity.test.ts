@@ -16,22 +16,29 @@ describe('SandboxClaim exclusivity under fire (SIGKILL + restart)', () => {
   });
   after(() => ns?.cleanup());
 
-  it('no Sandbox is owned by two claims, no claim controls two Sandboxes; every claim ends Ready or cleanly pending', { timeout: 150_000 }, async () => {
-    const cluster = await getTestCluster();
-    const report = await runUnderFire({
-      client: await testClient(),
-      kubeconfig: cluster.kubeconfigPath,
-      namespace: ns.name,
-      poolSize: 10,
-      claims: 150,
-      clients: 10,
-      kills: 2,
-      progress: process.env.SBX_TEST_VERBOSE ? (l) => process.stderr.write(`${l}\n`) : undefined,
-    });
-    assert.deepEqual(report.violations, []);
-    assert.equal(report.operatorStarts, 3);
-    assert.ok(report.readyObserved + report.timedOut === report.claims);
-    assert.ok(report.readyObserved >= report.claims * 0.9, `only ${report.readyObserved}/${report.claims} observed Ready`);
-    assert.ok(report.watchEvents > report.claims);
-  });
+  it(
+    'no Sandbox is owned by two claims, no claim controls two Sandboxes; every claim ends Ready or cleanly pending',
+    { timeout: 150_000 },
+    async () => {
+      const cluster = await getTestCluster();
+      const report = await runUnderFire({
+        client: await testClient(),
+        kubeconfig: cluster.kubeconfigPath,
+        namespace: ns.name,
+        poolSize: 10,
+        claims: 150,
+        clients: 10,
+        kills: 2,
+        progress: process.env.SBX_TEST_VERBOSE ? (l) => process.stderr.write(`${l}\n`) : undefined,
+      });
+      assert.deepEqual(report.violations, []);
+      assert.equal(report.operatorStarts, 3);
+      assert.ok(report.readyObserved + report.timedOut === report.claims);
+      assert.ok(
+        report.readyObserved >= report.claims * 0.9,
+        `only ${report.readyObserved}/${report.claims} observed Ready`,
+      );
+      assert.ok(report.watchEvents > report.claims);
+    },
+  );
 });

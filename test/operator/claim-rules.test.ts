@@ -33,12 +33,22 @@ describe('additionalPodMetadata validation', () => {
   for (const [name, md, ok] of cases)
     it(name, () => {
       if (ok) validateAdditionalPodMetadata(md, DOMAINS);
-      else assert.throws(() => validateAdditionalPodMetadata(md, DOMAINS), (e: unknown) => e instanceof ClaimInputError && e.reason === 'InvalidMetadata');
+      else
+        assert.throws(
+          () => validateAdditionalPodMetadata(md, DOMAINS),
+          (e: unknown) => e instanceof ClaimInputError && e.reason === 'InvalidMetadata',
+        );
     });
 
   it('merge rejects conflicting values with the documented message', () => {
-    assert.throws(() => mergePodMetadata({ labels: { a: '1' } }, { labels: { a: '2' } }), /metadata override conflict: label "a" is defined in template with value "1", but claim requests "2"/);
-    assert.deepEqual(mergePodMetadata({ labels: { a: '1' } }, { labels: { a: '1', b: '2' }, annotations: { c: '3' } }), { labels: { a: '1', b: '2' }, annotations: { c: '3' } });
+    assert.throws(
+      () => mergePodMetadata({ labels: { a: '1' } }, { labels: { a: '2' } }),
+      /metadata override conflict: label "a" is defined in template with value "1", but claim requests "2"/,
+    );
+    assert.deepEqual(
+      mergePodMetadata({ labels: { a: '1' } }, { labels: { a: '1', b: '2' }, annotations: { c: '3' } }),
+      { labels: { a: '1', b: '2' }, annotations: { c: '3' } },
+    );
   });
 });
 
@@ -46,24 +56,49 @@ describe('env injection', () => {
   const spec = (): PodSpec => ({ containers: [{ name: 'main', env: [{ name: 'A', value: '1' }] }, { name: 'side' }] });
   it('Disallowed (and unset) rejects any env', () => {
     for (const p of ['Disallowed', undefined] as const)
-      assert.throws(() => injectEnv(spec(), [{ name: 'B', value: '2' }], p), (e: unknown) => e instanceof ClaimInputError && e.reason === 'EnvVarsInjectionRejected');
+      assert.throws(
+        () => injectEnv(spec(), [{ name: 'B', value: '2' }], p),
+        (e: unknown) => e instanceof ClaimInputError && e.reason === 'EnvVarsInjectionRejected',
+      );
   });
   it('Allowed appends new names to containers[0], rejects overrides and envFrom', () => {
-    assert.deepEqual(injectEnv(spec(), [{ name: 'B', value: '2' }], 'Allowed').containers[0]!.env, [{ name: 'A', value: '1' }, { name: 'B', value: '2' }]);
-    assert.throws(() => injectEnv(spec(), [{ name: 'A', value: '2' }], 'Allowed'), (e: unknown) => !(e instanceof ClaimInputError));
+    assert.deepEqual(injectEnv(spec(), [{ name: 'B', value: '2' }], 'Allowed').containers[0]!.env, [
+      { name: 'A', value: '1' },
+      { name: 'B', value: '2' },
+    ]);
+    assert.throws(
+      () => injectEnv(spec(), [{ name: 'A', value: '2' }], 'Allowed'),
+      (e: unknown) => !(e instanceof ClaimInputError),
+    );
     const withEnvFrom: PodSpec = { containers: [{ name: 'main', envFrom: [{ configMapRef: { name: 'x' } }] }] };
-    assert.throws(() => injectEnv(withEnvFrom, [{ name: 'B', value: '2' }], 'Allowed'), (e: unknown) => e instanceof ClaimInputError);
+    assert.throws(
+      () => injectEnv(withEnvFrom, [{ name: 'B', value: '2' }], 'Allowed'),
+      (e: unknown) => e instanceof ClaimInputError,
+    );
   });
   it('Overrides replaces in place and appends; containerName targets a container', () => {
-    const out = injectEnv(spec(), [{ name: 'A', value: '9' }, { name: 'C', value: '3', containerName: 'side' }], 'Overrides');
+    const out = injectEnv(
+      spec(),
+      [
+        { name: 'A', value: '9' },
+        { name: 'C', value: '3', containerName: 'side' },
+      ],
+      'Overrides',
+    );
     assert.deepEqual(out.containers[0]!.env, [{ name: 'A', value: '9' }]);
     assert.deepEqual(out.containers[1]!.env, [{ name: 'C', value: '3' }]);
-    assert.throws(() => injectEnv(spec(), [{ name: 'X', value: '1', containerName: 'nope' }], 'Overrides'), /not found/);
+    assert.throws(
+      () => injectEnv(spec(), [{ name: 'X', value: '1', containerName: 'nope' }], 'Overrides'),
+      /not found/,
+    );
   });
 });
 
 describe('volumeClaimTemplates merge', () => {
-  const v = (name: string, size = '1Gi') => ({ metadata: { name }, spec: { resources: { requests: { storage: size } } } });
+  const v = (name: string, size = '1Gi') => ({
+    metadata: { name },
+    spec: { resources: { requests: { storage: size } } },
+  });
   const isVctError = (e: unknown) => e instanceof ClaimInputError && e.reason === 'VolumeClaimTemplatesError';
   it('rejects claim VCTs under Disallowed/unset, duplicate and empty names', () => {
     assert.throws(() => mergeVolumeClaimTemplates([], [v('a')], 'Disallowed'), isVctError);
@@ -75,19 +110,30 @@ describe('volumeClaimTemplates merge', () => {
   it('Allowed appends and refuses collisions; Overrides replaces', () => {
     assert.deepEqual(mergeVolumeClaimTemplates([v('a')], [v('b')], 'Allowed'), [v('a'), v('b')]);
     assert.throws(() => mergeVolumeClaimTemplates([v('a')], [v('a', '2Gi')], 'Allowed'), isVctError);
-    assert.deepEqual(mergeVolumeClaimTemplates([v('a')], [v('a', '2Gi'), v('c')], 'Overrides'), [v('a', '2Gi'), v('c')]);
+    assert.deepEqual(mergeVolumeClaimTemplates([v('a')], [v('a', '2Gi'), v('c')], 'Overrides'), [
+      v('a', '2Gi'),
+      v('c'),
+    ]);
   });
 });
 
 describe('claim lifecycle clock', () => {
-  const fin = (ltt: string): Condition[] => [{ type: 'Finished', status: 'True', reason: 'PodSucceeded', message: '', lastTransitionTime: ltt }];
+  const fin = (ltt: string): Condition[] => [
+    { type: 'Finished', status: 'True', reason: 'PodSucceeded', message: '', lastTransitionTime: ltt },
+  ];
   const now = Date.parse('2026-01-01T00:01:00Z');
   const cases: Array<[string, Parameters<typeof timeLeft>[0], Condition[] | undefined, boolean, number | undefined]> = [
     ['no lifecycle', undefined, undefined, false, undefined],
     ['shutdownTime ahead', { shutdownTime: '2026-01-01T00:02:00Z' }, undefined, false, 60_000],
     ['shutdownTime passed', { shutdownTime: '2026-01-01T00:00:00Z' }, undefined, true, 0],
     ['ttl without Finished', { ttlSecondsAfterFinished: 0 }, undefined, false, undefined],
-    ['ttl after Finished, earlier than shutdownTime', { shutdownTime: '2026-01-01T01:00:00Z', ttlSecondsAfterFinished: 30 }, fin('2026-01-01T00:00:50Z'), false, 20_000],
+    [
+      'ttl after Finished, earlier than shutdownTime',
+      { shutdownTime: '2026-01-01T01:00:00Z', ttlSecondsAfterFinished: 30 },
+      fin('2026-01-01T00:00:50Z'),
+      false,
+      20_000,
+    ],
     ['ttl 0 after Finished', { ttlSecondsAfterFinished: 0 }, fin('2026-01-01T00:00:50Z'), true, 0],
   ];
   for (const [name, lc, conds, expired, left] of cases)
@@ -95,30 +141,77 @@ describe('claim lifecycle clock', () => {
 });
 
 describe('claim status', () => {
-  const claim = (status?: SandboxClaim['status']): SandboxClaim => ({ metadata: { name: 'c', generation: 3 }, spec: { warmPoolRef: { name: 'p' } }, status });
-  const sb = (conds: Condition[], ips?: string[]): Sandbox => ({ metadata: { name: 'p-abc' }, spec: { podTemplate: { spec: { containers: [] } } }, status: { conditions: conds, ...(ips ? { podIPs: ips } : {}) } });
+  const claim = (status?: SandboxClaim['status']): SandboxClaim => ({
+    metadata: { name: 'c', generation: 3 },
+    spec: { warmPoolRef: { name: 'p' } },
+    status,
+  });
+  const sb = (conds: Condition[], ips?: string[]): Sandbox => ({
+    metadata: { name: 'p-abc' },
+    spec: { podTemplate: { spec: { containers: [] } } },
+    status: { conditions: conds, ...(ips ? { podIPs: ips } : {}) },
+  });
   const NOW = '2026-01-01T00:00:00Z';
-  const ready: Condition = { type: 'Ready', status: 'True', reason: 'DependenciesReady', message: 'Pod is Ready', lastTransitionTime: '2025-12-31T00:00:00Z', observedGeneration: 7 };
+  const ready: Condition = {
+    type: 'Ready',
+    status: 'True',
+    reason: 'DependenciesReady',
+    message: 'Pod is Ready',
+    lastTransitionTime: '2025-12-31T00:00:00Z',
+    observedGeneration: 7,
+  };
   it('mirrors the Sandbox Ready condition verbatim, Finished too, and records name/podIPs', () => {
-    const finished: Condition = { type: 'Finished', status: 'True', reason: 'PodSucceeded', message: '', lastTransitionTime: NOW };
+    const finished: Condition = {
+      type: 'Finished',
+      status: 'True',
+      reason: 'PodSucceeded',
+      message: '',
+      lastTransitionTime: NOW,
+    };
     const s = claimStatusFor(claim(), { kind: 'sandbox', sandbox: sb([ready, finished], ['10.0.0.1']) }, NOW);
     assert.deepEqual(s, { conditions: [finished, ready], sandbox: { name: 'p-abc', podIPs: ['10.0.0.1'] } });
   });
   const table: Array<[string, Parameters<typeof claimStatusFor>[1], string, string]> = [
     ['no Ready on the Sandbox', { kind: 'sandbox', sandbox: sb([]) }, 'SandboxNotReady', 'Sandbox is not ready'],
-    ['Sandbox expired', { kind: 'sandbox', sandbox: sb([{ ...ready, status: 'False', reason: 'SandboxExpired' }]) }, 'SandboxExpired', 'Underlying Sandbox resource has expired independently of the Claim.'],
+    [
+      'Sandbox expired',
+      { kind: 'sandbox', sandbox: sb([{ ...ready, status: 'False', reason: 'SandboxExpired' }]) },
+      'SandboxExpired',
+      'Underlying Sandbox resource has expired independently of the Claim.',
+    ],
     ['no Sandbox', { kind: 'noSandbox' }, 'SandboxMissing', 'Sandbox does not exist'],
-    ['claim expired', { kind: 'expired', sandbox: undefined }, 'ClaimExpired', 'Claim expired. Sandbox cleanup initiated.'],
-    ['pool missing', { kind: 'error', reason: 'WarmPoolNotFound', message: 'SandboxWarmPool "p" not found', keepSandboxStatus: true }, 'WarmPoolNotFound', 'SandboxWarmPool "p" not found'],
+    [
+      'claim expired',
+      { kind: 'expired', sandbox: undefined },
+      'ClaimExpired',
+      'Claim expired. Sandbox cleanup initiated.',
+    ],
+    [
+      'pool missing',
+      { kind: 'error', reason: 'WarmPoolNotFound', message: 'SandboxWarmPool "p" not found', keepSandboxStatus: true },
+      'WarmPoolNotFound',
+      'SandboxWarmPool "p" not found',
+    ],
   ];
   for (const [name, outcome, reason, message] of table)
     it(name, () => {
       const r = claimStatusFor(claim(), outcome, NOW).conditions!.find((c) => c.type === 'Ready')!;
-      assert.deepEqual(r, { type: 'Ready', status: 'False', reason, message, observedGeneration: 3, lastTransitionTime: NOW });
+      assert.deepEqual(r, {
+        type: 'Ready',
+        status: 'False',
+        reason,
+        message,
+        observedGeneration: 3,
+        lastTransitionTime: NOW,
+      });
     });
   it('keeps lastTransitionTime while the status does not change', () => {
     const prev = claimStatusFor(claim(), { kind: 'noSandbox' }, '2025-01-01T00:00:00Z');
-    const next = claimStatusFor(claim(prev), { kind: 'error', reason: 'WarmPoolNotFound', message: 'x', keepSandboxStatus: true }, NOW);
+    const next = claimStatusFor(
+      claim(prev),
+      { kind: 'error', reason: 'WarmPoolNotFound', message: 'x', keepSandboxStatus: true },
+      NOW,
+    );
     assert.equal(next.conditions![0]!.lastTransitionTime, '2025-01-01T00:00:00Z');
   });
 });

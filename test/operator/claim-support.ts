@@ -3,7 +3,15 @@
  * namespace with its own operator. Not a test file (test/run.ts only collects *.test.ts).
  */
 import type { Condition, SandboxClaim, SandboxTemplate, SandboxWarmPool } from '../../src/api/index.js';
-import { KubeClient, isNotFound, SandboxClaims, Sandboxes, SandboxTemplates, SandboxWarmPools, type ObjectMeta } from '../../src/kube/index.js';
+import {
+  KubeClient,
+  isNotFound,
+  SandboxClaims,
+  Sandboxes,
+  SandboxTemplates,
+  SandboxWarmPools,
+  type ObjectMeta,
+} from '../../src/kube/index.js';
 import type { ClaimObj, PoolObj, SandboxObj, TemplateObj } from '../../src/operator/extensions/support.js';
 // The Sandbox controller registers itself on import; importing it here makes the fixtures independent of
 // whether src/operator/controllers.ts lists it yet.
@@ -21,7 +29,12 @@ export function testClient(): Promise<KubeClient> {
 
 export const PAUSE = 'registry.k8s.io/pause:3.10';
 
-export function templateManifest(ns: string, name: string, spec: Partial<SandboxTemplate['spec']> = {}, meta: Partial<ObjectMeta> = {}): TemplateObj {
+export function templateManifest(
+  ns: string,
+  name: string,
+  spec: Partial<SandboxTemplate['spec']> = {},
+  meta: Partial<ObjectMeta> = {},
+): TemplateObj {
   return {
     apiVersion: 'extensions.agents.x-k8s.io/v1beta1',
     kind: 'SandboxTemplate',
@@ -36,7 +49,13 @@ export function templateManifest(ns: string, name: string, spec: Partial<Sandbox
   };
 }
 
-export function poolManifest(ns: string, name: string, template: string, replicas: number, spec: Partial<SandboxWarmPool['spec']> = {}): PoolObj {
+export function poolManifest(
+  ns: string,
+  name: string,
+  template: string,
+  replicas: number,
+  spec: Partial<SandboxWarmPool['spec']> = {},
+): PoolObj {
   return {
     apiVersion: 'extensions.agents.x-k8s.io/v1beta1',
     kind: 'SandboxWarmPool',
@@ -45,7 +64,13 @@ export function poolManifest(ns: string, name: string, template: string, replica
   };
 }
 
-export function claimManifest(ns: string, name: string, pool: string, spec: Partial<SandboxClaim['spec']> = {}, meta: Partial<ObjectMeta> = {}): ClaimObj {
+export function claimManifest(
+  ns: string,
+  name: string,
+  pool: string,
+  spec: Partial<SandboxClaim['spec']> = {},
+  meta: Partial<ObjectMeta> = {},
+): ClaimObj {
   return {
     apiVersion: 'extensions.agents.x-k8s.io/v1beta1',
     kind: 'SandboxClaim',
@@ -54,7 +79,8 @@ export function claimManifest(ns: string, name: string, pool: string, spec: Part
   };
 }
 
-export const cond = (obj: { status?: { conditions?: Condition[] } } | undefined, type = 'Ready') => obj?.status?.conditions?.find((c) => c.type === type);
+export const cond = (obj: { status?: { conditions?: Condition[] } } | undefined, type = 'Ready') =>
+  obj?.status?.conditions?.find((c) => c.type === type);
 
 export async function getClaim(ns: string, name: string): Promise<ClaimObj | undefined> {
   try {

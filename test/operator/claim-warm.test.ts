@@ -3,7 +3,19 @@ import { after, before, describe, it } from 'node:test';
 import { AnnotationKeys, fnv1a32, LabelKeys } from '../../src/api/index.js';
 import { Pods, SandboxClaims, type KubeObject } from '../../src/kube/index.js';
 import { eventually } from '../support/eventually.js';
-import { claimManifest, cond, createAll, getSandboxOrUndefined, listSandboxes, poolManifest, setupEnv, templateManifest, waitClaim, waitPoolReady, type Env } from './claim-support.js';
+import {
+  claimManifest,
+  cond,
+  createAll,
+  getSandboxOrUndefined,
+  listSandboxes,
+  poolManifest,
+  setupEnv,
+  templateManifest,
+  waitClaim,
+  waitPoolReady,
+  type Env,
+} from './claim-support.js';
 
 describe('SandboxClaim warm adoption (spec §16 items 13–15, 19)', () => {
   let env: Env;
@@ -17,7 +29,10 @@ describe('SandboxClaim warm adoption (spec §16 items 13–15, 19)', () => {
   it('adopts a warm member; the pool refills', async () => {
     const members = await listSandboxes(env.ns, `${LabelKeys.warmPoolSandbox}=${fnv1a32('pool')}`);
     assert.equal(members.length, 2);
-    const created = await env.client.create(SandboxClaims, claimManifest(env.ns, 'c1', 'pool', {}, { labels: { [LabelKeys.createdBy]: 'go-client' } }));
+    const created = await env.client.create(
+      SandboxClaims,
+      claimManifest(env.ns, 'c1', 'pool', {}, { labels: { [LabelKeys.createdBy]: 'go-client' } }),
+    );
     const claim = await waitClaim(env.ns, 'c1');
     const sbName = claim.status?.sandbox?.name;
     assert.ok(sbName && members.some((m) => m.metadata.name === sbName), 'bound to a former warm member');
@@ -25,7 +40,12 @@ describe('SandboxClaim warm adoption (spec §16 items 13–15, 19)', () => {
     const refs = sb.metadata.ownerReferences ?? [];
     assert.equal(refs.length, 1);
     assert.deepEqual(
-      { kind: refs[0]!.kind, uid: refs[0]!.uid, controller: refs[0]!.controller, blockOwnerDeletion: refs[0]!.blockOwnerDeletion },
+      {
+        kind: refs[0]!.kind,
+        uid: refs[0]!.uid,
+        controller: refs[0]!.controller,
+        blockOwnerDeletion: refs[0]!.blockOwnerDeletion,
+      },
       { kind: 'SandboxClaim', uid: created.metadata.uid, controller: true, blockOwnerDeletion: true },
     );
     const l = sb.metadata.labels ?? {};
@@ -39,7 +59,9 @@ describe('SandboxClaim warm adoption (spec §16 items 13–15, 19)', () => {
     assert.equal(sb.metadata.annotations?.[AnnotationKeys.podName], sbName);
     assert.equal(cond(claim)?.reason, cond(sb)?.reason);
     await eventually(() => env.client.get<typeof claim>(SandboxClaims, env.ns, 'c1'), {
-      until: (c) => c.metadata.annotations?.[AnnotationKeys.sandboxName] === sbName && !!c.metadata.annotations?.[AnnotationKeys.controllerFirstObservedAt],
+      until: (c) =>
+        c.metadata.annotations?.[AnnotationKeys.sandboxName] === sbName &&
+        !!c.metadata.annotations?.[AnnotationKeys.controllerFirstObservedAt],
       what: 'claim annotations',
     });
     // The Pod keeps its UID and loses the pool label.

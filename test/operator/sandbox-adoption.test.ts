@@ -7,7 +7,14 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { fnv1a32 } from '../../src/api/index.js';
-import { ConfigMaps, PersistentVolumeClaims, Pods, Services, type KubeObject, type OwnerReference } from '../../src/kube/index.js';
+import {
+  ConfigMaps,
+  PersistentVolumeClaims,
+  Pods,
+  Services,
+  type KubeObject,
+  type OwnerReference,
+} from '../../src/kube/index.js';
 import type { PersistentVolumeClaim, Pod, SandboxObject, Service } from '../../src/operator/sandbox/index.js';
 import { eventually } from '../support/eventually.js';
 import {
@@ -25,15 +32,30 @@ import {
   withOperator,
 } from './sandbox-fixtures.js';
 
-const ADOPT_HINT = 'missing required pool authorization label ("agents.x-k8s.io/adoptable") or sandbox tracking label ("agents.x-k8s.io/sandbox-name-hash")';
+const ADOPT_HINT =
+  'missing required pool authorization label ("agents.x-k8s.io/adoptable") or sandbox tracking label ("agents.x-k8s.io/sandbox-name-hash")';
 
 async function configMapOwner(ns: string, name: string): Promise<OwnerReference> {
-  const cm = await (await testClient()).create<KubeObject>(ConfigMaps, { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace: ns } });
-  return { apiVersion: 'v1', kind: 'ConfigMap', name, uid: cm.metadata.uid ?? '', controller: true, blockOwnerDeletion: false };
+  const cm = await (
+    await testClient()
+  ).create<KubeObject>(ConfigMaps, { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace: ns } });
+  return {
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    name,
+    uid: cm.metadata.uid ?? '',
+    controller: true,
+    blockOwnerDeletion: false,
+  };
 }
 
 function barePod(ns: string, name: string, meta: Partial<Pod['metadata']> = {}): Pod {
-  return { apiVersion: 'v1', kind: 'Pod', metadata: { name, namespace: ns, ...meta }, spec: { containers: [{ name: 'c', image: 'registry.k8s.io/pause:3.10' }] } };
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, namespace: ns, ...meta },
+    spec: { containers: [{ name: 'c', image: 'registry.k8s.io/pause:3.10' }] },
+  };
 }
 
 const readyMessage = (sb: SandboxObject) => condition(sb, 'Ready')?.message ?? '';
@@ -52,7 +74,16 @@ describe('Sandbox controller: ownership and bad input', { concurrency: 3 }, () =
       await createSandbox(conflict);
       await createSandbox(
         sandboxManifest(ns, 'nostorage', {
-          volumeClaimTemplates: [{ metadata: { name: 'data' }, spec: { accessModes: ['ReadWriteOnce'], storageClassName: 'no-such-class', resources: { requests: { storage: '1Gi' } } } }],
+          volumeClaimTemplates: [
+            {
+              metadata: { name: 'data' },
+              spec: {
+                accessModes: ['ReadWriteOnce'],
+                storageClassName: 'no-such-class',
+                resources: { requests: { storage: '1Gi' } },
+              },
+            },
+          ],
         }),
       );
       await createSandbox(sandboxManifest(ns, 'squatter'));
@@ -62,24 +93,44 @@ describe('Sandbox controller: ownership and bad input', { concurrency: 3 }, () =
       await waitForSandbox(ns, 'healthy', isReady, 'the healthy Sandbox Ready despite its neighbours');
 
       let sb = await waitForSandbox(ns, 'conflict', readyReason('ReconcilerError'), 'adapter conflict reported');
-      assert.equal(readyMessage(sb), 'Error seen: mutate sandbox pod: sandbox.cocoonstack.io/runtime=vk-cocoon conflicts with spec.runtimeClassName');
+      assert.equal(
+        readyMessage(sb),
+        'Error seen: mutate sandbox pod: sandbox.cocoonstack.io/runtime=vk-cocoon conflicts with spec.runtimeClassName',
+      );
       assert.equal(condition(sb, 'Ready')?.status, 'False');
       assert.equal(await getPod(ns, 'conflict'), undefined, 'no pod for a rejected runtime');
 
       sb = await waitForSandbox(ns, 'squatter', readyReason('ReconcilerError'), 'unowned pod reported');
       assert.equal(readyMessage(sb), `Error seen: cannot adopt unowned pod "squatter": ${ADOPT_HINT}`);
       const squatterAfter = await getPod(ns, 'squatter');
-      assert.equal(squatterAfter?.metadata.resourceVersion !== undefined && squatterAfter.metadata.ownerReferences, undefined, 'not adopted');
+      assert.equal(
+        squatterAfter?.metadata.resourceVersion !== undefined && squatterAfter.metadata.ownerReferences,
+        undefined,
+        'not adopted',
+      );
       assert.equal(squatterAfter?.metadata.uid, squatter.metadata.uid);
 
       sb = await waitForSandbox(ns, 'foreign', readyReason('ReconcilerError'), 'foreign pod reported');
-      assert.equal(readyMessage(sb), `Error seen: pod "foreign" is owned by ConfigMap/owner (UID: ${owner.uid}), not by sandbox "foreign"`);
+      assert.equal(
+        readyMessage(sb),
+        `Error seen: pod "foreign" is owned by ConfigMap/owner (UID: ${owner.uid}), not by sandbox "foreign"`,
+      );
       const foreignAfter = await getPod(ns, 'foreign');
       assert.deepEqual(foreignAfter?.metadata.ownerReferences, foreign.metadata.ownerReferences, 'never touched');
       assert.equal(foreignAfter?.metadata.labels, undefined);
 
-      sb = await waitForSandbox(ns, 'nostorage', (s) => condition(s, 'PodScheduled')?.status === 'False', 'unschedulable pod mirrored');
-      assert.deepEqual(conditionTable(sb).Ready, { status: 'False', reason: 'DependenciesNotReady', message: 'Pod exists with phase: Pending', observedGeneration: 1 });
+      sb = await waitForSandbox(
+        ns,
+        'nostorage',
+        (s) => condition(s, 'PodScheduled')?.status === 'False',
+        'unschedulable pod mirrored',
+      );
+      assert.deepEqual(conditionTable(sb).Ready, {
+        status: 'False',
+        reason: 'DependenciesNotReady',
+        message: 'Pod exists with phase: Pending',
+        observedGeneration: 1,
+      });
       assert.equal(condition(sb, 'PodScheduled')?.reason, 'Unschedulable');
       assert.match(condition(sb, 'PodScheduled')?.message ?? '', /unbound immediate PersistentVolumeClaims/);
       const pvc = await getOrUndefined<PersistentVolumeClaim>(PersistentVolumeClaims, ns, 'data-nostorage');
@@ -93,13 +144,23 @@ describe('Sandbox controller: ownership and bad input', { concurrency: 3 }, () =
   it('adoption: an unowned pod labelled adoptable=true is adopted in place (§16 5)', () =>
     withOperator('sb-adopt', async ({ ns }) => {
       const client = await testClient();
-      const pod = await client.create(Pods, barePod(ns, 'adoptee', { labels: { 'agents.x-k8s.io/adoptable': 'true' } }));
+      const pod = await client.create(
+        Pods,
+        barePod(ns, 'adoptee', { labels: { 'agents.x-k8s.io/adoptable': 'true' } }),
+      );
       const sb = await createSandbox(sandboxManifest(ns, 'adoptee'));
       await waitForSandbox(ns, 'adoptee', isReady, 'Ready with the adopted pod');
       const after = await getPod(ns, 'adoptee');
       assert.equal(after?.metadata.uid, pod.metadata.uid, 'same pod');
       assert.deepEqual(after?.metadata.ownerReferences, [
-        { apiVersion: 'agents.x-k8s.io/v1beta1', kind: 'Sandbox', name: 'adoptee', uid: sb.metadata.uid, controller: true, blockOwnerDeletion: true },
+        {
+          apiVersion: 'agents.x-k8s.io/v1beta1',
+          kind: 'Sandbox',
+          name: 'adoptee',
+          uid: sb.metadata.uid,
+          controller: true,
+          blockOwnerDeletion: true,
+        },
       ]);
       assert.equal(after?.metadata.labels?.['agents.x-k8s.io/sandbox-name-hash'], fnv1a32('adoptee'));
       assert.equal(after?.spec.containers[0]?.name, 'c', 'spec untouched');
@@ -127,20 +188,36 @@ describe('Sandbox controller: ownership and bad input', { concurrency: 3 }, () =
       await createSandbox(sandboxManifest(ns, 'fsvc', { service: true }));
       await createSandbox(sandboxManifest(ns, 'ipsvc', { service: true }));
       await createSandbox(
-        sandboxManifest(ns, 'fpvc', { volumeClaimTemplates: [{ metadata: { name: 'data' }, spec: { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: '1Gi' } } } }] }),
+        sandboxManifest(ns, 'fpvc', {
+          volumeClaimTemplates: [
+            {
+              metadata: { name: 'data' },
+              spec: { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: '1Gi' } } },
+            },
+          ],
+        }),
       );
 
       let sb = await waitForSandbox(ns, 'fsvc', readyReason('ReconcilerError'), 'foreign service reported');
-      assert.equal(readyMessage(sb), `Error seen: service "fsvc" is owned by ConfigMap/owner (UID: ${owner.uid}), not by sandbox "fsvc"`);
+      assert.equal(
+        readyMessage(sb),
+        `Error seen: service "fsvc" is owned by ConfigMap/owner (UID: ${owner.uid}), not by sandbox "fsvc"`,
+      );
       assert.deepEqual((await getService(ns, 'fsvc'))?.metadata.ownerReferences, [owner]);
       assert.ok(await getPod(ns, 'fsvc'), 'the pod is still created');
 
       sb = await waitForSandbox(ns, 'ipsvc', readyReason('ReconcilerError'), 'ClusterIP service reported');
-      assert.equal(readyMessage(sb), `Error seen: cannot adopt service "ipsvc": ClusterIP is "${withIp.spec.clusterIP}" (expected "None", field is immutable)`);
+      assert.equal(
+        readyMessage(sb),
+        `Error seen: cannot adopt service "ipsvc": ClusterIP is "${withIp.spec.clusterIP}" (expected "None", field is immutable)`,
+      );
       assert.equal((await getService(ns, 'ipsvc'))?.metadata.ownerReferences, undefined);
 
       sb = await waitForSandbox(ns, 'fpvc', readyReason('ReconcilerError'), 'foreign PVC reported');
-      assert.equal(readyMessage(sb), `Error seen: PVC "data-fpvc" is owned by ConfigMap/owner (UID: ${owner.uid}), not by sandbox "fpvc"`);
+      assert.equal(
+        readyMessage(sb),
+        `Error seen: PVC "data-fpvc" is owned by ConfigMap/owner (UID: ${owner.uid}), not by sandbox "fpvc"`,
+      );
       await eventually(() => getOrUndefined<PersistentVolumeClaim>(PersistentVolumeClaims, ns, 'data-fpvc'), {
         until: (p) => p?.metadata.ownerReferences?.length === 1 && p.metadata.ownerReferences[0]?.uid === owner.uid,
         what: 'PVC left alone',

@@ -16,7 +16,10 @@ import {
 } from '../../src/operator/sandbox/index.js';
 
 const HASH = 'agents.x-k8s.io/sandbox-name-hash';
-const sb = (over: Partial<SandboxObject['spec']> = {}, meta: Partial<SandboxObject['metadata']> = {}): SandboxObject => ({
+const sb = (
+  over: Partial<SandboxObject['spec']> = {},
+  meta: Partial<SandboxObject['metadata']> = {},
+): SandboxObject => ({
   metadata: { name: 'my-sandbox', namespace: 'ns', uid: 'u-1', generation: 1, ...meta },
   spec: {
     podTemplate: {
@@ -46,19 +49,60 @@ describe('sandbox desired state: pod metadata (reserved prefixes never propagate
     ['plain sandbox', sb(), { app: 'x', [HASH]: '374de8f5' }],
     [
       'warm pool member: template-ref-hash and warm-pool labels copied, created-by normalized',
-      sb({}, {
-        labels: { 'agents.x-k8s.io/sandbox-template-ref-hash': 't', 'agents.x-k8s.io/warm-pool-sandbox': 'w', 'agents.x-k8s.io/created-by': 'controller' },
-        ownerReferences: [{ apiVersion: 'extensions.agents.x-k8s.io/v1beta1', kind: 'SandboxWarmPool', name: 'pool', uid: 'p', controller: true }],
-      }),
-      { app: 'x', [HASH]: '374de8f5', 'agents.x-k8s.io/sandbox-template-ref-hash': 't', 'agents.x-k8s.io/warm-pool-sandbox': 'w', 'agents.x-k8s.io/created-by': 'controller' },
+      sb(
+        {},
+        {
+          labels: {
+            'agents.x-k8s.io/sandbox-template-ref-hash': 't',
+            'agents.x-k8s.io/warm-pool-sandbox': 'w',
+            'agents.x-k8s.io/created-by': 'controller',
+          },
+          ownerReferences: [
+            {
+              apiVersion: 'extensions.agents.x-k8s.io/v1beta1',
+              kind: 'SandboxWarmPool',
+              name: 'pool',
+              uid: 'p',
+              controller: true,
+            },
+          ],
+        },
+      ),
+      {
+        app: 'x',
+        [HASH]: '374de8f5',
+        'agents.x-k8s.io/sandbox-template-ref-hash': 't',
+        'agents.x-k8s.io/warm-pool-sandbox': 'w',
+        'agents.x-k8s.io/created-by': 'controller',
+      },
     ],
     [
       'claimed: template-ref-hash only; unknown created-by → unknown',
-      sb({}, {
-        labels: { 'agents.x-k8s.io/sandbox-template-ref-hash': 't', 'agents.x-k8s.io/warm-pool-sandbox': 'w', 'agents.x-k8s.io/created-by': 'me' },
-        ownerReferences: [{ apiVersion: 'extensions.agents.x-k8s.io/v1beta1', kind: 'SandboxClaim', name: 'c', uid: 'c', controller: true }],
-      }),
-      { app: 'x', [HASH]: '374de8f5', 'agents.x-k8s.io/sandbox-template-ref-hash': 't', 'agents.x-k8s.io/created-by': 'unknown' },
+      sb(
+        {},
+        {
+          labels: {
+            'agents.x-k8s.io/sandbox-template-ref-hash': 't',
+            'agents.x-k8s.io/warm-pool-sandbox': 'w',
+            'agents.x-k8s.io/created-by': 'me',
+          },
+          ownerReferences: [
+            {
+              apiVersion: 'extensions.agents.x-k8s.io/v1beta1',
+              kind: 'SandboxClaim',
+              name: 'c',
+              uid: 'c',
+              controller: true,
+            },
+          ],
+        },
+      ),
+      {
+        app: 'x',
+        [HASH]: '374de8f5',
+        'agents.x-k8s.io/sandbox-template-ref-hash': 't',
+        'agents.x-k8s.io/created-by': 'unknown',
+      },
     ],
     [
       'not controlled by an extensions kind: no template labels',
@@ -70,7 +114,11 @@ describe('sandbox desired state: pod metadata (reserved prefixes never propagate
     it(name, () => {
       const m = podMetadataForCreate(s);
       assert.deepEqual(m.labels, labels);
-      assert.deepEqual(m.annotations, { note: 'n', 'agents.x-k8s.io/propagated-labels': 'app', 'agents.x-k8s.io/propagated-annotations': 'note' });
+      assert.deepEqual(m.annotations, {
+        note: 'n',
+        'agents.x-k8s.io/propagated-labels': 'app',
+        'agents.x-k8s.io/propagated-annotations': 'note',
+      });
     });
 
   it('no propagated-* annotations on create when nothing propagates', () => {
@@ -83,7 +131,14 @@ describe('sandbox desired state: pod metadata (reserved prefixes never propagate
     const pod: Pod = {
       metadata: {
         name: 'my-sandbox',
-        labels: { app: 'old', gone: '1', 'agents.x-k8s.io/claim-uid': 'c', foreign: 'keep', [HASH]: 'wrong', 'agents.x-k8s.io/warm-pool-sandbox': 'w' },
+        labels: {
+          app: 'old',
+          gone: '1',
+          'agents.x-k8s.io/claim-uid': 'c',
+          foreign: 'keep',
+          [HASH]: 'wrong',
+          'agents.x-k8s.io/warm-pool-sandbox': 'w',
+        },
         annotations: {
           'agents.x-k8s.io/propagated-labels': 'agents.x-k8s.io/claim-uid,app,gone',
           'agents.x-k8s.io/propagated-annotations': 'note',
@@ -97,7 +152,11 @@ describe('sandbox desired state: pod metadata (reserved prefixes never propagate
     s.spec.podTemplate.metadata = { labels: { app: 'new' } };
     const m = syncedPodMetadata(pod, s);
     assert.deepEqual(m.labels, { app: 'new', foreign: 'keep', [HASH]: '374de8f5' });
-    assert.deepEqual(m.annotations, { 'agents.x-k8s.io/propagated-labels': 'app', 'agents.x-k8s.io/propagated-annotations': '', kubectl: 'keep' });
+    assert.deepEqual(m.annotations, {
+      'agents.x-k8s.io/propagated-labels': 'app',
+      'agents.x-k8s.io/propagated-annotations': '',
+      kubectl: 'keep',
+    });
   });
 
   it('sync of a freshly created pod changes nothing (no write on the next pass)', () => {
@@ -111,14 +170,27 @@ describe('sandbox desired state: pod, PVC, service', () => {
   it('pod: controller ref, claim volumes replace same-named template volumes and are appended', () => {
     const s = sb({
       volumeClaimTemplates: [
-        { metadata: { name: 'data' }, spec: { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: '1Gi' } } } },
+        {
+          metadata: { name: 'data' },
+          spec: { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: '1Gi' } } },
+        },
         { metadata: { name: 'cache' }, spec: { accessModes: ['ReadWriteOnce'] } },
       ],
     });
-    s.spec.podTemplate.spec.volumes = [{ name: 'data', emptyDir: {} }, { name: 'tmp', emptyDir: {} }];
+    s.spec.podTemplate.spec.volumes = [
+      { name: 'data', emptyDir: {} },
+      { name: 'tmp', emptyDir: {} },
+    ];
     const pod = buildPod(s, 'my-sandbox', 'standard');
     assert.deepEqual(pod.metadata.ownerReferences, [
-      { apiVersion: 'agents.x-k8s.io/v1beta1', kind: 'Sandbox', name: 'my-sandbox', uid: 'u-1', controller: true, blockOwnerDeletion: true },
+      {
+        apiVersion: 'agents.x-k8s.io/v1beta1',
+        kind: 'Sandbox',
+        name: 'my-sandbox',
+        uid: 'u-1',
+        controller: true,
+        blockOwnerDeletion: true,
+      },
     ]);
     assert.deepEqual(pod.spec.volumes, [
       { name: 'tmp', emptyDir: {} },
@@ -135,7 +207,9 @@ describe('sandbox desired state: pod, PVC, service', () => {
     const s = sb();
     s.spec.podTemplate.metadata = { annotations: { 'sandbox.cocoonstack.io/runtime': 'vk-cocoon' } };
     s.spec.podTemplate.spec.runtimeClassName = 'kata';
-    assert.throws(() => buildPod(s, 'my-sandbox', 'standard'), { message: 'sandbox.cocoonstack.io/runtime=vk-cocoon conflicts with spec.runtimeClassName' });
+    assert.throws(() => buildPod(s, 'my-sandbox', 'standard'), {
+      message: 'sandbox.cocoonstack.io/runtime=vk-cocoon conflicts with spec.runtimeClassName',
+    });
   });
 
   const portCases: Array<[string, PodSpec, Array<{ name: string; port: number; protocol: string }>]> = [
@@ -145,7 +219,14 @@ describe('sandbox desired state: pod, PVC, service', () => {
       {
         containers: [
           { name: 'a', ports: [{ containerPort: 9090 }, { containerPort: 8080, name: 'web' }] },
-          { name: 'b', ports: [{ containerPort: 8080, name: 'other' }, { containerPort: 53, protocol: 'UDP' }, { containerPort: 53 }] },
+          {
+            name: 'b',
+            ports: [
+              { containerPort: 8080, name: 'other' },
+              { containerPort: 53, protocol: 'UDP' },
+              { containerPort: 53 },
+            ],
+          },
         ],
       },
       [
@@ -158,7 +239,15 @@ describe('sandbox desired state: pod, PVC, service', () => {
     [
       'restartable init containers count, plain init containers do not; clashes get -2',
       {
-        containers: [{ name: 'a', ports: [{ containerPort: 80, name: 'x' }, { containerPort: 81, name: 'x' }] }],
+        containers: [
+          {
+            name: 'a',
+            ports: [
+              { containerPort: 80, name: 'x' },
+              { containerPort: 81, name: 'x' },
+            ],
+          },
+        ],
         initContainers: [
           { name: 'side', restartPolicy: 'Always', ports: [{ containerPort: 82 }] },
           { name: 'init', ports: [{ containerPort: 83 }] },
@@ -186,7 +275,11 @@ describe('sandbox desired state: pod, PVC, service', () => {
     assert.equal(svc.spec.clusterIP, 'None');
     assert.deepEqual(svc.spec.selector, { [HASH]: '374de8f5' });
     assert.deepEqual(svc.spec.ports, [{ name: 'http', port: 8888, protocol: 'TCP', targetPort: 8888 }]);
-    const live = { ...svc, metadata: { ...svc.metadata, labels: { other: '1' } }, spec: { ...svc.spec, selector: { a: 'b' } } };
+    const live = {
+      ...svc,
+      metadata: { ...svc.metadata, labels: { other: '1' } },
+      spec: { ...svc.spec, selector: { a: 'b' } },
+    };
     const want = repairedService(live, s);
     assert.deepEqual(want.labels, { other: '1', [HASH]: '374de8f5' });
     assert.deepEqual(want.selector, { [HASH]: '374de8f5' });

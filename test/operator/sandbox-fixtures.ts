@@ -3,7 +3,15 @@
  * status readers. (Not a test file: test/run.ts only collects *.test.ts.)
  */
 import type { Condition, Sandbox } from '../../src/api/index.js';
-import { KubeClient, Pods, Sandboxes, Services, isNotFound, type KubeObject, type ResourceType } from '../../src/kube/index.js';
+import {
+  KubeClient,
+  Pods,
+  Sandboxes,
+  Services,
+  isNotFound,
+  type KubeObject,
+  type ResourceType,
+} from '../../src/kube/index.js';
 import type { Pod, SandboxObject, Service } from '../../src/operator/sandbox/index.js';
 import type { OperatorConfig } from '../../src/operator/options.js';
 import { createTestNamespace, getTestCluster } from '../support/cluster.js';
@@ -20,7 +28,12 @@ export function testClient(): Promise<KubeClient> {
   return client;
 }
 
-export function sandboxManifest(namespace: string, name: string, spec: Partial<Sandbox['spec']> = {}, meta: Partial<SandboxObject['metadata']> = {}): SandboxObject {
+export function sandboxManifest(
+  namespace: string,
+  name: string,
+  spec: Partial<Sandbox['spec']> = {},
+  meta: Partial<SandboxObject['metadata']> = {},
+): SandboxObject {
   return {
     apiVersion: 'agents.x-k8s.io/v1beta1',
     kind: 'Sandbox',
@@ -28,7 +41,11 @@ export function sandboxManifest(namespace: string, name: string, spec: Partial<S
     spec: {
       podTemplate: {
         metadata: { labels: { app: 'demo' }, annotations: { 'example.com/note': 'hello' } },
-        spec: { containers: [{ name: 'main', image: 'registry.k8s.io/pause:3.10', ports: [{ containerPort: 8888, name: 'http' }] }] },
+        spec: {
+          containers: [
+            { name: 'main', image: 'registry.k8s.io/pause:3.10', ports: [{ containerPort: 8888, name: 'http' }] },
+          ],
+        },
       },
       ...spec,
     },
@@ -39,7 +56,11 @@ export async function createSandbox(sb: SandboxObject): Promise<SandboxObject> {
   return (await testClient()).create(Sandboxes, sb);
 }
 
-export async function getOrUndefined<T extends KubeObject>(rt: ResourceType, namespace: string, name: string): Promise<T | undefined> {
+export async function getOrUndefined<T extends KubeObject>(
+  rt: ResourceType,
+  namespace: string,
+  name: string,
+): Promise<T | undefined> {
   try {
     return await (await testClient()).get<T>(rt, namespace, name);
   } catch (err) {
@@ -48,7 +69,8 @@ export async function getOrUndefined<T extends KubeObject>(rt: ResourceType, nam
   }
 }
 
-export const getSandbox = async (ns: string, name: string) => (await testClient()).get<SandboxObject>(Sandboxes, ns, name);
+export const getSandbox = async (ns: string, name: string) =>
+  (await testClient()).get<SandboxObject>(Sandboxes, ns, name);
 export const getPod = (ns: string, name: string) => getOrUndefined<Pod>(Pods, ns, name);
 export const getService = (ns: string, name: string) => getOrUndefined<Service>(Services, ns, name);
 
@@ -59,7 +81,8 @@ export function condition(sb: SandboxObject, type: string): Condition | undefine
 /** Conditions without lastTransitionTime, keyed by type (for status-exact assertions). */
 export function conditionTable(sb: SandboxObject): Record<string, Omit<Condition, 'lastTransitionTime' | 'type'>> {
   const out: Record<string, Omit<Condition, 'lastTransitionTime' | 'type'>> = {};
-  for (const c of sb.status?.conditions ?? []) out[c.type] = { status: c.status, reason: c.reason, message: c.message, observedGeneration: c.observedGeneration };
+  for (const c of sb.status?.conditions ?? [])
+    out[c.type] = { status: c.status, reason: c.reason, message: c.message, observedGeneration: c.observedGeneration };
   return out;
 }
 
@@ -91,7 +114,11 @@ export interface OperatorEnv {
 }
 
 /** A fresh namespace and an operator scoped to it (extensions off), torn down afterwards. */
-export async function withOperator<T>(prefix: string, fn: (env: OperatorEnv) => Promise<T>, overrides: Partial<OperatorConfig> = {}): Promise<T> {
+export async function withOperator<T>(
+  prefix: string,
+  fn: (env: OperatorEnv) => Promise<T>,
+  overrides: Partial<OperatorConfig> = {},
+): Promise<T> {
   await testClient(); // starts the node-lease keeper
   const ns = await createTestNamespace(prefix);
   const op = await startTestOperator(ns.name, { extensions: false, ...overrides });
@@ -121,9 +148,10 @@ export function sumSamples(text: string, metric: string, match: Record<string, s
     if (!m) continue;
     const labels: Record<string, string> = {};
     for (const kv of (m[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[kv[1]!] = kv[2]!;
-    const ok = Object.entries(match).every(([k, v]) => (typeof v === 'string' ? labels[k] === v : v.test(labels[k] ?? '')));
+    const ok = Object.entries(match).every(([k, v]) =>
+      typeof v === 'string' ? labels[k] === v : v.test(labels[k] ?? ''),
+    );
     if (ok) total += Number(m[3]);
   }
   return total;
 }
-

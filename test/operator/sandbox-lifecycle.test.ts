@@ -36,9 +36,19 @@ describe('Sandbox controller: lifecycle', { concurrency: 4 }, () => {
       const created = await createSandbox(sandboxManifest(ns, 'simple', { service: true }));
       const sb = await waitForSandbox(ns, 'simple', isReady, 'Ready');
       assert.deepEqual(conditionTable(sb), {
-        Suspended: { status: 'False', reason: 'NotSuspended', message: 'Sandbox is not suspended', observedGeneration: 1 },
+        Suspended: {
+          status: 'False',
+          reason: 'NotSuspended',
+          message: 'Sandbox is not suspended',
+          observedGeneration: 1,
+        },
         PodScheduled: { status: 'True', reason: 'PodScheduled', message: '', observedGeneration: 1 },
-        Ready: { status: 'True', reason: 'DependenciesReady', message: 'Pod is Ready; Service Exists', observedGeneration: 1 },
+        Ready: {
+          status: 'True',
+          reason: 'DependenciesReady',
+          message: 'Pod is Ready; Service Exists',
+          observedGeneration: 1,
+        },
       });
       assert.equal(sb.status?.selector, `${HASH}=1666807f`);
       assert.equal(sb.status?.service, 'simple');
@@ -74,14 +84,27 @@ describe('Sandbox controller: lifecycle', { concurrency: 4 }, () => {
       assert.equal(sb.status?.service, undefined);
 
       await patchSandbox(ns, 'svc', { spec: { service: true } });
-      sb = await waitForSandbox(ns, 'svc', (s) => condition(s, 'Ready')?.message === 'Pod is Ready; Service Exists', 'service in use');
+      sb = await waitForSandbox(
+        ns,
+        'svc',
+        (s) => condition(s, 'Ready')?.message === 'Pod is Ready; Service Exists',
+        'service in use',
+      );
       assert.equal(sb.status?.serviceFQDN, `svc.${ns}.svc.cluster.local`);
       assert.ok(await getService(ns, 'svc'));
 
       await patchSandbox(ns, 'svc', { spec: { service: false } });
-      sb = await waitForSandbox(ns, 'svc', (s) => condition(s, 'Ready')?.message === 'Pod is Ready' && !s.status?.service, 'service released');
+      sb = await waitForSandbox(
+        ns,
+        'svc',
+        (s) => condition(s, 'Ready')?.message === 'Pod is Ready' && !s.status?.service,
+        'service released',
+      );
       assert.equal(sb.status?.serviceFQDN, undefined);
-      await eventually(() => getService(ns, 'svc'), { until: (s) => s === undefined || !!s.metadata.deletionTimestamp, what: 'service deleted' });
+      await eventually(() => getService(ns, 'svc'), {
+        until: (s) => s === undefined || !!s.metadata.deletionTimestamp,
+        what: 'service deleted',
+      });
     }));
 
   it('reserved prefixes never reach the Pod; template label/annotation edits are live-synced, spec is not (§16 6)', () =>
@@ -89,16 +112,21 @@ describe('Sandbox controller: lifecycle', { concurrency: 4 }, () => {
       const m = sandboxManifest(ns, 'meta');
       m.spec.podTemplate.metadata = {
         labels: { team: 'a', drop: 'me', 'agents.x-k8s.io/claim-uid': 'x', 'extensions.agents.x-k8s.io/k': 'v' },
-        annotations: { 'opentelemetry.io/trace-context': '{}', 'agents.x-k8s.io/pod-name': 'evil', 'example.com/a': '1' },
+        annotations: {
+          'opentelemetry.io/trace-context': '{}',
+          'agents.x-k8s.io/pod-name': 'evil',
+          'example.com/a': '1',
+        },
       };
       await createSandbox(m);
       await waitForSandbox(ns, 'meta', isReady, 'Ready');
       let pod = await getPod(ns, 'meta');
       assert.deepEqual(pod?.metadata.labels, { team: 'a', drop: 'me', [HASH]: fnv1a32('meta') });
-      assert.deepEqual(
-        Object.keys(pod?.metadata.annotations ?? {}).sort(),
-        ['agents.x-k8s.io/propagated-annotations', 'agents.x-k8s.io/propagated-labels', 'example.com/a'],
-      );
+      assert.deepEqual(Object.keys(pod?.metadata.annotations ?? {}).sort(), [
+        'agents.x-k8s.io/propagated-annotations',
+        'agents.x-k8s.io/propagated-labels',
+        'example.com/a',
+      ]);
       const uid = pod?.metadata.uid;
       await patchSandbox(ns, 'meta', {
         spec: {
@@ -108,7 +136,10 @@ describe('Sandbox controller: lifecycle', { concurrency: 4 }, () => {
           },
         },
       });
-      pod = await eventually(() => getPod(ns, 'meta'), { until: (p) => p?.metadata.labels?.team === 'b', what: 'labels synced' });
+      pod = await eventually(() => getPod(ns, 'meta'), {
+        until: (p) => p?.metadata.labels?.team === 'b',
+        what: 'labels synced',
+      });
       assert.equal(pod?.metadata.labels?.drop, undefined);
       assert.equal(pod?.metadata.labels?.added, 'yes');
       assert.equal(pod?.metadata.annotations?.['example.com/a'], undefined);
@@ -125,7 +156,10 @@ describe('Sandbox controller: lifecycle', { concurrency: 4 }, () => {
       const first = await getPod(ns, 'podel');
       const client = await testClient();
       await client.delete(Pods, ns, 'podel');
-      const second = await eventually(() => getPod(ns, 'podel'), { until: (p) => !!p && p.metadata.uid !== first?.metadata.uid, what: 'pod recreated' });
+      const second = await eventually(() => getPod(ns, 'podel'), {
+        until: (p) => !!p && p.metadata.uid !== first?.metadata.uid,
+        what: 'pod recreated',
+      });
       assert.ok(second);
       const sb = await waitForSandbox(ns, 'podel', (s) => isReady(s) && s.status?.podIPs?.length === 1, 'Ready again');
       assert.equal(condition(sb, 'Suspended')?.reason, 'NotSuspended');
@@ -137,19 +171,34 @@ describe('Sandbox controller: lifecycle', { concurrency: 4 }, () => {
       await createSandbox(sandboxManifest(ns, 'exp', { service: true }));
       await waitForSandbox(ns, 'exp', isReady, 'Ready');
       const deadline = Date.now() + 3_000;
-      await patchSandbox(ns, 'exp', { spec: { shutdownTime: new Date(deadline).toISOString().replace(/\.\d+Z$/, 'Z') } });
+      await patchSandbox(ns, 'exp', {
+        spec: { shutdownTime: new Date(deadline).toISOString().replace(/\.\d+Z$/, 'Z') },
+      });
       const deadlineS = Math.floor(deadline / 1000) * 1000;
       const sb = await waitForSandbox(ns, 'exp', readyReason('SandboxExpired'), 'expired', 10_000);
       const ltt = Date.parse(condition(sb, 'Ready')!.lastTransitionTime);
       assert.ok(ltt >= deadlineS, `expired at ${ltt}, deadline ${deadlineS}`);
-      const done = await waitForSandbox(ns, 'exp', (s) => !s.status?.selector && !condition(s, 'PodScheduled'), 'status reduced');
+      const done = await waitForSandbox(
+        ns,
+        'exp',
+        (s) => !s.status?.selector && !condition(s, 'PodScheduled'),
+        'status reduced',
+      );
       assert.deepEqual(conditionTable(done), {
-        Suspended: { status: 'False', reason: 'NotSuspended', message: 'Sandbox is not suspended', observedGeneration: 2 },
+        Suspended: {
+          status: 'False',
+          reason: 'NotSuspended',
+          message: 'Sandbox is not suspended',
+          observedGeneration: 2,
+        },
         Ready: { status: 'False', reason: 'SandboxExpired', message: 'Sandbox has expired', observedGeneration: 2 },
       });
       assert.deepEqual(Object.keys(done.status ?? {}), ['conditions']);
       await eventually(() => getPod(ns, 'exp'), { until: (p) => p === undefined, what: 'pod deleted' });
-      await eventually(() => getService(ns, 'exp'), { until: (s) => s === undefined || !!s.metadata.deletionTimestamp, what: 'service deleted' });
+      await eventually(() => getService(ns, 'exp'), {
+        until: (s) => s === undefined || !!s.metadata.deletionTimestamp,
+        what: 'service deleted',
+      });
 
       // Clearing shutdownTime resumes normal reconciliation: the pod comes back.
       await patchSandbox(ns, 'exp', { spec: { shutdownTime: null } });
@@ -160,10 +209,17 @@ describe('Sandbox controller: lifecycle', { concurrency: 4 }, () => {
     withOperator('sb-expdel', async ({ ns }) => {
       const past = new Date(Date.now() - 1000).toISOString().replace(/\.\d+Z$/, 'Z');
       await createSandbox(sandboxManifest(ns, 'gone', { shutdownTime: past, shutdownPolicy: 'Delete' }));
-      await eventually(async () => (await testClient()).get(Sandboxes, ns, 'gone').then(() => 'present', () => 'gone'), {
-        until: (v) => v === 'gone',
-        what: 'sandbox deleted',
-      });
+      await eventually(
+        async () =>
+          (await testClient()).get(Sandboxes, ns, 'gone').then(
+            () => 'present',
+            () => 'gone',
+          ),
+        {
+          until: (v) => v === 'gone',
+          what: 'sandbox deleted',
+        },
+      );
       assert.equal(await getPod(ns, 'gone'), undefined, 'an already-expired Sandbox never gets a pod');
     }));
 
@@ -172,13 +228,37 @@ describe('Sandbox controller: lifecycle', { concurrency: 4 }, () => {
       await createSandbox(sandboxManifest(ns, 'fin'));
       await waitForSandbox(ns, 'fin', isReady, 'Ready');
       // kwok completes only Job pods; stand in for the kubelet and report the container's exit.
-      await (await testClient()).patch(Pods, ns, 'fin', { status: { phase: 'Succeeded' } }, 'merge', { subresource: 'status' });
+      await (
+        await testClient()
+      ).patch(Pods, ns, 'fin', { status: { phase: 'Succeeded' } }, 'merge', { subresource: 'status' });
       let sb = await waitForSandbox(ns, 'fin', (s) => condition(s, 'Finished')?.status === 'True', 'Finished');
-      assert.deepEqual(conditionTable(sb).Finished, { status: 'True', reason: 'PodSucceeded', message: 'Pod completed successfully', observedGeneration: 1 });
-      assert.deepEqual(conditionTable(sb).Ready, { status: 'False', reason: 'PodSucceeded', message: 'Pod completed successfully', observedGeneration: 1 });
-      await patchSandbox(ns, 'fin', { spec: { shutdownTime: new Date(Date.now() - 1000).toISOString().replace(/\.\d+Z$/, 'Z') } });
-      sb = await waitForSandbox(ns, 'fin', (s) => readyReason('SandboxExpired')(s) && !s.status?.selector, 'expired + reduced');
-      assert.deepEqual(conditionTable(sb).Finished, { status: 'True', reason: 'PodSucceeded', message: 'Pod completed successfully', observedGeneration: 1 });
+      assert.deepEqual(conditionTable(sb).Finished, {
+        status: 'True',
+        reason: 'PodSucceeded',
+        message: 'Pod completed successfully',
+        observedGeneration: 1,
+      });
+      assert.deepEqual(conditionTable(sb).Ready, {
+        status: 'False',
+        reason: 'PodSucceeded',
+        message: 'Pod completed successfully',
+        observedGeneration: 1,
+      });
+      await patchSandbox(ns, 'fin', {
+        spec: { shutdownTime: new Date(Date.now() - 1000).toISOString().replace(/\.\d+Z$/, 'Z') },
+      });
+      sb = await waitForSandbox(
+        ns,
+        'fin',
+        (s) => readyReason('SandboxExpired')(s) && !s.status?.selector,
+        'expired + reduced',
+      );
+      assert.deepEqual(conditionTable(sb).Finished, {
+        status: 'True',
+        reason: 'PodSucceeded',
+        message: 'Pod completed successfully',
+        observedGeneration: 1,
+      });
       await eventually(() => getPod(ns, 'fin'), { until: (p) => p === undefined, what: 'pod deleted' });
       assert.equal((await getSandbox(ns, 'fin')).metadata.deletionTimestamp, undefined, 'Retain keeps the Sandbox');
     }));

@@ -7,7 +7,15 @@ import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, it } from 'node:test';
 import { eventually } from '../support/eventually.js';
-import { isReady, operatorMetrics, sandboxManifest, createSandbox, sumSamples, testClient, withOperator } from './sandbox-fixtures.js';
+import {
+  isReady,
+  operatorMetrics,
+  sandboxManifest,
+  createSandbox,
+  sumSamples,
+  testClient,
+  withOperator,
+} from './sandbox-fixtures.js';
 import { Sandboxes } from '../../src/kube/index.js';
 import type { SandboxObject } from '../../src/operator/sandbox/index.js';
 
@@ -20,7 +28,8 @@ describe('Sandbox controller: scale and L0', () => {
     withOperator('sb-l0', async ({ ns, op }) => {
       const client = await testClient();
       const names = Array.from({ length: N }, (_, i) => `par-${i}`);
-      for (let i = 0; i < names.length; i += 10) await Promise.all(names.slice(i, i + 10).map((n) => createSandbox(sandboxManifest(ns, n, { service: true }))));
+      for (let i = 0; i < names.length; i += 10)
+        await Promise.all(names.slice(i, i + 10).map((n) => createSandbox(sandboxManifest(ns, n, { service: true }))));
       await eventually(async () => (await client.list<SandboxObject>(Sandboxes, ns)).items.filter(isReady).length, {
         until: (n) => n === N,
         timeoutMs: 90_000,
@@ -38,13 +47,24 @@ describe('Sandbox controller: scale and L0', () => {
         };
       };
       // Let the last status writes' watch events come back, then measure.
-      await eventually(async () => [await snapshot(), await sleep(1000).then(snapshot)], { until: ([a, b]) => a!.writes === b!.writes, timeoutMs: 20_000, what: 'writes to settle' });
+      await eventually(async () => [await snapshot(), await sleep(1000).then(snapshot)], {
+        until: ([a, b]) => a!.writes === b!.writes,
+        timeoutMs: 20_000,
+        what: 'writes to settle',
+      });
       const t0 = await snapshot();
-      assert.ok(sumSamples(t0.text, 'rest_client_requests_total', { verb: 'create', resource: 'pods' }) >= N, 'the operator exports its client requests');
+      assert.ok(
+        sumSamples(t0.text, 'rest_client_requests_total', { verb: 'create', resource: 'pods' }) >= N,
+        'the operator exports its client requests',
+      );
       await sleep(STEADY_MS);
       const t1 = await snapshot();
       op.manager.resyncAll();
-      await eventually(snapshot, { until: (s) => s.reconciles >= t1.reconciles + N, what: 'the resync to be reconciled', timeoutMs: 20_000 });
+      await eventually(snapshot, {
+        until: (s) => s.reconciles >= t1.reconciles + N,
+        what: 'the resync to be reconciled',
+        timeoutMs: 20_000,
+      });
       await sleep(1000);
       const t2 = await snapshot();
       const figures = {
@@ -54,14 +74,24 @@ describe('Sandbox controller: scale and L0', () => {
         resyncLists: t2.lists - t1.lists,
         resyncWrites: t2.writes - t1.writes,
       };
-      process.stderr.write(`L0 (${N} Ready Sandboxes, ${STEADY_MS / 1000} s steady, operator's rest_client_requests_total): ${JSON.stringify(figures)}\n`);
+      process.stderr.write(
+        `L0 (${N} Ready Sandboxes, ${STEADY_MS / 1000} s steady, operator's rest_client_requests_total): ${JSON.stringify(figures)}\n`,
+      );
       assert.equal(figures.steadyLists, 0);
       assert.equal(figures.steadyWrites, 0);
       assert.equal(figures.resyncLists, 0);
       assert.equal(figures.resyncWrites, 0);
 
       // Metrics from the cache: the gauge and the creation latency histogram.
-      assert.equal(sumSamples(t2.text, 'agent_sandboxes', { namespace: ns, ready_condition: 'true', expired: 'false', owned_by: 'None' }), N);
+      assert.equal(
+        sumSamples(t2.text, 'agent_sandboxes', {
+          namespace: ns,
+          ready_condition: 'true',
+          expired: 'false',
+          owned_by: 'None',
+        }),
+        N,
+      );
       assert.equal(sumSamples(t2.text, 'agent_sandbox_creation_latency_ms_count', { namespace: ns }), N);
     }));
 });

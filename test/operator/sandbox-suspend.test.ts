@@ -25,7 +25,13 @@ import {
   withOperator,
 } from './sandbox-fixtures.js';
 
-const PersistentVolumes: ResourceType = { group: '', version: 'v1', kind: 'PersistentVolume', plural: 'persistentvolumes', namespaced: false };
+const PersistentVolumes: ResourceType = {
+  group: '',
+  version: 'v1',
+  kind: 'PersistentVolume',
+  plural: 'persistentvolumes',
+  namespaced: false,
+};
 
 const SUSPENDED = {
   Suspended: { status: 'True', reason: 'PodTerminated', message: 'Pod has been terminated. Sandbox is suspended' },
@@ -63,7 +69,16 @@ describe('Sandbox controller: suspend, resume, volumes', { concurrency: 4 }, () 
       const client = await testClient();
       const pv = await staticPv(client, ns);
       try {
-        const vct = [{ metadata: { name: 'data', labels: { tier: 'disk' } }, spec: { accessModes: ['ReadWriteOnce'], storageClassName: `manual-${ns}`, resources: { requests: { storage: '1Gi' } } } }];
+        const vct = [
+          {
+            metadata: { name: 'data', labels: { tier: 'disk' } },
+            spec: {
+              accessModes: ['ReadWriteOnce'],
+              storageClassName: `manual-${ns}`,
+              resources: { requests: { storage: '1Gi' } },
+            },
+          },
+        ];
         const created = await createSandbox(sandboxManifest(ns, 'cyc', { service: true, volumeClaimTemplates: vct }));
         let sb = await waitForSandbox(ns, 'cyc', isReady, 'Ready with a bound PVC', 45_000);
         assert.deepEqual(conditionTable(sb), withGen(RUNNING, 1));
@@ -72,7 +87,9 @@ describe('Sandbox controller: suspend, resume, volumes', { concurrency: 4 }, () 
         assert.equal(pvc?.metadata.labels?.tier, 'disk');
         assert.equal(pvc?.metadata.ownerReferences?.[0]?.uid, created.metadata.uid);
         let pod = await getPod(ns, 'cyc');
-        assert.deepEqual(pod?.spec.volumes?.find((v) => v.name === 'data')?.persistentVolumeClaim, { claimName: 'data-cyc' });
+        assert.deepEqual(pod?.spec.volumes?.find((v) => v.name === 'data')?.persistentVolumeClaim, {
+          claimName: 'data-cyc',
+        });
         let lastReadyLtt = condition(sb, 'Ready')!.lastTransitionTime;
         const selector = sb.status?.selector;
 
@@ -80,7 +97,12 @@ describe('Sandbox controller: suspend, resume, volumes', { concurrency: 4 }, () 
           const oldUid = pod?.metadata.uid;
           const suspendGen = 2 * cycle;
           await patchSandbox(ns, 'cyc', { spec: { operatingMode: 'Suspended' } });
-          sb = await waitForSandbox(ns, 'cyc', (s) => condition(s, 'Suspended')?.status === 'True', `suspended (cycle ${cycle})`);
+          sb = await waitForSandbox(
+            ns,
+            'cyc',
+            (s) => condition(s, 'Suspended')?.status === 'True',
+            `suspended (cycle ${cycle})`,
+          );
           assert.deepEqual(conditionTable(sb), withGen(SUSPENDED, suspendGen));
           assert.equal(sb.status?.podIPs, undefined);
           assert.equal(sb.status?.nodeName, undefined);
@@ -96,7 +118,11 @@ describe('Sandbox controller: suspend, resume, volumes', { concurrency: 4 }, () 
           assert.deepEqual(conditionTable(sb), withGen(RUNNING, suspendGen + 1));
           pod = await getPod(ns, 'cyc');
           assert.notEqual(pod?.metadata.uid, oldUid, 'a new pod');
-          assert.deepEqual(pod?.spec.volumes?.find((v) => v.name === 'data')?.persistentVolumeClaim, { claimName: 'data-cyc' }, 'same PVC reattached');
+          assert.deepEqual(
+            pod?.spec.volumes?.find((v) => v.name === 'data')?.persistentVolumeClaim,
+            { claimName: 'data-cyc' },
+            'same PVC reattached',
+          );
           assert.ok(condition(sb, 'Ready')!.lastTransitionTime > lastReadyLtt);
           lastReadyLtt = condition(sb, 'Ready')!.lastTransitionTime;
         }
@@ -112,12 +138,32 @@ describe('Sandbox controller: suspend, resume, volumes', { concurrency: 4 }, () 
       await waitForSandbox(ns, 'term', isReady, 'Ready');
       await client.patch(Pods, ns, 'term', { metadata: { finalizers: ['example.com/hold'] } }, 'merge');
       await patchSandbox(ns, 'term', { spec: { operatingMode: 'Suspended' } });
-      const sb = await waitForSandbox(ns, 'term', (s) => condition(s, 'Suspended')?.reason === 'PodTerminating', 'PodTerminating');
-      assert.deepEqual(conditionTable(sb).Suspended, { status: 'False', reason: 'PodTerminating', message: 'Pod is terminating. Sandbox is suspending', observedGeneration: 2 });
-      assert.deepEqual(conditionTable(sb).Ready, { status: 'False', reason: 'SandboxSuspended', message: 'Sandbox is suspending', observedGeneration: 2 });
+      const sb = await waitForSandbox(
+        ns,
+        'term',
+        (s) => condition(s, 'Suspended')?.reason === 'PodTerminating',
+        'PodTerminating',
+      );
+      assert.deepEqual(conditionTable(sb).Suspended, {
+        status: 'False',
+        reason: 'PodTerminating',
+        message: 'Pod is terminating. Sandbox is suspending',
+        observedGeneration: 2,
+      });
+      assert.deepEqual(conditionTable(sb).Ready, {
+        status: 'False',
+        reason: 'SandboxSuspended',
+        message: 'Sandbox is suspending',
+        observedGeneration: 2,
+      });
       assert.ok((await getPod(ns, 'term'))?.metadata.deletionTimestamp);
       await client.patch(Pods, ns, 'term', { metadata: { finalizers: null } }, 'merge');
-      const done = await waitForSandbox(ns, 'term', (s) => condition(s, 'Suspended')?.reason === 'PodTerminated', 'PodTerminated');
+      const done = await waitForSandbox(
+        ns,
+        'term',
+        (s) => condition(s, 'Suspended')?.reason === 'PodTerminated',
+        'PodTerminated',
+      );
       assert.deepEqual(conditionTable(done), withGen(SUSPENDED, 2));
     }));
 
@@ -132,9 +178,19 @@ describe('Sandbox controller: suspend, resume, volumes', { concurrency: 4 }, () 
       };
       const before = await client.create(Pods, foreign);
       await createSandbox(sandboxManifest(ns, 'blocked', { operatingMode: 'Suspended' }));
-      const sb = await waitForSandbox(ns, 'blocked', (s) => condition(s, 'Suspended')?.reason === 'PodNotOwned', 'PodNotOwned');
+      const sb = await waitForSandbox(
+        ns,
+        'blocked',
+        (s) => condition(s, 'Suspended')?.reason === 'PodNotOwned',
+        'PodNotOwned',
+      );
       assert.deepEqual(conditionTable(sb), {
-        Suspended: { status: 'False', reason: 'PodNotOwned', message: 'Refused to delete pod because it is not owned by this sandbox', observedGeneration: 1 },
+        Suspended: {
+          status: 'False',
+          reason: 'PodNotOwned',
+          message: 'Refused to delete pod because it is not owned by this sandbox',
+          observedGeneration: 1,
+        },
         Ready: { status: 'False', reason: 'SandboxSuspended', message: 'Sandbox is suspending', observedGeneration: 1 },
       });
       assert.equal(sb.status?.selector, `agents.x-k8s.io/sandbox-name-hash=${fnv1a32('blocked')}`);
@@ -151,7 +207,12 @@ describe('Sandbox controller: suspend, resume, volumes', { concurrency: 4 }, () 
     const { createTestNamespace } = await import('../support/cluster.js');
     const ns = await createTestNamespace('sb-immut');
     try {
-      const vct = [{ metadata: { name: 'data' }, spec: { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: '1Gi' } } } }];
+      const vct = [
+        {
+          metadata: { name: 'data' },
+          spec: { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: '1Gi' } } },
+        },
+      ];
       await createSandbox(sandboxManifest(ns.name, 'with', { volumeClaimTemplates: vct }));
       await createSandbox(sandboxManifest(ns.name, 'without'));
       const attempts: Array<[string, string, unknown]> = [
@@ -173,10 +234,18 @@ describe('Sandbox controller: suspend, resume, volumes', { concurrency: 4 }, () 
       [0, 'Suspended'],
       [1, 'Running'],
     ] as const) {
-      const alpha = { apiVersion: 'agents.x-k8s.io/v1alpha1', kind: 'Sandbox', metadata: { name: 's' }, spec: { podTemplate: { spec: { containers: [] } }, replicas } };
+      const alpha = {
+        apiVersion: 'agents.x-k8s.io/v1alpha1',
+        kind: 'Sandbox',
+        metadata: { name: 's' },
+        spec: { podTemplate: { spec: { containers: [] } }, replicas },
+      };
       const hub = convertObject(alpha, 'agents.x-k8s.io/v1beta1') as { spec: { operatingMode?: string } };
       assert.equal(hub.spec.operatingMode ?? 'Running', mode);
-      const back = convertObject(hub, 'agents.x-k8s.io/v1alpha1') as { spec: { replicas?: number }; metadata: { annotations?: Record<string, string> } };
+      const back = convertObject(hub, 'agents.x-k8s.io/v1alpha1') as {
+        spec: { replicas?: number };
+        metadata: { annotations?: Record<string, string> };
+      };
       assert.equal(back.spec.replicas, replicas);
       const again = convertObject(convertObject(back, 'agents.x-k8s.io/v1beta1'), 'agents.x-k8s.io/v1alpha1');
       assert.deepEqual(again, back, 'round trips are stable (state annotations never nest)');

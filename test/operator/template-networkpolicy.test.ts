@@ -31,8 +31,17 @@ describe('SandboxTemplate NetworkPolicy (spec §7, §16 bonus)', () => {
     const labelled = await env.client.get<KubeObject>(SandboxTemplates, env.ns, 'tpl');
     assert.equal(labelled.metadata.labels?.[LabelKeys.sandboxTemplateRefHash], fnv1a32('tpl'));
     await env.client.patch(SandboxTemplates, env.ns, 'tpl', { spec: { networkPolicy: { egress: [] } } }, 'merge');
-    await eventually(() => getNp(env, 'tpl-network-policy'), { until: (n) => (n?.spec.egress ?? []).length === 0 && (n?.spec.ingress ?? []).length === 0, what: 'user rules' });
-    await env.client.patch(SandboxTemplates, env.ns, 'tpl', { spec: { networkPolicyManagement: 'Unmanaged' } }, 'merge');
+    await eventually(() => getNp(env, 'tpl-network-policy'), {
+      until: (n) => (n?.spec.egress ?? []).length === 0 && (n?.spec.ingress ?? []).length === 0,
+      what: 'user rules',
+    });
+    await env.client.patch(
+      SandboxTemplates,
+      env.ns,
+      'tpl',
+      { spec: { networkPolicyManagement: 'Unmanaged' } },
+      'merge',
+    );
     await eventually(() => getNp(env, 'tpl-network-policy'), { until: (n) => !n, what: 'NP deleted' });
   });
 

@@ -16,10 +16,20 @@ describe('template NetworkPolicy', () => {
     assert.deepEqual(spec.podSelector, { matchLabels: { [LabelKeys.sandboxTemplateRefHash]: fnv1a32('tpl') } });
     assert.deepEqual(spec.policyTypes, ['Ingress', 'Egress']);
     assert.deepEqual(spec.ingress, [
-      { from: [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'sandbox-system' } }, podSelector: { matchLabels: { app: 'sandbox-router' } } }] },
+      {
+        from: [
+          {
+            namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'sandbox-system' } },
+            podSelector: { matchLabels: { app: 'sandbox-router' } },
+          },
+        ],
+      },
     ]);
     const egress = spec.egress as Array<{ to: Array<{ ipBlock: { cidr: string; except: string[] } }> }>;
-    assert.deepEqual(egress[0]!.to.map((p) => p.ipBlock.cidr), ['0.0.0.0/0', '::/0']);
+    assert.deepEqual(
+      egress[0]!.to.map((p) => p.ipBlock.cidr),
+      ['0.0.0.0/0', '::/0'],
+    );
     assert.ok(egress[0]!.to[0]!.ipBlock.except.includes('169.254.0.0/16'));
   });
   it('user rules verbatim', () => {

@@ -3,7 +3,16 @@ import { after, before, describe, it } from 'node:test';
 import { AnnotationKeys, fnv1a32, LabelKeys } from '../../src/api/index.js';
 import { SandboxWarmPools, Sandboxes } from '../../src/kube/index.js';
 import { eventually } from '../support/eventually.js';
-import { createAll, getPool, listSandboxes, poolManifest, setupEnv, templateManifest, waitPoolReady, type Env } from './claim-support.js';
+import {
+  createAll,
+  getPool,
+  listSandboxes,
+  poolManifest,
+  setupEnv,
+  templateManifest,
+  waitPoolReady,
+  type Env,
+} from './claim-support.js';
 
 describe('SandboxWarmPool convergence (spec §16 items 10, 11)', () => {
   let env: Env;
@@ -35,18 +44,21 @@ describe('SandboxWarmPool convergence (spec §16 items 10, 11)', () => {
   });
 
   it('scales through the scale subresource, up and down', async () => {
-    await env.client.patch(SandboxWarmPools, env.ns, 'pool', { spec: { replicas: 5 } }, 'merge', { subresource: 'scale' });
+    await env.client.patch(SandboxWarmPools, env.ns, 'pool', { spec: { replicas: 5 } }, 'merge', {
+      subresource: 'scale',
+    });
     await waitPoolReady(env.ns, 'pool', 5);
-    const scale = await env.client.get<{ metadata: object; spec: { replicas: number }; status: { replicas: number; selector: string } }>(
-      SandboxWarmPools,
-      env.ns,
-      'pool',
-      'scale',
-    );
+    const scale = await env.client.get<{
+      metadata: object;
+      spec: { replicas: number };
+      status: { replicas: number; selector: string };
+    }>(SandboxWarmPools, env.ns, 'pool', 'scale');
     assert.equal(scale.spec.replicas, 5);
     assert.equal(scale.status.replicas, 5);
     assert.equal(scale.status.selector, `${LabelKeys.warmPoolSandbox}=${fnv1a32('pool')}`);
-    await env.client.patch(SandboxWarmPools, env.ns, 'pool', { spec: { replicas: 1 } }, 'merge', { subresource: 'scale' });
+    await env.client.patch(SandboxWarmPools, env.ns, 'pool', { spec: { replicas: 1 } }, 'merge', {
+      subresource: 'scale',
+    });
     await waitPoolReady(env.ns, 'pool', 1);
     await eventually(() => listSandboxes(env.ns, `${LabelKeys.warmPoolSandbox}=${fnv1a32('pool')}`), {
       until: (l) => l.filter((s) => !s.metadata.deletionTimestamp).length === 1,
@@ -66,7 +78,10 @@ describe('SandboxWarmPool convergence (spec §16 items 10, 11)', () => {
 
   it('a pool whose template is missing writes status and creates nothing', async () => {
     await env.client.create(SandboxWarmPools, poolManifest(env.ns, 'orphan-pool', 'no-such-template', 2));
-    const p = await eventually(() => getPool(env.ns, 'orphan-pool'), { until: (p) => p.status?.selector !== undefined, what: 'status' });
+    const p = await eventually(() => getPool(env.ns, 'orphan-pool'), {
+      until: (p) => p.status?.selector !== undefined,
+      what: 'status',
+    });
     assert.equal(p.status?.replicas, 0);
     assert.equal((await listSandboxes(env.ns, `${LabelKeys.warmPoolSandbox}=${fnv1a32('orphan-pool')}`)).length, 0);
   });

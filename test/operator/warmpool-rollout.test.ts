@@ -4,21 +4,49 @@ import { AnnotationKeys, fnv1a32, LabelKeys } from '../../src/api/index.js';
 import { Sandboxes, SandboxTemplates, SandboxWarmPools } from '../../src/kube/index.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { eventually } from '../support/eventually.js';
-import { createAll, listSandboxes, poolManifest, setupEnv, templateManifest, waitPoolReady, type Env } from './claim-support.js';
+import {
+  createAll,
+  listSandboxes,
+  poolManifest,
+  setupEnv,
+  templateManifest,
+  waitPoolReady,
+  type Env,
+} from './claim-support.js';
 
 const members = (env: Env, pool: string) => listSandboxes(env.ns, `${LabelKeys.warmPoolSandbox}=${fnv1a32(pool)}`);
 const envOf = (sb: { spec: { podTemplate: { spec: { containers: Array<{ env?: Array<{ value?: string }> }> } } } }) =>
   sb.spec.podTemplate.spec.containers[0]!.env?.[0]?.value;
 const setMode = (env: Env, tpl: string, value: string) =>
-  env.client.patch(SandboxTemplates, env.ns, tpl, { spec: { podTemplate: { spec: { containers: [{ name: 'main', image: 'registry.k8s.io/pause:3.10', env: [{ name: 'MODE', value }] }] } } } }, 'merge');
+  env.client.patch(
+    SandboxTemplates,
+    env.ns,
+    tpl,
+    {
+      spec: {
+        podTemplate: {
+          spec: { containers: [{ name: 'main', image: 'registry.k8s.io/pause:3.10', env: [{ name: 'MODE', value }] }] },
+        },
+      },
+    },
+    'merge',
+  );
 
 describe('SandboxWarmPool rollouts (spec §16 item 12, §14.2 TestWarmPoolRollout*)', () => {
   let env: Env;
   before(async () => {
     env = await setupEnv('rollout');
     await createAll(env.client, templateManifest(env.ns, 'a'), poolManifest(env.ns, 'on-replenish', 'a', 1));
-    await createAll(env.client, undefined, poolManifest(env.ns, 'recreate', 'a', 1, { updateStrategy: { type: 'Recreate' } }));
-    await createAll(env.client, templateManifest(env.ns, 'b'), poolManifest(env.ns, 'other', 'b', 1, { updateStrategy: { type: 'Recreate' } }));
+    await createAll(
+      env.client,
+      undefined,
+      poolManifest(env.ns, 'recreate', 'a', 1, { updateStrategy: { type: 'Recreate' } }),
+    );
+    await createAll(
+      env.client,
+      templateManifest(env.ns, 'b'),
+      poolManifest(env.ns, 'other', 'b', 1, { updateStrategy: { type: 'Recreate' } }),
+    );
     await Promise.all(['on-replenish', 'recreate', 'other'].map((p) => waitPoolReady(env.ns, p, 1)));
   });
   after(() => env?.stop());
@@ -49,7 +77,13 @@ describe('SandboxWarmPool rollouts (spec §16 item 12, §14.2 TestWarmPoolRollou
   it('pod-template metadata changes never recreate (Recreate)', async () => {
     await waitPoolReady(env.ns, 'recreate', 1);
     const [before] = await members(env, 'recreate');
-    await env.client.patch(SandboxTemplates, env.ns, 'a', { spec: { podTemplate: { metadata: { labels: { extra: 'yes' } } } } }, 'merge');
+    await env.client.patch(
+      SandboxTemplates,
+      env.ns,
+      'a',
+      { spec: { podTemplate: { metadata: { labels: { extra: 'yes' } } } } },
+      'merge',
+    );
     await sleep(1500);
     const [afterM] = await members(env, 'recreate');
     assert.equal(afterM?.metadata.name, before!.metadata.name);
@@ -58,7 +92,13 @@ describe('SandboxWarmPool rollouts (spec §16 item 12, §14.2 TestWarmPoolRollou
   it('switching the pool to an identical template B recreates the member, annotated with B', async () => {
     const [before] = await members(env, 'other');
     await env.client.create(SandboxTemplates, templateManifest(env.ns, 'b2'));
-    await env.client.patch(SandboxWarmPools, env.ns, 'other', { spec: { sandboxTemplateRef: { name: 'b2' } } }, 'merge');
+    await env.client.patch(
+      SandboxWarmPools,
+      env.ns,
+      'other',
+      { spec: { sandboxTemplateRef: { name: 'b2' } } },
+      'merge',
+    );
     const [after] = await eventually(() => members(env, 'other'), {
       until: (l) => l.length === 1 && l[0]!.metadata.name !== before!.metadata.name,
       what: 'member recreated for b2',

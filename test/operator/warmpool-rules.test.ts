@@ -9,9 +9,15 @@ import { buildWarmMember } from '../../src/operator/extensions/warm-pool-control
 
 const template = (spec: Partial<TemplateObj['spec']> = {}): TemplateObj => ({
   metadata: { name: 'tpl', namespace: 'ns' },
-  spec: { podTemplate: { metadata: { labels: { app: 'x' } }, spec: { containers: [{ name: 'main', image: 'pause' }] } }, ...spec },
+  spec: {
+    podTemplate: { metadata: { labels: { app: 'x' } }, spec: { containers: [{ name: 'main', image: 'pause' }] } },
+    ...spec,
+  },
 });
-const pool: PoolObj = { metadata: { name: 'pool', namespace: 'ns', uid: 'pool-uid' }, spec: { sandboxTemplateRef: { name: 'tpl' } } };
+const pool: PoolObj = {
+  metadata: { name: 'pool', namespace: 'ns', uid: 'pool-uid' },
+  spec: { sandboxTemplateRef: { name: 'tpl' } },
+};
 
 describe('warm member', () => {
   it('carries the §16 item 11 labels, annotation, owner and secure defaults', () => {
@@ -33,9 +39,19 @@ describe('warm member', () => {
     assert.equal(sb.spec.podTemplate.spec.dnsPolicy, 'None');
   });
   it('leaves safe-to-evict alone when the template sets it, or eviction is off', () => {
-    const t = template({ podTemplate: { metadata: { annotations: { [AnnotationKeys.safeToEvict]: 'false' } }, spec: { containers: [] } } });
-    assert.equal(buildWarmMember(pool, t, 'h', true).spec.podTemplate.metadata?.annotations?.[AnnotationKeys.safeToEvict], 'false');
-    assert.equal(buildWarmMember(pool, template(), 'h', false).spec.podTemplate.metadata?.annotations?.[AnnotationKeys.safeToEvict], undefined);
+    const t = template({
+      podTemplate: { metadata: { annotations: { [AnnotationKeys.safeToEvict]: 'false' } }, spec: { containers: [] } },
+    });
+    assert.equal(
+      buildWarmMember(pool, t, 'h', true).spec.podTemplate.metadata?.annotations?.[AnnotationKeys.safeToEvict],
+      'false',
+    );
+    assert.equal(
+      buildWarmMember(pool, template(), 'h', false).spec.podTemplate.metadata?.annotations?.[
+        AnnotationKeys.safeToEvict
+      ],
+      undefined,
+    );
   });
 });
 
@@ -54,7 +70,11 @@ describe('secure defaults', () => {
       assert.equal(out.dnsPolicy === 'None', dns);
     });
   it('keeps an explicit automountServiceAccountToken', () => {
-    assert.equal(withSecureDefaults({ containers: [], automountServiceAccountToken: true }, template()).automountServiceAccountToken, true);
+    assert.equal(
+      withSecureDefaults({ containers: [], automountServiceAccountToken: true }, template())
+        .automountServiceAccountToken,
+      true,
+    );
   });
 });
 
@@ -68,7 +88,12 @@ describe('drift', () => {
     assert.ok(matchesTemplate(m, t));
   });
   it('pod spec, VCT and service changes are drift', () => {
-    assert.ok(!matchesTemplate(member(), template({ podTemplate: { spec: { containers: [{ name: 'main', image: 'other' }] } } })));
+    assert.ok(
+      !matchesTemplate(
+        member(),
+        template({ podTemplate: { spec: { containers: [{ name: 'main', image: 'other' }] } } }),
+      ),
+    );
     assert.ok(!matchesTemplate(member(), template({ service: true })));
     assert.ok(!matchesTemplate(member(), template({ volumeClaimTemplates: [{ metadata: { name: 'w' }, spec: {} }] })));
   });
@@ -78,7 +103,12 @@ describe('incremental membership', () => {
   const sb = (name: string, extra: Partial<SandboxObj['metadata']> = {}, ready = false): SandboxObj => {
     const m = buildWarmMember(pool, template(), 'h', true) as SandboxObj;
     m.metadata = { ...m.metadata, name, ...extra };
-    if (ready) m.status = { conditions: [{ type: 'Ready', status: 'True', reason: 'R', message: '', lastTransitionTime: '2026-01-01T00:00:00Z' }] };
+    if (ready)
+      m.status = {
+        conditions: [
+          { type: 'Ready', status: 'True', reason: 'R', message: '', lastTransitionTime: '2026-01-01T00:00:00Z' },
+        ],
+      };
     return m;
   };
   it('counts members and ready members from events; adoption and deletion remove them', () => {
@@ -97,7 +127,9 @@ describe('incremental membership', () => {
     // adopted: label removed, controller changed
     const adopted = structuredClone(aReady);
     adopted.metadata.labels = {};
-    adopted.metadata.ownerReferences = [{ apiVersion: 'extensions.agents.x-k8s.io/v1beta1', kind: 'SandboxClaim', name: 'c', uid: 'c', controller: true }];
+    adopted.metadata.ownerReferences = [
+      { apiVersion: 'extensions.agents.x-k8s.io/v1beta1', kind: 'SandboxClaim', name: 'c', uid: 'c', controller: true },
+    ];
     m.observe(aReady, adopted);
     m.expect('pool-uid', 'dels', 1);
     m.observe(b, sb('b', { deletionTimestamp: '2026-01-01T00:00:00Z' }));

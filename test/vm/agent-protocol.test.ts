@@ -10,7 +10,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { SandboxError } from '../../src/errors.js';
-import { AGENT_MAGIC, AgentClient, encodeFrame, ensureAgent, FrameDecoder, FrameType, HOST_MAGIC, MAX_PAYLOAD } from '../../src/guest/index.js';
+import {
+  AGENT_MAGIC,
+  AgentClient,
+  encodeFrame,
+  ensureAgent,
+  FrameDecoder,
+  FrameType,
+  HOST_MAGIC,
+  MAX_PAYLOAD,
+} from '../../src/guest/index.js';
 import { BUILD_TIMEOUT_MS, sleep } from './helpers.js';
 
 describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
@@ -27,12 +36,18 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
 
   after(async () => {
     agent.kill('SIGKILL');
-    await new Promise((r) => (agent.exitCode !== null || agent.signalCode !== null ? r(undefined) : agent.once('exit', r)));
+    await new Promise((r) =>
+      agent.exitCode !== null || agent.signalCode !== null ? r(undefined) : agent.once('exit', r),
+    );
     rmSync(dir, { recursive: true, force: true });
   });
 
   it('decodes frames split at any byte boundary', () => {
-    const frames = Buffer.concat([Buffer.from(AGENT_MAGIC), encodeFrame(FrameType.Res, 7, Buffer.from('{"ok":true}')), encodeFrame(FrameType.Out, 7, Buffer.from('abc'))]);
+    const frames = Buffer.concat([
+      Buffer.from(AGENT_MAGIC),
+      encodeFrame(FrameType.Res, 7, Buffer.from('{"ok":true}')),
+      encodeFrame(FrameType.Out, 7, Buffer.from('abc')),
+    ]);
     const dec = new FrameDecoder({ expectMagic: AGENT_MAGIC });
     const got = [...frames].flatMap((b) => dec.push(Buffer.from([b])));
     assert.deepEqual(
@@ -45,7 +60,10 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
   });
 
   it('rejects an outgoing frame over the limit before sending it', () => {
-    assert.throws(() => encodeFrame(FrameType.In, 1, Buffer.alloc(MAX_PAYLOAD + 1)), (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_FRAME_TOO_LARGE');
+    assert.throws(
+      () => encodeFrame(FrameType.In, 1, Buffer.alloc(MAX_PAYLOAD + 1)),
+      (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_FRAME_TOO_LARGE',
+    );
   });
 
   it('the agent answers an oversized frame with an error and stays usable', async () => {
@@ -89,7 +107,10 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
     await new Promise<void>((r) => server.listen(evil, r));
     try {
       const t0 = Date.now();
-      await assert.rejects(AgentClient.connect(evil, { connectTimeoutMs: 5000 }), (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_FRAME_TOO_LARGE');
+      await assert.rejects(
+        AgentClient.connect(evil, { connectTimeoutMs: 5000 }),
+        (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_FRAME_TOO_LARGE',
+      );
       assert.ok(Date.now() - t0 < 2000);
     } finally {
       server.close();
@@ -102,7 +123,10 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
     await new Promise<void>((r) => server.listen(mute, r));
     try {
       const t0 = Date.now();
-      await assert.rejects(AgentClient.connect(mute, { connectTimeoutMs: 500 }), (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_UNRESPONSIVE');
+      await assert.rejects(
+        AgentClient.connect(mute, { connectTimeoutMs: 500 }),
+        (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_UNRESPONSIVE',
+      );
       const took = Date.now() - t0;
       assert.ok(took >= 450 && took < 2000, `took ${took} ms`);
     } finally {
@@ -112,7 +136,10 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
 
   it('a missing socket gives AGENT_UNREACHABLE within the deadline', async () => {
     const t0 = Date.now();
-    await assert.rejects(AgentClient.connect(join(dir, 'nope.sock'), { connectTimeoutMs: 300 }), (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_UNREACHABLE');
+    await assert.rejects(
+      AgentClient.connect(join(dir, 'nope.sock'), { connectTimeoutMs: 300 }),
+      (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_UNREACHABLE',
+    );
     assert.ok(Date.now() - t0 < 2000);
   });
 

@@ -20,11 +20,14 @@ describe('microVM failure modes', { timeout: BUILD_TIMEOUT_MS + 5 * 60_000 }, ()
   let tpl: Template;
   let scratch: string;
 
-  before(async () => {
-    ({ driver, runRoot } = makeDriver());
-    tpl = await template(driver, 'sandbox/minimal');
-    scratch = mkdtempSync(join(tmpdir(), 'sbxf-'));
-  }, { timeout: BUILD_TIMEOUT_MS });
+  before(
+    async () => {
+      ({ driver, runRoot } = makeDriver());
+      tpl = await template(driver, 'sandbox/minimal');
+      scratch = mkdtempSync(join(tmpdir(), 'sbxf-'));
+    },
+    { timeout: BUILD_TIMEOUT_MS },
+  );
 
   after(async () => {
     rmSync(scratch, { recursive: true, force: true });
@@ -34,7 +37,10 @@ describe('microVM failure modes', { timeout: BUILD_TIMEOUT_MS + 5 * 60_000 }, ()
   it('a missing kernel is refused before QEMU starts', async () => {
     const img = await ensureGuestImage('sandbox/minimal');
     await assert.rejects(
-      driver.createTemplate({ name: 'test/missing', image: { kernel: join(scratch, 'no-vmlinux'), initramfs: img.initramfs, hash: 'x' } }),
+      driver.createTemplate({
+        name: 'test/missing',
+        image: { kernel: join(scratch, 'no-vmlinux'), initramfs: img.initramfs, hash: 'x' },
+      }),
       isCode('VM_IMAGE_MISSING'),
     );
     assert.deepEqual(liveQemuPids(), []);
@@ -48,7 +54,10 @@ describe('microVM failure modes', { timeout: BUILD_TIMEOUT_MS + 5 * 60_000 }, ()
     const bad = join(scratch, 'bad.state');
     writeFileSync(bad, Buffer.alloc(4096, 0x5a));
     const t0 = Date.now();
-    await assert.rejects(driver.clone({ ...tpl, stateFile: bad }, { readyTimeoutMs: 10_000 }), (e: unknown) => e instanceof SandboxError && /VM_(PROCESS_EXITED|RESTORE_FAILED)/.test(e.code));
+    await assert.rejects(
+      driver.clone({ ...tpl, stateFile: bad }, { readyTimeoutMs: 10_000 }),
+      (e: unknown) => e instanceof SandboxError && /VM_(PROCESS_EXITED|RESTORE_FAILED)/.test(e.code),
+    );
     assert.ok(Date.now() - t0 < 10_000);
     assert.deepEqual(liveQemuPids(), []);
   });
@@ -70,7 +79,12 @@ describe('microVM failure modes', { timeout: BUILD_TIMEOUT_MS + 5 * 60_000 }, ()
     })();
     const killed = await killer;
     assert.ok(killed, 'QEMU never appeared');
-    await assert.rejects(clone, (e: unknown) => e instanceof SandboxError && ['VM_PROCESS_EXITED', 'QMP_DISCONNECTED', 'AGENT_DISCONNECTED', 'QMP_UNREACHABLE'].includes(e.code));
+    await assert.rejects(
+      clone,
+      (e: unknown) =>
+        e instanceof SandboxError &&
+        ['VM_PROCESS_EXITED', 'QMP_DISCONNECTED', 'AGENT_DISCONNECTED', 'QMP_UNREACHABLE'].includes(e.code),
+    );
     assert.ok(Date.now() - t0 < 10_000, `took ${Date.now() - t0} ms`);
     assert.equal(existsSync(join(runRoot, 'vm-crashme')), false);
     assert.deepEqual(liveQemuPids(), []);
@@ -91,7 +105,10 @@ describe('microVM failure modes', { timeout: BUILD_TIMEOUT_MS + 5 * 60_000 }, ()
     await vm.pause();
     const t0 = Date.now();
     // a second host connection replaces the first; the frozen guest cannot answer its hello
-    await assert.rejects(AgentClient.connect(vm.record.agentSocket, { connectTimeoutMs: 800 }), isCode('AGENT_UNRESPONSIVE'));
+    await assert.rejects(
+      AgentClient.connect(vm.record.agentSocket, { connectTimeoutMs: 800 }),
+      isCode('AGENT_UNRESPONSIVE'),
+    );
     assert.ok(Date.now() - t0 < 3000);
     await vm.destroy();
   });
@@ -101,10 +118,19 @@ describe('microVM failure modes', { timeout: BUILD_TIMEOUT_MS + 5 * 60_000 }, ()
     // an initramfs whose init never starts the agent
     const dir = join(scratch, 'noagent');
     const { execFileSync } = await import('node:child_process');
-    execFileSync('sh', ['-c', `mkdir -p ${dir}/bin && cp /bin/busybox ${dir}/bin/ && printf '#!/bin/busybox sh\\nexec /bin/busybox sleep 100000\\n' > ${dir}/init && chmod +x ${dir}/init && cd ${dir} && find . | cpio --quiet -o -H newc > ../noagent.cpio`]);
+    execFileSync('sh', [
+      '-c',
+      `mkdir -p ${dir}/bin && cp /bin/busybox ${dir}/bin/ && printf '#!/bin/busybox sh\\nexec /bin/busybox sleep 100000\\n' > ${dir}/init && chmod +x ${dir}/init && cd ${dir} && find . | cpio --quiet -o -H newc > ../noagent.cpio`,
+    ]);
     const t0 = Date.now();
     await assert.rejects(
-      driver.createTemplate({ name: 'test/noagent', image: { kernel: img.kernel, initramfs: join(scratch, 'noagent.cpio'), hash: `noagent-${Date.now()}` } }, { bootTimeoutMs: 6000, progress: () => undefined }),
+      driver.createTemplate(
+        {
+          name: 'test/noagent',
+          image: { kernel: img.kernel, initramfs: join(scratch, 'noagent.cpio'), hash: `noagent-${Date.now()}` },
+        },
+        { bootTimeoutMs: 6000, progress: () => undefined },
+      ),
       isCode('VM_BOOT_FAILED'),
     );
     assert.ok(Date.now() - t0 < 20_000, `took ${Date.now() - t0} ms`);

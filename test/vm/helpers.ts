@@ -30,7 +30,11 @@ export function template(driver: QemuMicrovmDriver, name: string): Promise<Templ
 }
 
 /** Every QEMU we started has exited, and the run root holds nothing. */
-export async function assertNoLeaks(driver: QemuMicrovmDriver, runRoot: string, pidsSeen: Iterable<number> = []): Promise<void> {
+export async function assertNoLeaks(
+  driver: QemuMicrovmDriver,
+  runRoot: string,
+  pidsSeen: Iterable<number> = [],
+): Promise<void> {
   await driver.destroyAll();
   assert.deepEqual(liveQemuPids(), [], 'QEMU processes still tracked as alive');
   for (const pid of pidsSeen) assert.equal(pidAlive(pid), false, `QEMU pid ${pid} still alive`);

@@ -16,10 +16,13 @@ describe('microVM lifecycle (sandbox/minimal)', { timeout: BUILD_TIMEOUT_MS + 10
   const pids = new Set<number>();
   let clones: Vm[] = [];
 
-  before(async () => {
-    ({ driver, runRoot } = makeDriver());
-    tpl = await template(driver, 'sandbox/minimal');
-  }, { timeout: BUILD_TIMEOUT_MS });
+  before(
+    async () => {
+      ({ driver, runRoot } = makeDriver());
+      tpl = await template(driver, 'sandbox/minimal');
+    },
+    { timeout: BUILD_TIMEOUT_MS },
+  );
 
   after(async () => {
     await assertNoLeaks(driver, runRoot, pids);
@@ -63,14 +66,19 @@ describe('microVM lifecycle (sandbox/minimal)', { timeout: BUILD_TIMEOUT_MS + 10
     assert.ok(list.entries.some((e) => e.path === '/tmp/d/e/moved.bin'));
     await vm.files.remove('/tmp/d', { recursive: true });
     assert.equal(await vm.files.exists('/tmp/d'), false);
-    await assert.rejects(vm.files.read('/no/such/file'), (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_ENOENT');
+    await assert.rejects(
+      vm.files.read('/no/such/file'),
+      (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_ENOENT',
+    );
   });
 
   it('streams a long command output as it is produced', async () => {
     const vm = clones[1]!;
     const arrivals: number[] = [];
     const t0 = Date.now();
-    const p = vm.exec(['sh', '-c', 'for i in 1 2 3 4 5; do echo tick $i; sleep 0.3; done'], { onStdout: () => arrivals.push(Date.now() - t0) });
+    const p = vm.exec(['sh', '-c', 'for i in 1 2 3 4 5; do echo tick $i; sleep 0.3; done'], {
+      onStdout: () => arrivals.push(Date.now() - t0),
+    });
     const r = await p.wait();
     assert.equal(r.exitCode, 0);
     assert.equal(r.stdout.toString(), [1, 2, 3, 4, 5].map((i) => `tick ${i}\n`).join(''));
@@ -123,7 +131,10 @@ describe('microVM lifecycle (sandbox/minimal)', { timeout: BUILD_TIMEOUT_MS + 10
     await vm.files.write('/tmp/state', 'kept');
     await vm.pause();
     assert.equal(vm.state, 'paused');
-    await assert.rejects(async () => vm.agent.ping(300), (e: unknown) => e instanceof SandboxError && e.code === 'VM_INVALID_STATE');
+    await assert.rejects(
+      async () => vm.agent.ping(300),
+      (e: unknown) => e instanceof SandboxError && e.code === 'VM_INVALID_STATE',
+    );
     // below the VM facade: the raw connection gets no answer while paused
     await vm.resume();
     assert.equal(vm.state, 'running');
@@ -145,7 +156,10 @@ describe('microVM lifecycle (sandbox/minimal)', { timeout: BUILD_TIMEOUT_MS + 10
     assert.equal(vm.pid, undefined);
     assert.equal(pidAlive(oldPid), false, 'QEMU still running after hibernate');
     assert.ok((vm.hibernatedBytes() ?? 0) > 0);
-    await assert.rejects(async () => vm.run(['true']), (e: unknown) => e instanceof SandboxError && e.code === 'VM_INVALID_STATE');
+    await assert.rejects(
+      async () => vm.run(['true']),
+      (e: unknown) => e instanceof SandboxError && e.code === 'VM_INVALID_STATE',
+    );
     await vm.restore();
     assert.equal(vm.state, 'running');
     pids.add(vm.pid!);
@@ -184,7 +198,10 @@ describe('microVM lifecycle (sandbox/minimal)', { timeout: BUILD_TIMEOUT_MS + 10
     assert.equal(vm.state, 'destroyed');
     assert.equal(pidAlive(pid), false);
     assert.equal(existsSync(dir), false);
-    await assert.rejects(async () => vm.run(['true']), (e: unknown) => e instanceof SandboxError && e.code === 'VM_INVALID_STATE');
+    await assert.rejects(
+      async () => vm.run(['true']),
+      (e: unknown) => e instanceof SandboxError && e.code === 'VM_INVALID_STATE',
+    );
     await Promise.all(clones.map((c) => c.destroy()));
     clones = [];
   });

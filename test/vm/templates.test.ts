@@ -24,50 +24,64 @@ describe('Debian templates', { timeout: BUILD_TIMEOUT_MS + 10 * 60_000 }, () => 
     await assertNoLeaks(driver, runRoot);
   });
 
-  it('sandbox/base: Debian userland on a read-only root with a per-VM writable layer, no NIC', { timeout: BUILD_TIMEOUT_MS }, async () => {
-    const tpl = await template(driver, 'sandbox/base');
-    const [a, b] = [await driver.clone(tpl), await driver.clone(tpl)];
-    const r = await a.run(['bash', '-c', 'echo "$BASH_VERSION"; cat /etc/debian_version; ls /sys/class/net']);
-    assert.equal(r.exitCode, 0, r.stderr.toString());
-    const [bash, debian, nics] = [r.stdout.toString().split('\n')[0]!, r.stdout.toString().split('\n')[1]!, r.stdout.toString().split('\n').slice(2).join(' ').trim()];
-    assert.match(bash, /^5\./);
-    assert.match(debian, /^12\./);
-    assert.ok(!/\beth\d/.test(nics), `no NIC expected on the none lane, got: ${nics}`);
-    // a file of the read-only root, replaced in a's copy-on-write layer only
-    await a.files.write('/etc/debian_version', 'changed in a');
-    assert.equal((await a.files.read('/etc/debian_version')).toString(), 'changed in a');
-    assert.match((await b.files.read('/etc/debian_version')).toString(), /^12\./);
-    await Promise.all([a.destroy(), b.destroy()]);
-  });
+  it(
+    'sandbox/base: Debian userland on a read-only root with a per-VM writable layer, no NIC',
+    { timeout: BUILD_TIMEOUT_MS },
+    async () => {
+      const tpl = await template(driver, 'sandbox/base');
+      const [a, b] = [await driver.clone(tpl), await driver.clone(tpl)];
+      const r = await a.run(['bash', '-c', 'echo "$BASH_VERSION"; cat /etc/debian_version; ls /sys/class/net']);
+      assert.equal(r.exitCode, 0, r.stderr.toString());
+      const [bash, debian, nics] = [
+        r.stdout.toString().split('\n')[0]!,
+        r.stdout.toString().split('\n')[1]!,
+        r.stdout.toString().split('\n').slice(2).join(' ').trim(),
+      ];
+      assert.match(bash, /^5\./);
+      assert.match(debian, /^12\./);
+      assert.ok(!/\beth\d/.test(nics), `no NIC expected on the none lane, got: ${nics}`);
+      // a file of the read-only root, replaced in a's copy-on-write layer only
+      await a.files.write('/etc/debian_version', 'changed in a');
+      assert.equal((await a.files.read('/etc/debian_version')).toString(), 'changed in a');
+      assert.match((await b.files.read('/etc/debian_version')).toString(), /^12\./);
+      await Promise.all([a.destroy(), b.destroy()]);
+    },
+  );
 
-  it('sandbox/python: python3 runs; egress lane forwards a loopback host port into the guest', { timeout: BUILD_TIMEOUT_MS }, async () => {
-    const tpl = await template(driver, 'sandbox/python');
-    assert.equal(tpl.network, 'egress');
-    const vm = await driver.clone(tpl, { hostForwards: [{ hostPort: 0, guestPort: 8000 }] });
-    const py = await vm.run(['python3', '-c', 'import sys, json; print(json.dumps({"v": sys.version_info[:2]}))']);
-    assert.equal(py.exitCode, 0, py.stderr.toString());
-    assert.deepEqual(JSON.parse(py.stdout.toString()), { v: [3, 11] });
-    await vm.files.write('/srv/hello.txt', 'hello from the guest', { parents: true });
-    const server = vm.exec(['python3', '-m', 'http.server', '8000', '--bind', '0.0.0.0', '--directory', '/srv'], { collect: false });
-    await server.pid;
-    const hostPort = vm.record.hostForwards[0]!.hostPort;
-    let body = '';
-    // python3 -m http.server takes seconds to start under TCG on a busy host
-    for (let deadline = Date.now() + 90_000; !body && Date.now() < deadline; ) {
-      body = await httpGet(hostPort).catch(() => '');
-      if (!body) await sleep(300);
-    }
-    assert.equal(body, 'hello from the guest');
-    // the same port through the agent's tcp.connect (port-forward without a NIC)
-    const sock = await vm.connectTcp(8000);
-    const reply = new Promise<string>((resolve) => {
-      let acc = '';
-      sock.on('data', (d: Buffer) => (acc += d.toString()));
-      sock.on('end', () => resolve(acc));
-    });
-    sock.end('GET /hello.txt HTTP/1.0\r\n\r\n');
-    assert.match(await reply, /hello from the guest$/);
-    await server.kill('SIGKILL');
-    await vm.destroy();
-  });
+  it(
+    'sandbox/python: python3 runs; egress lane forwards a loopback host port into the guest',
+    { timeout: BUILD_TIMEOUT_MS },
+    async () => {
+      const tpl = await template(driver, 'sandbox/python');
+      assert.equal(tpl.network, 'egress');
+      const vm = await driver.clone(tpl, { hostForwards: [{ hostPort: 0, guestPort: 8000 }] });
+      const py = await vm.run(['python3', '-c', 'import sys, json; print(json.dumps({"v": sys.version_info[:2]}))']);
+      assert.equal(py.exitCode, 0, py.stderr.toString());
+      assert.deepEqual(JSON.parse(py.stdout.toString()), { v: [3, 11] });
+      await vm.files.write('/srv/hello.txt', 'hello from the guest', { parents: true });
+      const server = vm.exec(['python3', '-m', 'http.server', '8000', '--bind', '0.0.0.0', '--directory', '/srv'], {
+        collect: false,
+      });
+      await server.pid;
+      const hostPort = vm.record.hostForwards[0]!.hostPort;
+      let body = '';
+      // python3 -m http.server takes seconds to start under TCG on a busy host
+      for (let deadline = Date.now() + 90_000; !body && Date.now() < deadline;) {
+        body = await httpGet(hostPort).catch(() => '');
+        if (!body) await sleep(300);
+      }
+      assert.equal(body, 'hello from the guest');
+      // the same port through the agent's tcp.connect (port-forward without a NIC)
+      const sock = await vm.connectTcp(8000);
+      const reply = new Promise<string>((resolve) => {
+        let acc = '';
+        sock.on('data', (d: Buffer) => (acc += d.toString()));
+        sock.on('end', () => resolve(acc));
+      });
+      sock.end('GET /hello.txt HTTP/1.0\r\n\r\n');
+      assert.match(await reply, /hello from the guest$/);
+      await server.kill('SIGKILL');
+      await vm.destroy();
+    },
+  );
 });

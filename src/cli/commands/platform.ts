@@ -66,7 +66,8 @@ function platformOptions(opts: UpOptions) {
   const logger = createLogger({ level: opts.logLevel, name: 'sbx' });
   const int = (flag: string, v: string, max: number) => {
     const n = Number(v);
-    if (!Number.isInteger(n) || n < 0 || n > max) throw new SandboxError('cli.usage', `--${flag} must be an integer 0..${max}, got "${v}"`);
+    if (!Number.isInteger(n) || n < 0 || n > max)
+      throw new SandboxError('cli.usage', `--${flag} must be an integer 0..${max}, got "${v}"`);
     return n;
   };
   const nodes = int('simulated-nodes', opts.simulatedNodes, 100);
@@ -141,7 +142,10 @@ async function upForeground(opts: UpOptions): Promise<void> {
       `  kubeconfig:   ${c.kubeconfigPath}`,
       `  apiserver:    ${c.server}`,
       `  nodes:        ${c.simulatedNodes.join(', ')} (standard runtime, simulated by kwok)`,
-      ...platform.sandboxd.map((d) => `  sandboxd:     ${d.node} at http://${d.address} (token: ${d.tokenFile}); microVM nodes ${d.node}-vk, ${d.node}-sandboxd`),
+      ...platform.sandboxd.map(
+        (d) =>
+          `  sandboxd:     ${d.node} at http://${d.address} (token: ${d.tokenFile}); microVM nodes ${d.node}-vk, ${d.node}-sandboxd`,
+      ),
       ...platform.components.map((p) => `  ${(p.name + ':').padEnd(13)} pid ${p.pid}, log ${p.logPath}`),
       `  try:          ${kubectl} get nodes`,
       `                ${kubectl} apply -f examples/warm-pool.yaml`,
@@ -159,7 +163,19 @@ async function upDetached(opts: UpOptions): Promise<void> {
   await rm(statePath(env.stateDir), { force: true });
   const logPath = join(env.stateDir, 'platform', 'supervisor.log');
   const out = openSync(logPath, 'w');
-  const args = [SBX_BIN, 'up', '--supervise', '--nodes', opts.nodes, '--warm', opts.warm, '--simulated-nodes', opts.simulatedNodes, '--log-level', opts.logLevel];
+  const args = [
+    SBX_BIN,
+    'up',
+    '--supervise',
+    '--nodes',
+    opts.nodes,
+    '--warm',
+    opts.warm,
+    '--simulated-nodes',
+    opts.simulatedNodes,
+    '--log-level',
+    opts.logLevel,
+  ];
   if (!opts.fsync) args.push('--no-fsync');
   const child = spawn(process.execPath, args, { detached: true, stdio: ['ignore', out, out] });
   child.unref();
@@ -214,7 +230,8 @@ async function killVmsUnder(runRoots: string[]): Promise<void> {
   for (const entry of await readdir('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
     const cmd = await readFile(`/proc/${entry}/cmdline`, 'latin1').catch(() => '');
-    if (cmd.startsWith('qemu-system') && runRoots.some((r) => cmd.includes(`${r}/`))) process.kill(Number(entry), 'SIGKILL');
+    if (cmd.startsWith('qemu-system') && runRoots.some((r) => cmd.includes(`${r}/`)))
+      process.kill(Number(entry), 'SIGKILL');
   }
   for (const r of runRoots) await rm(r, { recursive: true, force: true });
 }

@@ -12,7 +12,9 @@ const progress = (l: string) => process.stderr.write(`sbx: ${l}\n`);
 function driverFrom(opts: { accel?: string }): QemuMicrovmDriver {
   const accel = opts.accel as 'auto' | 'kvm' | 'tcg' | undefined;
   if (accel && !['auto', 'kvm', 'tcg'].includes(accel)) {
-    throw new SandboxError('INVALID_ARGUMENT', `--accel must be auto, kvm or tcg (got ${accel})`, { hint: 'use --accel auto' });
+    throw new SandboxError('INVALID_ARGUMENT', `--accel must be auto, kvm or tcg (got ${accel})`, {
+      hint: 'use --accel auto',
+    });
   }
   return new QemuMicrovmDriver({ accel });
 }
@@ -31,13 +33,16 @@ async function runIn(vm: Vm, argv: string[]): Promise<number> {
 }
 
 export function register(program: Command): void {
-  const vm = program.command('vm').description('microVMs by hand: templates, clones, exec, pause/resume, fork (QEMU microvm)');
+  const vm = program
+    .command('vm')
+    .description('microVMs by hand: templates, clones, exec, pause/resume, fork (QEMU microvm)');
   vm.option('--accel <mode>', 'auto | kvm | tcg', 'auto');
 
   vm.command('templates')
     .description('list the named templates')
     .action(() => {
-      for (const t of listGuestTemplates()) process.stdout.write(`${t.name.padEnd(16)} ${t.memoryMiB} MiB  network=${t.network}  ${t.description}\n`);
+      for (const t of listGuestTemplates())
+        process.stdout.write(`${t.name.padEnd(16)} ${t.memoryMiB} MiB  network=${t.network}  ${t.description}\n`);
     });
 
   vm.command('boot')
@@ -65,7 +70,9 @@ export function register(program: Command): void {
     .description('list VMs and their state')
     .action(() => {
       for (const r of new QemuMicrovmDriver().list()) {
-        process.stdout.write(`${r.id}  ${r.alive ? r.state : r.state === 'hibernated' ? 'hibernated' : 'gone'}  pid=${r.pid ?? '-'}  template=${r.template.name}  ${r.createdAt}\n`);
+        process.stdout.write(
+          `${r.id}  ${r.alive ? r.state : r.state === 'hibernated' ? 'hibernated' : 'gone'}  pid=${r.pid ?? '-'}  template=${r.template.name}  ${r.createdAt}\n`,
+        );
       }
     });
 

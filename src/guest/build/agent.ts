@@ -49,11 +49,16 @@ export async function ensureAgent(opts: { progress?: Progress } = {}): Promise<A
     'agent',
     hash,
     async (tmp) => {
-      await runStep('agent', go, ['build', '-trimpath', '-buildvcs=false', '-ldflags=-s -w -buildid=', '-o', join(tmp, 'sandbox-agent'), '.'], {
-        cwd: AGENT_SRC,
-        env: { ...process.env, CGO_ENABLED: '0', GOOS: 'linux', GOARCH: 'amd64', GOFLAGS: '-mod=mod' },
-        progress: opts.progress,
-      });
+      await runStep(
+        'agent',
+        go,
+        ['build', '-trimpath', '-buildvcs=false', '-ldflags=-s -w -buildid=', '-o', join(tmp, 'sandbox-agent'), '.'],
+        {
+          cwd: AGENT_SRC,
+          env: { ...process.env, CGO_ENABLED: '0', GOOS: 'linux', GOARCH: 'amd64', GOFLAGS: '-mod=mod' },
+          progress: opts.progress,
+        },
+      );
     },
     { progress: opts.progress },
   );

@@ -1,6 +1,16 @@
 import { createHash } from 'node:crypto';
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, openSync, closeSync, readFileSync, renameSync, rmSync, writeSync, unlinkSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  openSync,
+  closeSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeSync,
+  unlinkSync,
+} from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { SandboxError } from '../../errors.js';
@@ -141,15 +151,24 @@ export function runStep(
       if (err.length > 64_000) err = err.slice(-32_000);
     });
     child.on('error', (e) =>
-      reject(new SandboxError('GUEST_BUILD_FAILED', `${artifact}: cannot run ${cmd}: ${e.message}`, { cause: e, hint: 'run scripts/bootstrap.sh to install the build tools' })),
+      reject(
+        new SandboxError('GUEST_BUILD_FAILED', `${artifact}: cannot run ${cmd}: ${e.message}`, {
+          cause: e,
+          hint: 'run scripts/bootstrap.sh to install the build tools',
+        }),
+      ),
     );
     child.on('close', (code, signal) => {
       if (code === 0) resolve(out);
       else
         reject(
-          new SandboxError('GUEST_BUILD_FAILED', `${artifact}: ${cmd} ${args.join(' ')} failed (${signal ?? `exit ${code}`}): ${err.trim().slice(-2000)}`, {
-            hint: 'run scripts/bootstrap.sh to install the build tools, then retry',
-          }),
+          new SandboxError(
+            'GUEST_BUILD_FAILED',
+            `${artifact}: ${cmd} ${args.join(' ')} failed (${signal ?? `exit ${code}`}): ${err.trim().slice(-2000)}`,
+            {
+              hint: 'run scripts/bootstrap.sh to install the build tools, then retry',
+            },
+          ),
         );
     });
   });

@@ -22,13 +22,20 @@ export async function ensureInitramfs(opts: { progress?: Progress } = {}): Promi
   }
   const agent = await ensureAgent(opts);
   const initScript = readFileSync(join(ASSETS, 'init.sh'));
-  const hash = contentHash(['initramfs-v1', debVersion('busybox-static'), agent.hash, initScript, readFileSync(new URL(import.meta.url))]);
+  const hash = contentHash([
+    'initramfs-v1',
+    debVersion('busybox-static'),
+    agent.hash,
+    initScript,
+    readFileSync(new URL(import.meta.url)),
+  ]);
   const dir = await cachedArtifact(
     'initramfs',
     hash,
     async (tmp) => {
       const root = join(tmp, 'root');
-      for (const d of ['bin', 'sbin', 'dev', 'proc', 'sys', 'tmp', 'etc', 'root', 'usr/bin', 'usr/sbin']) mkdirSync(join(root, d), { recursive: true });
+      for (const d of ['bin', 'sbin', 'dev', 'proc', 'sys', 'tmp', 'etc', 'root', 'usr/bin', 'usr/sbin'])
+        mkdirSync(join(root, d), { recursive: true });
       copyFileSync(BUSYBOX, join(root, 'bin/busybox'));
       chmodSync(join(root, 'bin/busybox'), 0o755);
       const applets = execFileSync(BUSYBOX, ['--list-full'], { encoding: 'utf8' }).split('\n').filter(Boolean);
@@ -41,12 +48,23 @@ export async function ensureInitramfs(opts: { progress?: Progress } = {}): Promi
       copyFileSync(agent.binary, join(root, 'sbin/sandbox-agent'));
       chmodSync(join(root, 'sbin/sandbox-agent'), 0o755);
       writeFileSync(join(root, 'init'), initScript, { mode: 0o755 });
-      writeFileSync(join(root, 'etc/passwd'), 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n');
+      writeFileSync(
+        join(root, 'etc/passwd'),
+        'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n',
+      );
       writeFileSync(join(root, 'etc/group'), 'root:x:0:\ntty:x:5:\nnogroup:x:65534:\n');
       // Reproducible archive: sorted names, fixed mtimes, root ownership.
-      await runStep('initramfs', 'sh', ['-c', `cd "${root}" && find . -exec touch -h -d @0 {} + && find . | LC_ALL=C sort | cpio --quiet -o -H newc -R 0:0 --reproducible > "${join(tmp, 'initramfs.cpio')}"`], {
-        progress: opts.progress,
-      });
+      await runStep(
+        'initramfs',
+        'sh',
+        [
+          '-c',
+          `cd "${root}" && find . -exec touch -h -d @0 {} + && find . | LC_ALL=C sort | cpio --quiet -o -H newc -R 0:0 --reproducible > "${join(tmp, 'initramfs.cpio')}"`,
+        ],
+        {
+          progress: opts.progress,
+        },
+      );
       execFileSync('rm', ['-rf', root]);
     },
     { progress: opts.progress },

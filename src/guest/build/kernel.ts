@@ -44,9 +44,14 @@ export async function ensureKernel(opts: { progress?: Progress; jobs?: number } 
           hint: 'install the Debian package linux-source-6.1 (scripts/bootstrap.sh does this)',
         });
       }
-      await runStep('kernel', 'bash', [join(ASSETS, 'build-kernel.sh'), join(ASSETS, 'kernel.config'), tmp, String(Math.min(opts.jobs ?? 2, 2))], {
-        progress: opts.progress,
-      });
+      await runStep(
+        'kernel',
+        'bash',
+        [join(ASSETS, 'build-kernel.sh'), join(ASSETS, 'kernel.config'), tmp, String(Math.min(opts.jobs ?? 2, 2))],
+        {
+          progress: opts.progress,
+        },
+      );
     },
     { progress: opts.progress },
   );

@@ -6,7 +6,18 @@
  * overlay (the per-VM copy-on-write layer).
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync, appendFileSync, statSync, lstatSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+  appendFileSync,
+  statSync,
+  lstatSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { SandboxError } from '../../errors.js';
 import { cachedArtifact, contentHash, runStep, type Progress } from './cache.js';
@@ -19,9 +30,28 @@ export interface RootfsArtifact {
 
 /** Needed only to install packages (maintainer scripts, alternatives), never at run time. */
 const EXCLUDE = new Set([
-  'usrmerge', 'usr-is-merged', 'cdebconf', 'libdebian-installer4', 'libnewt0.52', 'libslang2', 'libtextwrap1', 'original-awk', 'gawk',
-  'libelogind0', 'perl', 'perl-modules-5.36', 'libperl5.36', 'libfile-find-rule-perl', 'libnumber-compare-perl', 'libtext-glob-perl',
-  'install-info', 'debconf', 'libgdbm-compat4', 'mime-support', 'dpkg', 'init-system-helpers',
+  'usrmerge',
+  'usr-is-merged',
+  'cdebconf',
+  'libdebian-installer4',
+  'libnewt0.52',
+  'libslang2',
+  'libtextwrap1',
+  'original-awk',
+  'gawk',
+  'libelogind0',
+  'perl',
+  'perl-modules-5.36',
+  'libperl5.36',
+  'libfile-find-rule-perl',
+  'libnumber-compare-perl',
+  'libtext-glob-perl',
+  'install-info',
+  'debconf',
+  'libgdbm-compat4',
+  'mime-support',
+  'dpkg',
+  'init-system-helpers',
 ]);
 
 function resolveClosure(packages: readonly string[]): { name: string; version: string }[] {
@@ -29,13 +59,35 @@ function resolveClosure(packages: readonly string[]): { name: string; version: s
   try {
     out = execFileSync(
       'apt-cache',
-      ['depends', '--recurse', '--no-recommends', '--no-suggests', '--no-conflicts', '--no-breaks', '--no-replaces', '--no-enhances', ...packages],
+      [
+        'depends',
+        '--recurse',
+        '--no-recommends',
+        '--no-suggests',
+        '--no-conflicts',
+        '--no-breaks',
+        '--no-replaces',
+        '--no-enhances',
+        ...packages,
+      ],
       { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 64 << 20 },
     );
   } catch (err) {
-    throw new SandboxError('GUEST_ROOTFS_RESOLVE', `cannot resolve Debian packages ${packages.join(' ')}`, { cause: err, hint: 'run apt-get update, then retry' });
+    throw new SandboxError('GUEST_ROOTFS_RESOLVE', `cannot resolve Debian packages ${packages.join(' ')}`, {
+      cause: err,
+      hint: 'run apt-get update, then retry',
+    });
   }
-  const names = [...new Set(out.split('\n').filter((l) => /^[a-z0-9]/.test(l)).map((l) => l.trim()))].filter((n) => !EXCLUDE.has(n)).sort();
+  const names = [
+    ...new Set(
+      out
+        .split('\n')
+        .filter((l) => /^[a-z0-9]/.test(l))
+        .map((l) => l.trim()),
+    ),
+  ]
+    .filter((n) => !EXCLUDE.has(n))
+    .sort();
   const policy = execFileSync('apt-cache', ['policy', ...names], { encoding: 'utf8', maxBuffer: 64 << 20 });
   const versions = new Map<string, string>();
   let cur = '';
@@ -45,12 +97,22 @@ function resolveClosure(packages: readonly string[]): { name: string; version: s
     const c = /^\s+Candidate: (\S+)/.exec(line);
     if (c?.[1] && cur) versions.set(cur, c[1]);
   }
-  return names.filter((n) => versions.get(n) && versions.get(n) !== '(none)').map((n) => ({ name: n, version: versions.get(n)! }));
+  return names
+    .filter((n) => versions.get(n) && versions.get(n) !== '(none)')
+    .map((n) => ({ name: n, version: versions.get(n)! }));
 }
 
-export async function ensureRootfs(packages: readonly string[], opts: { progress?: Progress } = {}): Promise<RootfsArtifact> {
+export async function ensureRootfs(
+  packages: readonly string[],
+  opts: { progress?: Progress } = {},
+): Promise<RootfsArtifact> {
   const closure = resolveClosure(packages);
-  const hash = contentHash(['rootfs-v1', readFileSync(new URL(import.meta.url)), ...packages, ...closure.map((p) => `${p.name}=${p.version}`)]);
+  const hash = contentHash([
+    'rootfs-v1',
+    readFileSync(new URL(import.meta.url)),
+    ...packages,
+    ...closure.map((p) => `${p.name}=${p.version}`),
+  ]);
   const dir = await cachedArtifact(
     'rootfs',
     hash,
@@ -64,20 +126,53 @@ export async function ensureRootfs(packages: readonly string[], opts: { progress
         symlinkSync(`usr/${d}`, join(root, d));
       }
       opts.progress?.(`rootfs: downloading ${closure.length} Debian packages`);
-      await runStep('rootfs', 'apt-get', ['download', '-q', ...closure.map((p) => `${p.name}=${p.version}`)], { cwd: debs, progress: opts.progress });
+      await runStep('rootfs', 'apt-get', ['download', '-q', ...closure.map((p) => `${p.name}=${p.version}`)], {
+        cwd: debs,
+        progress: opts.progress,
+      });
       opts.progress?.('rootfs: unpacking');
-      for (const f of readdirSync(debs).filter((f) => f.endsWith('.deb')).sort()) {
-        await runStep('rootfs', 'sh', ['-c', `dpkg-deb --fsys-tarfile "${join(debs, f)}" | tar -x --keep-directory-symlink -C "${root}"`], { progress: opts.progress });
+      for (const f of readdirSync(debs)
+        .filter((f) => f.endsWith('.deb'))
+        .sort()) {
+        await runStep(
+          'rootfs',
+          'sh',
+          ['-c', `dpkg-deb --fsys-tarfile "${join(debs, f)}" | tar -x --keep-directory-symlink -C "${root}"`],
+          { progress: opts.progress },
+        );
       }
       fixups(root);
       rmSync(debs, { recursive: true, force: true });
       const kb = Number(execFileSync('du', ['-sk', '--apparent-size', root], { encoding: 'utf8' }).split('\t')[0]);
       const sizeMiB = Math.ceil((kb * 1.25) / 1024) + 32;
       opts.progress?.(`rootfs: mke2fs ${sizeMiB} MiB`);
-      await runStep('rootfs', 'mke2fs', ['-q', '-t', 'ext4', '-O', '^has_journal', '-m', '0', '-L', 'sbxroot', '-U', 'clear', '-E', 'root_owner=0:0,hash_seed=00000000-0000-0000-0000-000000000000', '-d', root, join(tmp, 'rootfs.ext4'), `${sizeMiB}M`], {
-        env: { ...process.env, E2FSPROGS_FAKE_TIME: '1' },
-        progress: opts.progress,
-      });
+      await runStep(
+        'rootfs',
+        'mke2fs',
+        [
+          '-q',
+          '-t',
+          'ext4',
+          '-O',
+          '^has_journal',
+          '-m',
+          '0',
+          '-L',
+          'sbxroot',
+          '-U',
+          'clear',
+          '-E',
+          'root_owner=0:0,hash_seed=00000000-0000-0000-0000-000000000000',
+          '-d',
+          root,
+          join(tmp, 'rootfs.ext4'),
+          `${sizeMiB}M`,
+        ],
+        {
+          env: { ...process.env, E2FSPROGS_FAKE_TIME: '1' },
+          progress: opts.progress,
+        },
+      );
       writeFileSync(join(tmp, 'packages.txt'), closure.map((p) => `${p.name} ${p.version}`).join('\n') + '\n');
       rmSync(root, { recursive: true, force: true });
     },
@@ -89,7 +184,20 @@ export async function ensureRootfs(packages: readonly string[], opts: { progress
 /** What maintainer scripts would have done, as far as a sandbox needs it. */
 function fixups(root: string): void {
   const p = (...s: string[]) => join(root, ...s);
-  for (const d of ['etc', 'root', 'tmp', 'var/tmp', 'run', 'proc', 'sys', 'dev', 'home', 'etc/ssl/certs', 'usr/local/bin']) mkdirSync(p(d), { recursive: true });
+  for (const d of [
+    'etc',
+    'root',
+    'tmp',
+    'var/tmp',
+    'run',
+    'proc',
+    'sys',
+    'dev',
+    'home',
+    'etc/ssl/certs',
+    'usr/local/bin',
+  ])
+    mkdirSync(p(d), { recursive: true });
   const link = (target: string, at: string) => {
     try {
       lstatSync(p(at));
@@ -101,9 +209,17 @@ function fixups(root: string): void {
   if (existsSync(p('usr/bin/mawk'))) link('mawk', 'usr/bin/awk');
   if (existsSync(p('usr/bin/python3.11'))) link('python3.11', 'usr/bin/python3');
   const passwdMaster = p('usr/share/base-passwd/passwd.master');
-  writeFileSync(p('etc/passwd'), existsSync(passwdMaster) ? readFileSync(passwdMaster) : 'root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n');
+  writeFileSync(
+    p('etc/passwd'),
+    existsSync(passwdMaster)
+      ? readFileSync(passwdMaster)
+      : 'root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n',
+  );
   const groupMaster = p('usr/share/base-passwd/group.master');
-  writeFileSync(p('etc/group'), existsSync(groupMaster) ? readFileSync(groupMaster) : 'root:x:0:\ntty:x:5:\nnogroup:x:65534:\n');
+  writeFileSync(
+    p('etc/group'),
+    existsSync(groupMaster) ? readFileSync(groupMaster) : 'root:x:0:\ntty:x:5:\nnogroup:x:65534:\n',
+  );
   writeFileSync(p('etc/hostname'), 'sandbox\n');
   writeFileSync(p('etc/hosts'), '127.0.0.1 localhost sandbox\n');
   // ca-certificates: build the bundle update-ca-certificates would have written.
@@ -120,7 +236,8 @@ function fixups(root: string): void {
     };
     walk(caDir);
   }
-  for (const d of ['usr/share/doc', 'usr/share/man', 'usr/share/info', 'usr/share/locale', 'usr/share/lintian']) rmSync(p(d), { recursive: true, force: true });
+  for (const d of ['usr/share/doc', 'usr/share/man', 'usr/share/info', 'usr/share/locale', 'usr/share/lintian'])
+    rmSync(p(d), { recursive: true, force: true });
   try {
     execFileSync('/sbin/ldconfig', ['-r', root], { stdio: 'ignore' });
   } catch {

@@ -73,7 +73,8 @@ export function matchesTemplate(member: Sandbox, template: SandboxTemplate): boo
   const a = template.spec.volumeClaimTemplates ?? [];
   const b = member.spec.volumeClaimTemplates ?? [];
   if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (!isDeepStrictEqual(normalize(vctKey(a[i]!)), normalize(vctKey(b[i]!)))) return false;
+  for (let i = 0; i < a.length; i++)
+    if (!isDeepStrictEqual(normalize(vctKey(a[i]!)), normalize(vctKey(b[i]!)))) return false;
   return template.spec.service === member.spec.service;
 }
 

@@ -55,7 +55,15 @@ import { registerController } from '../build.js';
 import type { OperatorConfig } from '../options.js';
 import { sandboxSpecFromTemplate } from './blueprint.js';
 import { CandidateQueues } from './candidates.js';
-import { claimStatusFor, ClaimReasons, findCondition, isReady, sameStatus, timeLeft, type ClaimOutcome } from './claim-status.js';
+import {
+  claimStatusFor,
+  ClaimReasons,
+  findCondition,
+  isReady,
+  sameStatus,
+  timeLeft,
+  type ClaimOutcome,
+} from './claim-status.js';
 import {
   ClaimInputError,
   injectEnv,
@@ -65,7 +73,15 @@ import {
   validateAdditionalPodMetadata,
 } from './injection.js';
 import { extensionMetrics, normalizeCreatedBy, type ExtensionMetrics } from './metrics.js';
-import { EventRecorder, isSandboxReady, newest, type ClaimObj, type PoolObj, type SandboxObj, type TemplateObj } from './support.js';
+import {
+  EventRecorder,
+  isSandboxReady,
+  newest,
+  type ClaimObj,
+  type PoolObj,
+  type SandboxObj,
+  type TemplateObj,
+} from './support.js';
 
 export const SANDBOX_BY_CONTROLLER_INDEX = 'ext:sandbox-by-controller-uid';
 const CLAIM_BY_POOL_INDEX = 'ext:claim-by-pool';
@@ -163,7 +179,13 @@ export class ClaimReconciler {
     });
     d.claims.addIndex(CLAIM_BY_POOL_INDEX, (c) => [`${c.metadata.namespace}/${c.spec.warmPoolRef.name}`]);
     const offer = (sb: SandboxObj) =>
-      this.candidates.observe(sb.metadata.namespace!, sb.metadata.name!, adoptablePool(sb), sb.status?.nodeName ?? '', isSandboxReady(sb));
+      this.candidates.observe(
+        sb.metadata.namespace!,
+        sb.metadata.name!,
+        adoptablePool(sb),
+        sb.status?.nodeName ?? '',
+        isSandboxReady(sb),
+      );
     d.sandboxes.addHandler({
       onAdd: offer,
       onUpdate: (_o, n) => offer(n),
@@ -242,13 +264,19 @@ export class ClaimReconciler {
       resolved = r;
       outcome = { kind: 'sandbox', sandbox: r.sandbox };
     } catch (err) {
-      if (err instanceof ClaimInputError) outcome = { kind: 'error', reason: err.reason, message: err.message, keepSandboxStatus: true };
+      if (err instanceof ClaimInputError)
+        outcome = { kind: 'error', reason: err.reason, message: err.message, keepSandboxStatus: true };
       else if (err instanceof Outcome) {
         outcome = { kind: 'error', reason: err.reason, message: err.message, keepSandboxStatus: true };
         if (err.requeueMs !== undefined) requeueMs = Math.min(requeueMs ?? Infinity, err.requeueMs);
         if (!err.suppressed) failure = err;
       } else {
-        outcome = { kind: 'error', reason: ClaimReasons.reconcilerError, message: `Error seen: ${(err as Error).message}`, keepSandboxStatus: true };
+        outcome = {
+          kind: 'error',
+          reason: ClaimReasons.reconcilerError,
+          message: `Error seen: ${(err as Error).message}`,
+          keepSandboxStatus: true,
+        };
         failure = err;
       }
     }
@@ -281,7 +309,10 @@ export class ClaimReconciler {
     };
     const a = claim.metadata.annotations ?? {};
     observe(this.metrics.claimStartupLatency, a[AnnotationKeys.webhookFirstObservedAt]);
-    observe(this.metrics.claimControllerStartupLatency, a[AnnotationKeys.controllerFirstObservedAt] ?? this.firstObserved.get(claim.metadata.uid!));
+    observe(
+      this.metrics.claimControllerStartupLatency,
+      a[AnnotationKeys.controllerFirstObservedAt] ?? this.firstObserved.get(claim.metadata.uid!),
+    );
   }
 
   private deleteLegacyNetworkPolicy(claim: ClaimObj): void {
@@ -316,7 +347,8 @@ export class ClaimReconciler {
   private async boundSandbox(claim: ClaimObj): Promise<SandboxObj | undefined> {
     const ns = claim.metadata.namespace!;
     const uid = claim.metadata.uid!;
-    const owned = (sb: SandboxObj | undefined) => (sb && !sb.metadata.deletionTimestamp && isControlledBy(sb, claim) ? sb : undefined);
+    const owned = (sb: SandboxObj | undefined) =>
+      sb && !sb.metadata.deletionTimestamp && isControlledBy(sb, claim) ? sb : undefined;
     const pending = this.uncertain.get(uid);
     if (pending !== undefined) {
       let fresh: SandboxObj | undefined;
@@ -337,8 +369,12 @@ export class ClaimReconciler {
       if (view) return view;
     }
     const indexed = this.d.sandboxes.byIndex(SANDBOX_BY_CONTROLLER_INDEX, uid).filter((sb) => owned(sb));
-    if (indexed.length > 1) this.d.log.error({ claim: keyOf(claim), sandboxes: indexed.map(keyOf) }, 'claim controls more than one Sandbox');
-    if (indexed.length) return indexed.sort((a, b) => (a.metadata.creationTimestamp ?? '').localeCompare(b.metadata.creationTimestamp ?? ''))[0];
+    if (indexed.length > 1)
+      this.d.log.error({ claim: keyOf(claim), sandboxes: indexed.map(keyOf) }, 'claim controls more than one Sandbox');
+    if (indexed.length)
+      return indexed.sort((a, b) =>
+        (a.metadata.creationTimestamp ?? '').localeCompare(b.metadata.creationTimestamp ?? ''),
+      )[0];
     const annotated = claim.metadata.annotations?.[AnnotationKeys.sandboxName];
     if (annotated) {
       const sb = owned(this.sandboxView(ns, annotated, uid));
@@ -357,7 +393,9 @@ export class ClaimReconciler {
     if (!this.preexisting.has(uid)) return undefined;
     const wait = this.startedAt + PREDECESSOR_SETTLE_MS - Date.now();
     if (wait > 0) throw new Deferred(wait);
-    const list = await this.d.manager.client.list<SandboxObj>(Sandboxes, claim.metadata.namespace, { labelSelector: `${LabelKeys.claimUid}=${uid}` });
+    const list = await this.d.manager.client.list<SandboxObj>(Sandboxes, claim.metadata.namespace, {
+      labelSelector: `${LabelKeys.claimUid}=${uid}`,
+    });
     this.preexisting.delete(uid);
     const found = list.items.find((sb) => isControlledBy(sb, claim) && !sb.metadata.deletionTimestamp);
     if (found) this.bindings.set(uid, found);
@@ -384,10 +422,18 @@ export class ClaimReconciler {
       );
 
     if (!pool && templateName === undefined)
-      throw new Outcome(ClaimReasons.warmPoolNotFound, `SandboxWarmPool "${poolName}" not found`, NOT_FOUND_REQUEUE_MS, true);
+      throw new Outcome(
+        ClaimReasons.warmPoolNotFound,
+        `SandboxWarmPool "${poolName}" not found`,
+        NOT_FOUND_REQUEUE_MS,
+        true,
+      );
 
     // A v1alpha1 client that asked for `warmpool: none` gets a cold start even from an existing shadow pool (docs/api.md).
-    const cold = !!claim.spec.env?.length || !!claim.spec.volumeClaimTemplates?.length || claimV1alpha1Intent(claim)?.warmpool === 'none';
+    const cold =
+      !!claim.spec.env?.length ||
+      !!claim.spec.volumeClaimTemplates?.length ||
+      claimV1alpha1Intent(claim)?.warmpool === 'none';
     if (pool && !cold) {
       const adopted = await this.adopt(claim, pool, template);
       if (adopted) {
@@ -395,22 +441,37 @@ export class ClaimReconciler {
         return { sandbox: adopted, template: templateName };
       }
     }
-    if (!template) throw new Outcome(ClaimReasons.templateNotFound, `SandboxTemplate "${templateName}" not found`, NOT_FOUND_REQUEUE_MS, true);
+    if (!template)
+      throw new Outcome(
+        ClaimReasons.templateNotFound,
+        `SandboxTemplate "${templateName}" not found`,
+        NOT_FOUND_REQUEUE_MS,
+        true,
+      );
     launched('cold');
     return { sandbox: await this.createCold(claim, template), template: templateName };
   }
 
   /** The claim-side pod-template metadata (spec §9.2 metadata sync / §9.4). */
   private desiredPodMetadata(claim: ClaimObj, base: PodMetadata | undefined, templateName: string): PodMetadata {
-    const system: PodMetadata = { labels: { [LabelKeys.claimUid]: claim.metadata.uid!, [LabelKeys.sandboxTemplateRefHash]: fnv1a32(templateName) } };
+    const system: PodMetadata = {
+      labels: { [LabelKeys.claimUid]: claim.metadata.uid!, [LabelKeys.sandboxTemplateRefHash]: fnv1a32(templateName) },
+    };
     const createdBy = claim.metadata.labels?.[LabelKeys.createdBy];
-    const md = mergePodMetadata({ labels: { ...base?.labels, ...system.labels }, annotations: base?.annotations }, claim.spec.additionalPodMetadata);
+    const md = mergePodMetadata(
+      { labels: { ...base?.labels, ...system.labels }, annotations: base?.annotations },
+      claim.spec.additionalPodMetadata,
+    );
     if (createdBy !== undefined) md.labels = { ...md.labels, [LabelKeys.createdBy]: createdBy };
     else if (md.labels) delete md.labels[LabelKeys.createdBy];
     return md;
   }
 
-  private async adopt(claim: ClaimObj, pool: PoolObj, template: TemplateObj | undefined): Promise<SandboxObj | undefined> {
+  private async adopt(
+    claim: ClaimObj,
+    pool: PoolObj,
+    template: TemplateObj | undefined,
+  ): Promise<SandboxObj | undefined> {
     const ns = claim.metadata.namespace!;
     const uid = claim.metadata.uid!;
     const client = this.d.manager.client;
@@ -428,7 +489,12 @@ export class ClaimReconciler {
         this.bindings.set(uid, out);
         this.candidates.settle(ns, pick.name);
         this.defer(claim, () =>
-          this.events.record(claim, SandboxClaims, { type: 'Normal', reason: 'SandboxAdopted', action: 'Adoption', note: `Adopted warm pool Sandbox "${pick.name}"` }),
+          this.events.record(claim, SandboxClaims, {
+            type: 'Normal',
+            reason: 'SandboxAdopted',
+            action: 'Adoption',
+            note: `Adopted warm pool Sandbox "${pick.name}"`,
+          }),
         );
         this.metrics.claimCreation.inc({
           namespace: ns,
@@ -444,7 +510,14 @@ export class ClaimReconciler {
         if (isConflict(err)) {
           // Changed since we saw it (maybe adopted elsewhere): offer the cache's view again and move on at once.
           const latest = this.d.sandboxes.getByName(ns, pick.name);
-          if (latest) this.candidates.observe(ns, pick.name, adoptablePool(latest), latest.status?.nodeName ?? '', isSandboxReady(latest));
+          if (latest)
+            this.candidates.observe(
+              ns,
+              pick.name,
+              adoptablePool(latest),
+              latest.status?.nodeName ?? '',
+              isSandboxReady(latest),
+            );
           continue;
         }
         if (isNotFound(err)) continue;
@@ -464,12 +537,15 @@ export class ClaimReconciler {
     if (template) base = template.spec.podTemplate.metadata;
     else {
       base = structuredClone(sb.spec.podTemplate.metadata ?? {});
-      if (base.annotations?.[AnnotationKeys.safeToEvict] === 'true') delete base.annotations[AnnotationKeys.safeToEvict];
-      for (const k of [LabelKeys.warmPoolSandbox, LabelKeys.sandboxTemplateHash, LabelKeys.sandboxPodTemplateHash]) delete base.labels?.[k];
+      if (base.annotations?.[AnnotationKeys.safeToEvict] === 'true')
+        delete base.annotations[AnnotationKeys.safeToEvict];
+      for (const k of [LabelKeys.warmPoolSandbox, LabelKeys.sandboxTemplateHash, LabelKeys.sandboxPodTemplateHash])
+        delete base.labels?.[k];
     }
     const ptMetadata = this.desiredPodMetadata(claim, base, templateName);
     const keptRefHash = l[LabelKeys.sandboxTemplateRefHash];
-    if (!template && keptRefHash) ptMetadata.labels = { ...ptMetadata.labels, [LabelKeys.sandboxTemplateRefHash]: keptRefHash };
+    if (!template && keptRefHash)
+      ptMetadata.labels = { ...ptMetadata.labels, [LabelKeys.sandboxTemplateRefHash]: keptRefHash };
     const trace = claim.metadata.annotations?.[AnnotationKeys.traceContext];
     return {
       metadata: {
@@ -484,7 +560,10 @@ export class ClaimReconciler {
           [LabelKeys.createdBy]: createdBy ?? null,
         },
         ownerReferences: [controllerRef(claim, SandboxClaims)],
-        annotations: { [AnnotationKeys.podName]: sb.metadata.name, ...(trace ? { [AnnotationKeys.traceContext]: trace } : {}) },
+        annotations: {
+          [AnnotationKeys.podName]: sb.metadata.name,
+          ...(trace ? { [AnnotationKeys.traceContext]: trace } : {}),
+        },
       },
       spec: { podTemplate: { metadata: mergePatch(sb.spec.podTemplate.metadata ?? {}, ptMetadata) ?? {} } },
     };
@@ -494,7 +573,11 @@ export class ClaimReconciler {
     const ns = claim.metadata.namespace!;
     const templateName = template.metadata.name!;
     const spec = sandboxSpecFromTemplate(template);
-    const vcts = mergeVolumeClaimTemplates(template.spec.volumeClaimTemplates, claim.spec.volumeClaimTemplates, template.spec.volumeClaimTemplatesPolicy);
+    const vcts = mergeVolumeClaimTemplates(
+      template.spec.volumeClaimTemplates,
+      claim.spec.volumeClaimTemplates,
+      template.spec.volumeClaimTemplatesPolicy,
+    );
     const podSpec = injectEnv(spec.podTemplate.spec, claim.spec.env, template.spec.envVarsInjectionPolicy);
     const createdBy = claim.metadata.labels?.[LabelKeys.createdBy];
     const trace = claim.metadata.annotations?.[AnnotationKeys.traceContext];
@@ -510,12 +593,18 @@ export class ClaimReconciler {
           [LabelKeys.sandboxTemplateRefHash]: fnv1a32(templateName),
           ...(createdBy !== undefined ? { [LabelKeys.createdBy]: createdBy } : {}),
         },
-        annotations: { [AnnotationKeys.sandboxTemplateRef]: templateName, ...(trace ? { [AnnotationKeys.traceContext]: trace } : {}) },
+        annotations: {
+          [AnnotationKeys.sandboxTemplateRef]: templateName,
+          ...(trace ? { [AnnotationKeys.traceContext]: trace } : {}),
+        },
         ownerReferences: [controllerRef(claim, SandboxClaims)],
       },
       spec: {
         ...spec,
-        podTemplate: { metadata: this.desiredPodMetadata(claim, spec.podTemplate.metadata, templateName), spec: podSpec },
+        podTemplate: {
+          metadata: this.desiredPodMetadata(claim, spec.podTemplate.metadata, templateName),
+          spec: podSpec,
+        },
         ...(vcts ? { volumeClaimTemplates: vcts } : {}),
       },
     };
@@ -525,12 +614,22 @@ export class ClaimReconciler {
       out = await this.d.manager.client.create<SandboxObj>(Sandboxes, body as SandboxObj);
     } catch (err) {
       if (isAlreadyExists(err))
-        throw new Outcome(ClaimReasons.createPending, 'Sandbox already created; waiting for cache to converge', CREATE_PENDING_REQUEUE_MS, true);
+        throw new Outcome(
+          ClaimReasons.createPending,
+          'Sandbox already created; waiting for cache to converge',
+          CREATE_PENDING_REQUEUE_MS,
+          true,
+        );
       throw new SandboxError('claim.create', `sandbox create error: ${(err as Error).message}`, { cause: err });
     }
     this.bindings.set(claim.metadata.uid!, out);
     this.defer(claim, () =>
-      this.events.record(claim, SandboxClaims, { type: 'Normal', reason: 'SandboxProvisioned', action: 'Provisioning', note: `Created Sandbox "${out.metadata.name}"` }),
+      this.events.record(claim, SandboxClaims, {
+        type: 'Normal',
+        reason: 'SandboxProvisioned',
+        action: 'Provisioning',
+        note: `Created Sandbox "${out.metadata.name}"`,
+      }),
     );
     this.metrics.claimCreation.inc({
       namespace: ns,
@@ -549,7 +648,9 @@ export class ClaimReconciler {
     const templateName = template?.metadata.name;
     const want: Record<string, string | null> = {};
     if (!labels[LabelKeys.launchType]) {
-      const warm = claim.metadata.annotations?.[AnnotationKeys.sandboxName] === sb.metadata.name || sb.metadata.name !== claim.metadata.name;
+      const warm =
+        claim.metadata.annotations?.[AnnotationKeys.sandboxName] === sb.metadata.name ||
+        sb.metadata.name !== claim.metadata.name;
       want[LabelKeys.launchType] = warm ? 'warm' : 'cold';
     }
     let ptPatch: unknown;
@@ -563,13 +664,22 @@ export class ClaimReconciler {
       // Keys the Sandbox carries for itself (safe-to-evict from the template only) are left to the comparison.
       ptPatch = mergePatch(sb.spec.podTemplate.metadata ?? {}, desired);
     } else if (claim.spec.additionalPodMetadata) {
-      throw new SandboxError('claim.metadata', `failed to get template for metadata propagation: SandboxTemplate not found`);
+      throw new SandboxError(
+        'claim.metadata',
+        `failed to get template for metadata propagation: SandboxTemplate not found`,
+      );
     }
     if (!Object.keys(want).length && ptPatch === undefined) return sb;
     const patch: Record<string, unknown> = {};
     if (Object.keys(want).length) patch.metadata = { labels: want };
     if (ptPatch !== undefined) patch.spec = { podTemplate: { metadata: ptPatch } };
-    const out = await this.d.manager.client.patch<SandboxObj>(Sandboxes, sb.metadata.namespace, sb.metadata.name!, patch, 'merge');
+    const out = await this.d.manager.client.patch<SandboxObj>(
+      Sandboxes,
+      sb.metadata.namespace,
+      sb.metadata.name!,
+      patch,
+      'merge',
+    );
     this.bindings.set(claim.metadata.uid!, out);
     return out;
   }
@@ -578,9 +688,16 @@ export class ClaimReconciler {
     if (sameStatus(claim.status, status)) return undefined;
     const patch = mergePatch(claim.status ?? {}, status);
     if (patch === undefined) return undefined;
-    const out = await this.d.manager.client.patch<ClaimObj>(SandboxClaims, claim.metadata.namespace, claim.metadata.name!, { status: patch }, 'merge', {
-      subresource: 'status',
-    });
+    const out = await this.d.manager.client.patch<ClaimObj>(
+      SandboxClaims,
+      claim.metadata.namespace,
+      claim.metadata.name!,
+      { status: patch },
+      'merge',
+      {
+        subresource: 'status',
+      },
+    );
     this.written.set(claim.metadata.uid!, out);
     return out;
   }
@@ -590,14 +707,17 @@ export class ClaimReconciler {
     const have = claim.metadata.annotations ?? {};
     const want: Record<string, string | null> = {};
     const first = this.firstObserved.get(claim.metadata.uid!);
-    if (!have[AnnotationKeys.controllerFirstObservedAt] && first) want[AnnotationKeys.controllerFirstObservedAt] = first;
+    if (!have[AnnotationKeys.controllerFirstObservedAt] && first)
+      want[AnnotationKeys.controllerFirstObservedAt] = first;
     if (resolved) {
       const name = resolved.sandbox.metadata.name!;
       if (have[AnnotationKeys.sandboxName] !== name) want[AnnotationKeys.sandboxName] = name;
-      if (resolved.template && have[AnnotationKeys.sandboxTemplateRef] !== resolved.template) want[AnnotationKeys.sandboxTemplateRef] = resolved.template;
+      if (resolved.template && have[AnnotationKeys.sandboxTemplateRef] !== resolved.template)
+        want[AnnotationKeys.sandboxTemplateRef] = resolved.template;
     } else {
       const recorded = have[AnnotationKeys.sandboxName];
-      if (recorded && !this.sandboxView(claim.metadata.namespace!, recorded, claim.metadata.uid!)) want[AnnotationKeys.sandboxName] = null;
+      if (recorded && !this.sandboxView(claim.metadata.namespace!, recorded, claim.metadata.uid!))
+        want[AnnotationKeys.sandboxName] = null;
     }
     if (!Object.keys(want).length) return;
     const out = await this.d.manager.client.patch<ClaimObj>(
@@ -619,17 +739,36 @@ export class ClaimReconciler {
     const sbName = claim.status?.sandbox?.name || claim.metadata.name!;
     const sb = this.sandboxView(ns, sbName, claim.metadata.uid!);
     if (ready?.reason !== ClaimReasons.claimExpired) {
-      const status = claimStatusFor(claim, { kind: 'expired', sandbox: sb && isControlledBy(sb, claim) ? sb : undefined }, new Date().toISOString().replace(/\.\d+Z$/, 'Z'));
+      const status = claimStatusFor(
+        claim,
+        { kind: 'expired', sandbox: sb && isControlledBy(sb, claim) ? sb : undefined },
+        new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+      );
       const after = await this.writeStatus(claim, status);
       await this.writeAnnotations(after ?? claim, undefined);
-      this.events.record(claim, SandboxClaims, { type: 'Normal', reason: 'ClaimExpired', action: 'Claim Expired', note: 'Claim expired' });
+      this.events.record(claim, SandboxClaims, {
+        type: 'Normal',
+        reason: 'ClaimExpired',
+        action: 'Claim Expired',
+        note: 'Claim expired',
+      });
       return { requeueAfterMs: 1 };
     }
     if (policy === 'Delete' || policy === 'DeleteForeground') {
-      this.events.record(claim, SandboxClaims, { type: 'Normal', reason: 'ClaimExpired', action: 'Deleting', note: `Deleting Claim (ShutdownPolicy=${policy})` });
+      this.events.record(claim, SandboxClaims, {
+        type: 'Normal',
+        reason: 'ClaimExpired',
+        action: 'Deleting',
+        note: `Deleting Claim (ShutdownPolicy=${policy})`,
+      });
       await this.writeAnnotations(claim, undefined);
       try {
-        await this.d.manager.client.delete(SandboxClaims, ns, claim.metadata.name!, policy === 'DeleteForeground' ? { propagationPolicy: 'Foreground' } : {});
+        await this.d.manager.client.delete(
+          SandboxClaims,
+          ns,
+          claim.metadata.name!,
+          policy === 'DeleteForeground' ? { propagationPolicy: 'Foreground' } : {},
+        );
       } catch (err) {
         if (!isNotFound(err)) throw err;
       }
@@ -639,18 +778,29 @@ export class ClaimReconciler {
     if (!isControlledBy(sb, claim)) {
       const status = claimStatusFor(
         claim,
-        { kind: 'error', reason: ClaimReasons.claimExpired, message: `Claim expired. sandbox "${sbName}" is not controlled by claim "${claim.metadata.name}"; deletion skipped.`, keepSandboxStatus: true },
+        {
+          kind: 'error',
+          reason: ClaimReasons.claimExpired,
+          message: `Claim expired. sandbox "${sbName}" is not controlled by claim "${claim.metadata.name}"; deletion skipped.`,
+          keepSandboxStatus: true,
+        },
         new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
       );
       await this.writeStatus(claim, status);
       return;
     }
     // Keep Finished (and the rest of the expired status) in step with the Sandbox until it is gone.
-    const status = claimStatusFor(claim, { kind: 'expired', sandbox: sb }, new Date().toISOString().replace(/\.\d+Z$/, 'Z'));
+    const status = claimStatusFor(
+      claim,
+      { kind: 'expired', sandbox: sb },
+      new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+    );
     await this.writeStatus(claim, status);
     if (!sb.metadata.deletionTimestamp) {
       try {
-        await this.d.manager.client.delete(Sandboxes, ns, sb.metadata.name!, { preconditions: { uid: sb.metadata.uid } });
+        await this.d.manager.client.delete(Sandboxes, ns, sb.metadata.name!, {
+          preconditions: { uid: sb.metadata.uid },
+        });
       } catch (err) {
         if (!isNotFound(err) && !isConflict(err)) throw err;
       }
@@ -658,7 +808,15 @@ export class ClaimReconciler {
   }
 }
 
-export function registerClaimController({ manager, config, log }: { manager: Manager; config: OperatorConfig; log: Logger }): ClaimReconciler {
+export function registerClaimController({
+  manager,
+  config,
+  log,
+}: {
+  manager: Manager;
+  config: OperatorConfig;
+  log: Logger;
+}): ClaimReconciler {
   const scope = { namespace: config.watchNamespace };
   const claims = manager.informer<ClaimObj>(SandboxClaims, scope);
   const sandboxes = manager.informer<SandboxObj>(Sandboxes, scope);
@@ -670,7 +828,11 @@ export function registerClaimController({ manager, config, log }: { manager: Man
     .controller({ name: 'sandboxclaim', workers: config.claimWorkers, reconcile: (req) => r.reconcile(req) })
     .for(claims)
     .owns(sandboxes, SandboxClaims.kind, EXTENSIONS_GROUP)
-    .watches(pools, (p) => r.waitingClaims(p), (o, n) => !o || o.metadata.resourceVersion !== n.metadata.resourceVersion);
+    .watches(
+      pools,
+      (p) => r.waitingClaims(p),
+      (o, n) => !o || o.metadata.resourceVersion !== n.metadata.resourceVersion,
+    );
   return r;
 }
 

@@ -32,7 +32,11 @@ export interface TimeLeft {
 }
 
 /** expireAt = min(shutdownTime, Finished.lastTransitionTime + ttlSecondsAfterFinished). */
-export function timeLeft(lifecycle: Lifecycle | undefined, conditions: readonly Condition[] | undefined, nowMs: number): TimeLeft {
+export function timeLeft(
+  lifecycle: Lifecycle | undefined,
+  conditions: readonly Condition[] | undefined,
+  nowMs: number,
+): TimeLeft {
   if (!lifecycle) return { expired: false, leftMs: undefined };
   let expireAt: number | undefined;
   if (lifecycle.shutdownTime) {
@@ -58,8 +62,22 @@ export type ClaimOutcome =
   | { kind: 'expired'; sandbox: Sandbox | undefined }
   | { kind: 'error'; reason: string; message: string; sandbox?: Sandbox | undefined; keepSandboxStatus: boolean };
 
-function cond(type: string, status: Condition['status'], reason: string, message: string, generation: number | undefined, prev: Condition | undefined, now: string): Condition {
-  const c: Condition = { type, status, reason, message, lastTransitionTime: prev && prev.status === status ? prev.lastTransitionTime : now };
+function cond(
+  type: string,
+  status: Condition['status'],
+  reason: string,
+  message: string,
+  generation: number | undefined,
+  prev: Condition | undefined,
+  now: string,
+): Condition {
+  const c: Condition = {
+    type,
+    status,
+    reason,
+    message,
+    lastTransitionTime: prev && prev.status === status ? prev.lastTransitionTime : now,
+  };
   if (generation !== undefined) c.observedGeneration = generation;
   return c;
 }
@@ -70,7 +88,8 @@ export function claimStatusFor(claim: SandboxClaim, outcome: ClaimOutcome, now: 
   const gen = claim.metadata?.generation;
   const prevReady = findCondition(prev.conditions, 'Ready');
   const prevFinished = findCondition(prev.conditions, 'Finished');
-  const sandbox = outcome.kind === 'error' ? outcome.sandbox : outcome.kind === 'noSandbox' ? undefined : outcome.sandbox;
+  const sandbox =
+    outcome.kind === 'error' ? outcome.sandbox : outcome.kind === 'noSandbox' ? undefined : outcome.sandbox;
   let ready: Condition;
   let finished: Condition | undefined;
   switch (outcome.kind) {
@@ -89,7 +108,15 @@ export function claimStatusFor(claim: SandboxClaim, outcome: ClaimOutcome, now: 
     case 'sandbox': {
       const sbReady = findCondition(outcome.sandbox.status?.conditions, 'Ready');
       if (sbReady?.reason === ClaimReasons.sandboxExpired)
-        ready = cond('Ready', 'False', ClaimReasons.sandboxExpired, 'Underlying Sandbox resource has expired independently of the Claim.', gen, prevReady, now);
+        ready = cond(
+          'Ready',
+          'False',
+          ClaimReasons.sandboxExpired,
+          'Underlying Sandbox resource has expired independently of the Claim.',
+          gen,
+          prevReady,
+          now,
+        );
       else if (sbReady) ready = { ...sbReady, type: 'Ready' };
       else ready = cond('Ready', 'False', ClaimReasons.sandboxNotReady, 'Sandbox is not ready', gen, prevReady, now);
       finished = findCondition(outcome.sandbox.status?.conditions, 'Finished');
@@ -111,7 +138,9 @@ export function claimStatusFor(claim: SandboxClaim, outcome: ClaimOutcome, now: 
 /** Status equality with conditions compared in type order. */
 export function sameStatus(a: SandboxClaimStatus | undefined, b: SandboxClaimStatus | undefined): boolean {
   const norm = (s: SandboxClaimStatus | undefined) =>
-    JSON.parse(JSON.stringify({ ...s, conditions: [...(s?.conditions ?? [])].sort((x, y) => x.type.localeCompare(y.type)) })) as unknown;
+    JSON.parse(
+      JSON.stringify({ ...s, conditions: [...(s?.conditions ?? [])].sort((x, y) => x.type.localeCompare(y.type)) }),
+    ) as unknown;
   return isDeepStrictEqual(norm(a), norm(b));
 }
 

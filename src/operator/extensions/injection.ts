@@ -66,7 +66,10 @@ const prefixOf = (key: string) => (key.includes('/') ? key.slice(0, key.indexOf(
 const inDomain = (prefix: string, domain: string) => prefix === domain || prefix.endsWith(`.${domain}`);
 
 /** Validate additionalPodMetadata (spec §9.8); throws ClaimInputError('InvalidMetadata'). */
-export function validateAdditionalPodMetadata(md: PodMetadata | undefined, allowedLabelDomains: readonly string[]): void {
+export function validateAdditionalPodMetadata(
+  md: PodMetadata | undefined,
+  allowedLabelDomains: readonly string[],
+): void {
   if (!md) return;
   const fail = (detail: string) => {
     throw new ClaimInputError('InvalidMetadata', `invalid additionalPodMetadata: ${detail}`);
@@ -74,7 +77,8 @@ export function validateAdditionalPodMetadata(md: PodMetadata | undefined, allow
   for (const [key, value] of Object.entries(md.labels ?? {})) {
     const p = qualifiedNameProblem(key) ?? labelValueProblem(key, value);
     if (p) fail(p);
-    if (key.toLowerCase() === 'app' && value.toLowerCase() === 'sandbox-router') fail(`label "${key}=${value}" is reserved`);
+    if (key.toLowerCase() === 'app' && value.toLowerCase() === 'sandbox-router')
+      fail(`label "${key}=${value}" is reserved`);
     const prefix = prefixOf(key);
     if (prefix === undefined) fail(`label "${key}" must have a domain prefix`);
     else if (!allowedLabelDomains.some((d) => inDomain(prefix, d)))
@@ -112,7 +116,11 @@ export function mergePodMetadata(base: PodMetadata | undefined, extra: PodMetada
 }
 
 /** Inject claim env into a pod spec copy (spec §9.8). Throws ClaimInputError or a plain error. */
-export function injectEnv(spec: PodSpec, env: readonly EnvVar[] | undefined, policy: EnvVarsInjectionPolicy | undefined): PodSpec {
+export function injectEnv(
+  spec: PodSpec,
+  env: readonly EnvVar[] | undefined,
+  policy: EnvVarsInjectionPolicy | undefined,
+): PodSpec {
   if (!env?.length) return spec;
   const effective = policy ?? 'Disallowed';
   if (effective !== 'Allowed' && effective !== 'Overrides')
@@ -124,11 +132,18 @@ export function injectEnv(spec: PodSpec, env: readonly EnvVar[] | undefined, pol
   for (const e of env) {
     let target;
     if (e.containerName) {
-      target = out.containers.find((c) => c.name === e.containerName) ?? out.initContainers?.find((c) => c.name === e.containerName);
-      if (!target) throw new SandboxError('claim.env', `container "${e.containerName}" not found for environment variable "${e.name}"`);
+      target =
+        out.containers.find((c) => c.name === e.containerName) ??
+        out.initContainers?.find((c) => c.name === e.containerName);
+      if (!target)
+        throw new SandboxError(
+          'claim.env',
+          `container "${e.containerName}" not found for environment variable "${e.name}"`,
+        );
     } else {
       target = out.containers[0];
-      if (!target) throw new SandboxError('claim.env', 'the pod template has no containers to inject environment variables into');
+      if (!target)
+        throw new SandboxError('claim.env', 'the pod template has no containers to inject environment variables into');
     }
     const vars = (target.env ??= []);
     const existing = vars.findIndex((v) => v.name === e.name);
@@ -139,7 +154,10 @@ export function injectEnv(spec: PodSpec, env: readonly EnvVar[] | undefined, pol
           `environment variable injection rejected: container "${target.name}" uses envFrom, which injection could silently override`,
         );
       if (existing >= 0)
-        throw new SandboxError('claim.env', `environment variable "${e.name}" already exists in container "${target.name}" and the template policy does not allow overrides`);
+        throw new SandboxError(
+          'claim.env',
+          `environment variable "${e.name}" already exists in container "${target.name}" and the template policy does not allow overrides`,
+        );
       vars.push({ name: e.name, value: e.value });
     } else if (existing >= 0) vars[existing] = { ...vars[existing]!, value: e.value };
     else vars.push({ name: e.name, value: e.value });
@@ -151,8 +169,13 @@ function checkNames(list: readonly PersistentVolumeClaimTemplate[], what: string
   const seen = new Set<string>();
   for (const v of list) {
     const name = v.metadata?.name ?? '';
-    if (!name) throw new ClaimInputError('VolumeClaimTemplatesError', `${what} volumeClaimTemplates: every entry needs a metadata.name`);
-    if (seen.has(name)) throw new ClaimInputError('VolumeClaimTemplatesError', `${what} volumeClaimTemplates: duplicate name "${name}"`);
+    if (!name)
+      throw new ClaimInputError(
+        'VolumeClaimTemplatesError',
+        `${what} volumeClaimTemplates: every entry needs a metadata.name`,
+      );
+    if (seen.has(name))
+      throw new ClaimInputError('VolumeClaimTemplatesError', `${what} volumeClaimTemplates: duplicate name "${name}"`);
     seen.add(name);
   }
 }
@@ -169,7 +192,10 @@ export function mergeVolumeClaimTemplates(
   checkNames(fromClaim, 'claim');
   const effective = policy ?? 'Disallowed';
   if (effective !== 'Allowed' && effective !== 'Overrides')
-    throw new ClaimInputError('VolumeClaimTemplatesError', 'volumeClaimTemplates injection rejected: the template policy does not allow it');
+    throw new ClaimInputError(
+      'VolumeClaimTemplatesError',
+      'volumeClaimTemplates injection rejected: the template policy does not allow it',
+    );
   const out = structuredClone([...base]);
   for (const v of fromClaim) {
     const i = out.findIndex((t) => t.metadata?.name === v.metadata?.name);

@@ -27,7 +27,10 @@ export function isNewer(a: { metadata: ObjectMeta } | undefined, b: { metadata: 
 }
 
 /** The later of two views of one object (the cache's and the last write's response). */
-export function newest<T extends { metadata: ObjectMeta }>(cached: T | undefined, written: T | undefined): T | undefined {
+export function newest<T extends { metadata: ObjectMeta }>(
+  cached: T | undefined,
+  written: T | undefined,
+): T | undefined {
   return isNewer(written, cached) ? written : cached;
 }
 
@@ -71,8 +74,16 @@ export class EventRecorder {
       reason: ev.reason,
       note: ev.note,
       type: ev.type,
-      regarding: { apiVersion: rt.group ? `${rt.group}/${rt.version}` : rt.version, kind: rt.kind, name, namespace, uid },
+      regarding: {
+        apiVersion: rt.group ? `${rt.group}/${rt.version}` : rt.version,
+        kind: rt.kind,
+        name,
+        namespace,
+        uid,
+      },
     };
-    this.client.create(EventsV1, body).catch((err: unknown) => this.log.debug({ err, reason: ev.reason }, 'event not recorded'));
+    this.client
+      .create(EventsV1, body)
+      .catch((err: unknown) => this.log.debug({ err, reason: ev.reason }, 'event not recorded'));
   }
 }

@@ -54,7 +54,9 @@ export function desiredNetworkPolicySpec(template: TemplateObj, routerNamespace:
     egress: [
       {
         to: [
-          { ipBlock: { cidr: '0.0.0.0/0', except: ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '169.254.0.0/16'] } },
+          {
+            ipBlock: { cidr: '0.0.0.0/0', except: ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', '169.254.0.0/16'] },
+          },
           { ipBlock: { cidr: '::/0', except: ['fc00::/7', 'fe80::/10'] } },
         ],
       },
@@ -74,7 +76,14 @@ function sameSpec(have: Record<string, unknown> | undefined, want: Record<string
   return isDeepStrictEqual(JSON.parse(JSON.stringify(pick(have))), JSON.parse(JSON.stringify(pick(want))));
 }
 
-export function registerTemplateController({ manager, config }: { manager: Manager; config: OperatorConfig; log: Logger }): void {
+export function registerTemplateController({
+  manager,
+  config,
+}: {
+  manager: Manager;
+  config: OperatorConfig;
+  log: Logger;
+}): void {
   const scope = { namespace: config.watchNamespace };
   const templates = manager.informer<TemplateObj>(SandboxTemplates, scope);
   const policies = manager.informer<NetworkPolicyObj>(NetworkPolicies, scope);
@@ -87,22 +96,33 @@ export function registerTemplateController({ manager, config }: { manager: Manag
     const name = template.metadata.name!;
     const hash = fnv1a32(name);
     if (template.metadata.labels?.[LabelKeys.sandboxTemplateRefHash] !== hash)
-      await client.patch(SandboxTemplates, ns, name, { metadata: { labels: { [LabelKeys.sandboxTemplateRefHash]: hash } } }, 'merge');
+      await client.patch(
+        SandboxTemplates,
+        ns,
+        name,
+        { metadata: { labels: { [LabelKeys.sandboxTemplateRefHash]: hash } } },
+        'merge',
+      );
 
     const npName = networkPolicyName(name);
     const existing = policies.getByName(ns, npName);
     if (template.spec.networkPolicyManagement === 'Unmanaged') {
       if (existing && isControlledBy(existing, template)) {
-        await client.delete(NetworkPolicies, ns, npName, { preconditions: { uid: existing.metadata.uid } }).catch((err: unknown) => {
-          if (!isNotFound(err)) throw err;
-        });
+        await client
+          .delete(NetworkPolicies, ns, npName, { preconditions: { uid: existing.metadata.uid } })
+          .catch((err: unknown) => {
+            if (!isNotFound(err)) throw err;
+          });
       }
       return;
     }
     const spec = desiredNetworkPolicySpec(template, config.webhookNamespace);
     if (existing) {
       if (!isControlledBy(existing, template))
-        throw new SandboxError('template.networkpolicy', `refusing to update NetworkPolicy "${npName}" as it is not controlled by SandboxTemplate "${name}"`);
+        throw new SandboxError(
+          'template.networkpolicy',
+          `refusing to update NetworkPolicy "${npName}" as it is not controlled by SandboxTemplate "${name}"`,
+        );
       if (sameSpec(existing.spec, spec)) return;
       await client.update(NetworkPolicies, { ...existing, spec });
       return;

@@ -244,8 +244,7 @@ export class WarmPoolReconciler {
       else if (refillWait > 0) {
         refillPending = true;
         requeue(refillWait);
-      }
-      else if (current < desired && template && bpHash) {
+      } else if (current < desired && template && bpHash) {
         let pacer = this.pacers.get(uid);
         if (!pacer) this.pacers.set(uid, (pacer = new RefillPacer(config.warmPoolMaxRefillRate)));
         const want = Math.min(desired - current, config.warmPoolMaxBatchSize);
@@ -293,7 +292,10 @@ export class WarmPoolReconciler {
 
   /** Status-only mode counts every labelled member, owned or not (spec §8). */
   private countAll(pool: PoolObj): number {
-    return this.membership.get(pool.metadata.uid!).members.size + this.d.sandboxes.countByIndex(ORPHAN_INDEX, `${pool.metadata.namespace}/${poolHash(pool.metadata.name!)}`);
+    return (
+      this.membership.get(pool.metadata.uid!).members.size +
+      this.d.sandboxes.countByIndex(ORPHAN_INDEX, `${pool.metadata.namespace}/${poolHash(pool.metadata.name!)}`)
+    );
   }
 
   private reportProgress(pool: PoolObj, held: number, notReady: number, graceMs: number): void {
@@ -307,7 +309,12 @@ export class WarmPoolReconciler {
         note: `${held}/${notReady} sandboxes are unschedulable past the ${Math.round(graceMs / 1000)}s readiness grace period; holding them instead of replacing (replacements would be equally unschedulable)`,
       });
     } else if (held === 0 && was) {
-      this.events.record(pool, SandboxWarmPools, { type: 'Normal', reason: 'WarmPoolProgressing', action: 'Resume', note: 'Warm pool members are schedulable again' });
+      this.events.record(pool, SandboxWarmPools, {
+        type: 'Normal',
+        reason: 'WarmPoolProgressing',
+        action: 'Resume',
+        note: 'Warm pool members are schedulable again',
+      });
     }
     this.holding.set(uid, held > 0);
   }
@@ -316,13 +323,25 @@ export class WarmPoolReconciler {
     const seen = newest(pool, this.lastStatus.get(pool.metadata.uid!)) ?? pool;
     const have = seen.status ?? {};
     const patch = mergePatch(
-      { replicas: have.replicas, readyReplicas: have.readyReplicas, selector: have.selector, observedGeneration: have.observedGeneration },
+      {
+        replicas: have.replicas,
+        readyReplicas: have.readyReplicas,
+        selector: have.selector,
+        observedGeneration: have.observedGeneration,
+      },
       want,
     );
     if (patch === undefined) return;
-    const out = await this.d.manager.client.patch<PoolObj>(SandboxWarmPools, pool.metadata.namespace, pool.metadata.name!, { status: patch }, 'merge', {
-      subresource: 'status',
-    });
+    const out = await this.d.manager.client.patch<PoolObj>(
+      SandboxWarmPools,
+      pool.metadata.namespace,
+      pool.metadata.name!,
+      { status: patch },
+      'merge',
+      {
+        subresource: 'status',
+      },
+    );
     this.lastStatus.set(pool.metadata.uid!, out);
   }
 
@@ -335,10 +354,18 @@ export class WarmPoolReconciler {
       const size = Math.min(wave, left);
       left -= size;
       const results = await Promise.allSettled(
-        Array.from({ length: size }, () => client.create(Sandboxes, buildWarmMember(pool, template, bpHash, this.d.config.enableWarmPoolEviction) as SandboxObj)),
+        Array.from({ length: size }, () =>
+          client.create(
+            Sandboxes,
+            buildWarmMember(pool, template, bpHash, this.d.config.enableWarmPoolEviction) as SandboxObj,
+          ),
+        ),
       );
       const failed = results.filter((r) => r.status === 'rejected');
-      this.metrics.warmCreated.inc({ namespace: pool.metadata.namespace, warmpool_name: pool.metadata.name }, size - failed.length);
+      this.metrics.warmCreated.inc(
+        { namespace: pool.metadata.namespace, warmpool_name: pool.metadata.name },
+        size - failed.length,
+      );
       if (failed.length) {
         this.membership.lower(uid, 'adds', failed.length + left);
         throw (failed[0] as PromiseRejectedResult).reason;
@@ -362,7 +389,9 @@ export class WarmPoolReconciler {
     const counted = memberOf(sb) === poolUid;
     if (counted) this.membership.expect(poolUid, 'dels', 1);
     try {
-      await this.d.manager.client.delete(Sandboxes, sb.metadata.namespace, name, { preconditions: { uid: sb.metadata.uid } });
+      await this.d.manager.client.delete(Sandboxes, sb.metadata.namespace, name, {
+        preconditions: { uid: sb.metadata.uid },
+      });
     } catch (err) {
       if (counted) this.membership.lower(poolUid, 'dels');
       if (!isNotFound(err) && !isConflict(err)) throw err;
@@ -371,7 +400,10 @@ export class WarmPoolReconciler {
 
   private async adoptOrphan(pool: PoolObj, sb: SandboxObj): Promise<void> {
     const next = structuredClone(sb);
-    next.metadata.ownerReferences = [...(sb.metadata.ownerReferences ?? []).filter((r) => !r.controller), controllerRef(pool, SandboxWarmPools)];
+    next.metadata.ownerReferences = [
+      ...(sb.metadata.ownerReferences ?? []).filter((r) => !r.controller),
+      controllerRef(pool, SandboxWarmPools),
+    ];
     next.metadata.labels = { ...next.metadata.labels, [LabelKeys.launchType]: 'warm' };
     try {
       await this.d.manager.client.update(Sandboxes, next);
@@ -391,7 +423,15 @@ export class WarmPoolReconciler {
   }
 }
 
-export function registerWarmPoolController({ manager, config, log }: { manager: Manager; config: OperatorConfig; log: Logger }): WarmPoolReconciler {
+export function registerWarmPoolController({
+  manager,
+  config,
+  log,
+}: {
+  manager: Manager;
+  config: OperatorConfig;
+  log: Logger;
+}): WarmPoolReconciler {
   const scope = { namespace: config.watchNamespace };
   const pools = manager.informer<PoolObj>(SandboxWarmPools, scope);
   const sandboxes = manager.informer<SandboxObj>(Sandboxes, scope);
@@ -403,15 +443,15 @@ export function registerWarmPoolController({ manager, config, log }: { manager: 
     .for(pools)
     .owns(sandboxes, 'SandboxWarmPool', EXTENSIONS_GROUP, memberChanged)
     .watches(templates, (t) => pools.byIndex(POOL_BY_TEMPLATE_INDEX, keyOf(t)).map(keyOf))
-    .watches(
-      sandboxes,
-      (sb) => {
-        // Orphans with a pool label: wake the pool whose hash matches (rare; linear in pools of the namespace).
-        const h = sb.metadata.labels?.[LabelKeys.warmPoolSandbox];
-        if (!h || controllerOf(sb)) return [];
-        return pools.list().filter((p) => p.metadata.namespace === sb.metadata.namespace && poolHash(p.metadata.name!) === h).map(keyOf);
-      },
-    );
+    .watches(sandboxes, (sb) => {
+      // Orphans with a pool label: wake the pool whose hash matches (rare; linear in pools of the namespace).
+      const h = sb.metadata.labels?.[LabelKeys.warmPoolSandbox];
+      if (!h || controllerOf(sb)) return [];
+      return pools
+        .list()
+        .filter((p) => p.metadata.namespace === sb.metadata.namespace && poolHash(p.metadata.name!) === h)
+        .map(keyOf);
+    });
   return r;
 }
 

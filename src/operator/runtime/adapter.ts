@@ -24,11 +24,17 @@ export const RUNTIME_NODE_SELECTOR: Record<Exclude<RuntimeName, 'standard'>, { k
 };
 
 /** The taint virtual-kubelet nodes carry; virtual runtimes tolerate it. */
-export const VIRTUAL_KUBELET_TOLERATION: Toleration = { key: 'virtual-kubelet.io/provider', operator: 'Exists', effect: 'NoSchedule' };
+export const VIRTUAL_KUBELET_TOLERATION: Toleration = {
+  key: 'virtual-kubelet.io/provider',
+  operator: 'Exists',
+  effect: 'NoSchedule',
+};
 
 export class RuntimeAdapterError extends SandboxError {
   constructor(message: string) {
-    super('runtime.conflict', message, { hint: 'remove the conflicting field or the sandbox.cocoonstack.io/runtime annotation' });
+    super('runtime.conflict', message, {
+      hint: 'remove the conflicting field or the sandbox.cocoonstack.io/runtime annotation',
+    });
     this.name = 'RuntimeAdapterError';
   }
 }
@@ -61,7 +67,8 @@ export function isRuntimeName(v: string): v is RuntimeName {
 export function selectRuntime(pod: AdaptablePod, defaultRuntime: RuntimeName): RuntimeSelection {
   const raw = pod.metadata.annotations?.[CocoonAnnotationKeys.runtime]?.trim();
   if (raw) {
-    if (!isRuntimeName(raw)) throw new RuntimeAdapterError(`unsupported ${CocoonAnnotationKeys.runtime} value "${raw}"`);
+    if (!isRuntimeName(raw))
+      throw new RuntimeAdapterError(`unsupported ${CocoonAnnotationKeys.runtime} value "${raw}"`);
     return { runtime: raw, explicit: true };
   }
   if (pod.spec.runtimeClassName) return { runtime: 'standard', explicit: false };
@@ -94,16 +101,22 @@ export function adaptPodForRuntime<P extends AdaptablePod>(pod: P, input: Adapte
   if (spec.runtimeClassName && explicit) {
     throw new RuntimeAdapterError(`${CocoonAnnotationKeys.runtime}=${runtime} conflicts with spec.runtimeClassName`);
   }
-  if (spec.nodeName) throw new RuntimeAdapterError(`${CocoonAnnotationKeys.runtime}=${runtime} conflicts with spec.nodeName=${spec.nodeName}`);
+  if (spec.nodeName)
+    throw new RuntimeAdapterError(
+      `${CocoonAnnotationKeys.runtime}=${runtime} conflicts with spec.nodeName=${spec.nodeName}`,
+    );
   const route = RUNTIME_NODE_SELECTOR[runtime];
   const existing = spec.nodeSelector?.[route.key];
   if (existing !== undefined && existing !== route.value) {
-    throw new RuntimeAdapterError(`node selector ${route.key}=${existing} conflicts with ${runtime} value ${route.value}`);
+    throw new RuntimeAdapterError(
+      `node selector ${route.key}=${existing} conflicts with ${runtime} value ${route.value}`,
+    );
   }
 
   const tolerations = [...(spec.tolerations ?? [])];
   const tolerated = tolerations.some(
-    (t) => t.key === VIRTUAL_KUBELET_TOLERATION.key && t.operator === 'Exists' && (!t.effect || t.effect === 'NoSchedule'),
+    (t) =>
+      t.key === VIRTUAL_KUBELET_TOLERATION.key && t.operator === 'Exists' && (!t.effect || t.effect === 'NoSchedule'),
   );
   if (!tolerated) tolerations.push({ ...VIRTUAL_KUBELET_TOLERATION });
 

@@ -6,7 +6,12 @@
 import type { Condition, SandboxStatus } from '../../api/index.js';
 import type { Pod } from './types.js';
 
-export const ConditionTypes = { ready: 'Ready', suspended: 'Suspended', podScheduled: 'PodScheduled', finished: 'Finished' } as const;
+export const ConditionTypes = {
+  ready: 'Ready',
+  suspended: 'Suspended',
+  podScheduled: 'PodScheduled',
+  finished: 'Finished',
+} as const;
 
 export const ReadyReasons = {
   reconcilerError: 'ReconcilerError',
@@ -41,7 +46,11 @@ export function findCondition(conditions: readonly Condition[] | undefined, type
  * metav1 SetStatusCondition: add the condition, or update it in place keeping its position; lastTransitionTime
  * changes only when the status changes. Returns a new array.
  */
-export function setCondition(conditions: readonly Condition[] | undefined, next: Omit<Condition, 'lastTransitionTime'>, now: string): Condition[] {
+export function setCondition(
+  conditions: readonly Condition[] | undefined,
+  next: Omit<Condition, 'lastTransitionTime'>,
+  now: string,
+): Condition[] {
   const out = [...(conditions ?? [])];
   const i = out.findIndex((c) => c.type === next.type);
   if (i < 0) {
@@ -110,7 +119,11 @@ export function readyCondition(o: Observation): Omit<Condition, 'lastTransitionT
   });
   if (o.errors.length) return c('False', ReadyReasons.reconcilerError, `Error seen: ${o.errors.join('\n')}`);
   if (o.multiplePods) {
-    return c('False', ReadyReasons.multiplePods, `multiple Pods (${o.multiplePods}) are controlled by this Sandbox; refusing to choose or create a Pod`);
+    return c(
+      'False',
+      ReadyReasons.multiplePods,
+      `multiple Pods (${o.multiplePods}) are controlled by this Sandbox; refusing to choose or create a Pod`,
+    );
   }
   if (o.suspended) return c('False', ReadyReasons.suspended, o.pod ? 'Sandbox is suspending' : 'Sandbox is suspended');
   const owned = o.podOwned ? o.pod : undefined;
@@ -123,12 +136,22 @@ export function readyCondition(o: Observation): Omit<Condition, 'lastTransitionT
     message += o.serviceExists ? '; Service Exists' : '; Service does not exist';
     ready &&= o.serviceExists;
   }
-  return c(ready ? 'True' : 'False', ready ? ReadyReasons.dependenciesReady : ReadyReasons.dependenciesNotReady, message);
+  return c(
+    ready ? 'True' : 'False',
+    ready ? ReadyReasons.dependenciesReady : ReadyReasons.dependenciesNotReady,
+    message,
+  );
 }
 
 /** The expired Ready condition. */
 export function expiredCondition(generation: number): Omit<Condition, 'lastTransitionTime'> {
-  return { type: ConditionTypes.ready, status: 'False', reason: ReadyReasons.expired, message: EXPIRED_MESSAGE, observedGeneration: generation };
+  return {
+    type: ConditionTypes.ready,
+    status: 'False',
+    reason: ReadyReasons.expired,
+    message: EXPIRED_MESSAGE,
+    observedGeneration: generation,
+  };
 }
 
 /**
@@ -157,7 +180,17 @@ export function computeStatus(prev: SandboxStatus | undefined, o: Observation, n
 
   const suspendedState: SuspendedState = o.suspended ? (o.suspendedState ?? 'PodTerminated') : 'NotSuspended';
   const s = SuspendedStates[suspendedState];
-  conditions = setCondition(conditions, { type: ConditionTypes.suspended, status: s.status, reason: suspendedState, message: s.message, observedGeneration: gen }, now);
+  conditions = setCondition(
+    conditions,
+    {
+      type: ConditionTypes.suspended,
+      status: s.status,
+      reason: suspendedState,
+      message: s.message,
+      observedGeneration: gen,
+    },
+    now,
+  );
 
   if (owned) {
     const pc = owned.status?.conditions?.find((c) => c.type === 'PodScheduled');
@@ -168,14 +201,22 @@ export function computeStatus(prev: SandboxStatus | undefined, o: Observation, n
           message: pc.message ?? '',
         }
       : { status: 'Unknown' as const, reason: POD_SCHEDULING_UNKNOWN, message: NO_POD_SCHEDULED_MESSAGE };
-    conditions = setCondition(conditions, { type: ConditionTypes.podScheduled, ...mirrored, observedGeneration: gen }, now);
+    conditions = setCondition(
+      conditions,
+      { type: ConditionTypes.podScheduled, ...mirrored, observedGeneration: gen },
+      now,
+    );
   } else conditions = removeCondition(conditions, ConditionTypes.podScheduled);
 
   const phase = owned?.status?.phase;
   if (phase === 'Succeeded' || phase === 'Failed') {
     const reason = phase === 'Succeeded' ? ReadyReasons.podSucceeded : ReadyReasons.podFailed;
     const message = phase === 'Succeeded' ? 'Pod completed successfully' : 'Pod failed';
-    conditions = setCondition(conditions, { type: ConditionTypes.finished, status: 'True', reason, message, observedGeneration: gen }, now);
+    conditions = setCondition(
+      conditions,
+      { type: ConditionTypes.finished, status: 'True', reason, message, observedGeneration: gen },
+      now,
+    );
   } else conditions = removeCondition(conditions, ConditionTypes.finished);
 
   conditions = setCondition(conditions, readyCondition(o), now);

@@ -30,7 +30,8 @@ export function podNameOf(sb: SandboxObject): string {
 }
 
 /** `<vct name>-<sandbox name>`. */
-export const pvcNameOf = (vct: PersistentVolumeClaimTemplate, sandboxName: string): string => `${vct.metadata?.name ?? ''}-${sandboxName}`;
+export const pvcNameOf = (vct: PersistentVolumeClaimTemplate, sandboxName: string): string =>
+  `${vct.metadata?.name ?? ''}-${sandboxName}`;
 
 /** The controller ownerReference every child gets: controller + blockOwnerDeletion → the Sandbox (v1beta1). */
 export function sandboxOwnerRef(sb: SandboxObject): OwnerReference {
@@ -64,7 +65,8 @@ export function controllerPodLabels(sb: SandboxObject): Record<string, string | 
   return {
     [LabelKeys.sandboxNameHash]: nameHashOf(sb.metadata.name ?? ''),
     [LabelKeys.sandboxTemplateRefHash]: byExtension ? sbLabels[LabelKeys.sandboxTemplateRefHash] : undefined,
-    [LabelKeys.warmPoolSandbox]: byExtension && owner.kind === 'SandboxWarmPool' ? sbLabels[LabelKeys.warmPoolSandbox] : undefined,
+    [LabelKeys.warmPoolSandbox]:
+      byExtension && owner.kind === 'SandboxWarmPool' ? sbLabels[LabelKeys.warmPoolSandbox] : undefined,
     [LabelKeys.createdBy]: createdBy ? normalizeCreatedBy(createdBy) : undefined,
   };
 }
@@ -77,7 +79,10 @@ function userEntries(map: Record<string, string> | undefined): Array<[string, st
 }
 
 /** Labels and annotations of a Pod the controller is about to create. */
-export function podMetadataForCreate(sb: SandboxObject): { labels: Record<string, string>; annotations: Record<string, string> } {
+export function podMetadataForCreate(sb: SandboxObject): {
+  labels: Record<string, string>;
+  annotations: Record<string, string>;
+} {
   const pt = sb.spec.podTemplate.metadata;
   const userLabels = userEntries(pt?.labels);
   const userAnnotations = userEntries(pt?.annotations);
@@ -85,13 +90,18 @@ export function podMetadataForCreate(sb: SandboxObject): { labels: Record<string
   for (const [k, v] of Object.entries(controllerPodLabels(sb))) if (v !== undefined) labels[k] = v;
   const annotations: Record<string, string> = Object.fromEntries(userAnnotations);
   if (userLabels.length) annotations[AnnotationKeys.propagatedLabels] = userLabels.map(([k]) => k).join(',');
-  if (userAnnotations.length) annotations[AnnotationKeys.propagatedAnnotations] = userAnnotations.map(([k]) => k).join(',');
+  if (userAnnotations.length)
+    annotations[AnnotationKeys.propagatedAnnotations] = userAnnotations.map(([k]) => k).join(',');
   return { labels, annotations };
 }
 
 const splitKeys = (v: string | undefined): string[] => (v ? v.split(',').filter(Boolean) : []);
 
-const KEEP_WHEN_LISTED = new Set<string>([LabelKeys.sandboxNameHash, AnnotationKeys.propagatedLabels, AnnotationKeys.propagatedAnnotations]);
+const KEEP_WHEN_LISTED = new Set<string>([
+  LabelKeys.sandboxNameHash,
+  AnnotationKeys.propagatedLabels,
+  AnnotationKeys.propagatedAnnotations,
+]);
 
 /**
  * The labels and annotations an existing Pod should carry (every pass): pod-template keys upserted, keys this
@@ -99,7 +109,10 @@ const KEEP_WHEN_LISTED = new Set<string>([LabelKeys.sandboxNameHash, AnnotationK
  * version are scrubbed), the controller labels forced or removed, the propagated-* records rewritten. Keys
  * nobody propagated (set by others) are left alone. Returns new maps; the pod is not modified.
  */
-export function syncedPodMetadata(pod: Pod, sb: SandboxObject): { labels: Record<string, string>; annotations: Record<string, string> } {
+export function syncedPodMetadata(
+  pod: Pod,
+  sb: SandboxObject,
+): { labels: Record<string, string>; annotations: Record<string, string> } {
   const labels = { ...(pod.metadata.labels ?? {}) };
   const annotations = { ...(pod.metadata.annotations ?? {}) };
   const pt = sb.spec.podTemplate.metadata;
@@ -151,7 +164,13 @@ export function buildPod(sb: SandboxObject, podName: string, defaultRuntime: Run
   const pod: Pod = {
     apiVersion: 'v1',
     kind: 'Pod',
-    metadata: { name: podName, namespace: sb.metadata.namespace, labels, annotations, ownerReferences: [sandboxOwnerRef(sb)] },
+    metadata: {
+      name: podName,
+      namespace: sb.metadata.namespace,
+      labels,
+      annotations,
+      ownerReferences: [sandboxOwnerRef(sb)],
+    },
     spec: podSpecWithClaims(sb),
   };
   return adaptPodForRuntime(pod, {
@@ -194,7 +213,9 @@ export function servicePortsOf(spec: PodSpec): ServicePort[] {
       if (!seen) byKey.set(key, { port: p.containerPort, protocol, name: p.name || undefined });
       else if (!seen.name && p.name) seen.name = p.name;
     }
-  const sorted = [...byKey.values()].sort((a, b) => a.port - b.port || (a.protocol < b.protocol ? -1 : a.protocol > b.protocol ? 1 : 0));
+  const sorted = [...byKey.values()].sort(
+    (a, b) => a.port - b.port || (a.protocol < b.protocol ? -1 : a.protocol > b.protocol ? 1 : 0),
+  );
   const used = new Set<string>();
   return sorted.map(({ port, protocol, name }) => {
     const base = name ?? `p-${port}-${protocol.toLowerCase()}`;
@@ -212,8 +233,17 @@ export function buildService(sb: SandboxObject): Service {
   return {
     apiVersion: 'v1',
     kind: 'Service',
-    metadata: { name, namespace: sb.metadata.namespace, labels: { [LabelKeys.sandboxNameHash]: h }, ownerReferences: [sandboxOwnerRef(sb)] },
-    spec: { clusterIP: 'None', selector: { [LabelKeys.sandboxNameHash]: h }, ports: servicePortsOf(sb.spec.podTemplate.spec) },
+    metadata: {
+      name,
+      namespace: sb.metadata.namespace,
+      labels: { [LabelKeys.sandboxNameHash]: h },
+      ownerReferences: [sandboxOwnerRef(sb)],
+    },
+    spec: {
+      clusterIP: 'None',
+      selector: { [LabelKeys.sandboxNameHash]: h },
+      ports: servicePortsOf(sb.spec.podTemplate.spec),
+    },
   };
 }
 
@@ -221,9 +251,15 @@ export function buildService(sb: SandboxObject): Service {
  * What an owned Service should look like after drift repair: the name-hash label and selector forced; the ports
  * too when `spec.service` is true. Returns the fields to compare (labels, selector, ports).
  */
-export function repairedService(svc: Service, sb: SandboxObject): { labels: Record<string, string>; selector: Record<string, string>; ports: ServicePort[] | undefined } {
+export function repairedService(
+  svc: Service,
+  sb: SandboxObject,
+): { labels: Record<string, string>; selector: Record<string, string>; ports: ServicePort[] | undefined } {
   const h = nameHashOf(sb.metadata.name ?? '');
-  const ports = sb.spec.service === true ? mergePortDefaults(servicePortsOf(sb.spec.podTemplate.spec), svc.spec.ports ?? []) : svc.spec.ports;
+  const ports =
+    sb.spec.service === true
+      ? mergePortDefaults(servicePortsOf(sb.spec.podTemplate.spec), svc.spec.ports ?? [])
+      : svc.spec.ports;
   return {
     labels: { ...(svc.metadata.labels ?? {}), [LabelKeys.sandboxNameHash]: h },
     selector: { [LabelKeys.sandboxNameHash]: h },

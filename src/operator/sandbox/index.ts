@@ -27,7 +27,10 @@ export function setupSandboxController(manager: Manager, config: OperatorConfig)
   const sandboxes = manager.informer<SandboxObject>(Sandboxes, { namespace });
   const pods = manager.informer<Pod>(Pods, { namespace, labelSelector: CHILD_SELECTOR });
   const services = manager.informer<Service>(Services, { namespace, labelSelector: CHILD_SELECTOR });
-  const pvcs = manager.informer<PersistentVolumeClaim>(PersistentVolumeClaims, { namespace, labelSelector: CHILD_SELECTOR });
+  const pvcs = manager.informer<PersistentVolumeClaim>(PersistentVolumeClaims, {
+    namespace,
+    labelSelector: CHILD_SELECTOR,
+  });
   pods.addIndex(POD_OWNER_INDEX, (p) => {
     const ref = controllerOf(p);
     return ref && ref.kind === 'Sandbox' && parseApiVersion(ref.apiVersion).group === AGENTS_GROUP ? [ref.uid] : [];
@@ -76,7 +79,11 @@ export function gaugeLabels(sb: SandboxObject): SandboxesGaugeLabels {
   const ready = findCondition(sb.status?.conditions, ConditionTypes.ready);
   const owner = controllerOf(sb);
   const ownedBy =
-    owner && owner.apiVersion === `${EXTENSIONS_GROUP}/v1beta1` && (owner.kind === 'SandboxClaim' || owner.kind === 'SandboxWarmPool') ? owner.kind : 'None';
+    owner &&
+    owner.apiVersion === `${EXTENSIONS_GROUP}/v1beta1` &&
+    (owner.kind === 'SandboxClaim' || owner.kind === 'SandboxWarmPool')
+      ? owner.kind
+      : 'None';
   const createdBy = sb.metadata.labels?.[LabelKeys.createdBy] ?? '';
   return {
     namespace: sb.metadata.namespace ?? '',
@@ -89,6 +96,10 @@ export function gaugeLabels(sb: SandboxObject): SandboxesGaugeLabels {
   };
 }
 
-registerController(SANDBOX_CONTROLLER_NAME, false, ({ manager, config }: { manager: Manager; config: OperatorConfig }) => {
-  setupSandboxController(manager, config);
-});
+registerController(
+  SANDBOX_CONTROLLER_NAME,
+  false,
+  ({ manager, config }: { manager: Manager; config: OperatorConfig }) => {
+    setupSandboxController(manager, config);
+  },
+);

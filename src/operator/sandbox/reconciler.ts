@@ -131,7 +131,8 @@ export class SandboxReconciler {
     this.sandboxOverlay.forget(key);
     this.serviceOverlay.forget(key);
     this.podOverlay.forget(sb.metadata.uid ?? '');
-    for (const vct of sb.spec.volumeClaimTemplates ?? []) this.pvcOverlay.forget(`${sb.metadata.namespace}/${pvcNameOf(vct, sb.metadata.name ?? '')}`);
+    for (const vct of sb.spec.volumeClaimTemplates ?? [])
+      this.pvcOverlay.forget(`${sb.metadata.namespace}/${pvcNameOf(vct, sb.metadata.name ?? '')}`);
   }
 
   /** Drop read-your-writes state for a Pod that is gone (called from the pod informer). */
@@ -151,7 +152,11 @@ export class SandboxReconciler {
     if (shutdownAt !== undefined && now >= shutdownAt) {
       if (!isMarkedExpired(sb.status)) {
         // Expiry is persisted before any teardown, so it is always observable.
-        const conditions = setCondition(sb.status?.conditions, expiredCondition(generation), new Date(now).toISOString());
+        const conditions = setCondition(
+          sb.status?.conditions,
+          expiredCondition(generation),
+          new Date(now).toISOString(),
+        );
         await this.writeStatus(pass, { ...(sb.status ?? {}), conditions });
         pass.log.info('sandbox expired');
         return { requeueAfterMs: 1 };
@@ -178,7 +183,10 @@ export class SandboxReconciler {
         serviceExists: service?.exists ?? false,
         service: service
           ? service.inUse
-            ? { name: sb.metadata.name ?? '', fqdn: `${sb.metadata.name}.${sb.metadata.namespace}.svc.${this.deps.clusterDomain}` }
+            ? {
+                name: sb.metadata.name ?? '',
+                fqdn: `${sb.metadata.name}.${sb.metadata.namespace}.svc.${this.deps.clusterDomain}`,
+              }
             : undefined
           : prev?.service
             ? { name: prev.service, fqdn: prev.serviceFQDN ?? '' }
@@ -191,7 +199,10 @@ export class SandboxReconciler {
     if (shutdownAt !== undefined) {
       const after = this.now();
       if (after >= shutdownAt) {
-        next = { ...next, conditions: setCondition(next.conditions, expiredCondition(generation), new Date(after).toISOString()) };
+        next = {
+          ...next,
+          conditions: setCondition(next.conditions, expiredCondition(generation), new Date(after).toISOString()),
+        };
         requeueAfterMs = 1;
       } else requeueAfterMs = Math.min(requeueAfterMs ?? Infinity, shutdownAt - after + 10);
     }
@@ -212,7 +223,9 @@ export class SandboxReconciler {
     if (sb.spec.shutdownPolicy === 'Delete') {
       if (pass.errors.length) throw new SandboxError('sandbox.expiry', pass.errors.join('; '));
       try {
-        await this.deps.client.delete(Sandboxes, ns, sb.metadata.name ?? '', { preconditions: { uid: sb.metadata.uid } });
+        await this.deps.client.delete(Sandboxes, ns, sb.metadata.name ?? '', {
+          preconditions: { uid: sb.metadata.uid },
+        });
         pass.log.info('expired sandbox deleted (shutdownPolicy Delete)');
       } catch (err) {
         if (!isNotFound(err)) throw err;
@@ -226,7 +239,9 @@ export class SandboxReconciler {
   private async deleteChild(pass: Pass, rt: ResourceType, obj: Pod | Service, what: string): Promise<void> {
     if (obj.metadata.deletionTimestamp) return;
     try {
-      await this.deps.client.delete(rt, obj.metadata.namespace, obj.metadata.name ?? '', { preconditions: { uid: obj.metadata.uid } });
+      await this.deps.client.delete(rt, obj.metadata.namespace, obj.metadata.name ?? '', {
+        preconditions: { uid: obj.metadata.uid },
+      });
       pass.log.info({ [what]: obj.metadata.name }, `${what} deleted`);
     } catch (err) {
       if (!isNotFound(err)) pass.errors.push(`delete ${what} "${obj.metadata.name}": ${(err as Error).message}`);
@@ -242,7 +257,9 @@ export class SandboxReconciler {
     let pvc = this.pvcOverlay.resolve(key, this.deps.pvcs.get(key), { whenMissing: true });
     if (!pvc) {
       try {
-        pvc = await this.deps.client.create(PersistentVolumeClaims, buildPvc(sb, vct), { fieldManager: SANDBOX_FIELD_OWNER });
+        pvc = await this.deps.client.create(PersistentVolumeClaims, buildPvc(sb, vct), {
+          fieldManager: SANDBOX_FIELD_OWNER,
+        });
         this.pvcOverlay.remember(key, pvc);
         pass.log.info({ pvc: name }, 'pvc created');
         return;
@@ -274,9 +291,16 @@ export class SandboxReconciler {
         labels: { [LabelKeys.sandboxNameHash]: nameHashOf(sb.metadata.name ?? '') },
       },
     };
-    const adopted = await this.deps.client.patch<PersistentVolumeClaim>(PersistentVolumeClaims, sb.metadata.namespace, name, patch, 'merge', {
-      fieldManager: SANDBOX_FIELD_OWNER,
-    });
+    const adopted = await this.deps.client.patch<PersistentVolumeClaim>(
+      PersistentVolumeClaims,
+      sb.metadata.namespace,
+      name,
+      patch,
+      'merge',
+      {
+        fieldManager: SANDBOX_FIELD_OWNER,
+      },
+    );
     this.pvcOverlay.remember(key, adopted);
     pass.log.info({ pvc: name }, 'pvc adopted');
   }
@@ -301,7 +325,10 @@ export class SandboxReconciler {
     const owned = this.ownedPods(sb);
     if (sb.spec.operatingMode === 'Suspended') return this.suspendPod(pass, owned);
     if (owned.length > 1) {
-      pass.log.warn({ pods: owned.map((p) => p.metadata.name) }, 'multiple pods are controlled by this sandbox; refusing to choose');
+      pass.log.warn(
+        { pods: owned.map((p) => p.metadata.name) },
+        'multiple pods are controlled by this sandbox; refusing to choose',
+      );
       return { pod: undefined, owned: false, multiple: owned.length };
     }
     if (owned.length === 1) {
@@ -367,9 +394,16 @@ export class SandboxReconciler {
     const metadata: Record<string, unknown> = { ...(diff ?? {}) };
     if (adopt) metadata.ownerReferences = [...(pod.metadata.ownerReferences ?? []), sandboxOwnerRef(sb)];
     try {
-      const updated = await this.deps.client.patch<Pod>(Pods, pod.metadata.namespace, pod.metadata.name ?? '', { metadata }, 'merge', {
-        fieldManager: SANDBOX_FIELD_OWNER,
-      });
+      const updated = await this.deps.client.patch<Pod>(
+        Pods,
+        pod.metadata.namespace,
+        pod.metadata.name ?? '',
+        { metadata },
+        'merge',
+        {
+          fieldManager: SANDBOX_FIELD_OWNER,
+        },
+      );
       this.podOverlay.remember(sb.metadata.uid ?? '', updated);
       if (adopt) pass.log.info({ pod: pod.metadata.name }, 'pod adopted');
       return updated;
@@ -497,7 +531,11 @@ export class SandboxReconciler {
     const want = repairedService(svc, sb);
     const adopted: Service = {
       ...svc,
-      metadata: { ...svc.metadata, labels: want.labels, ownerReferences: [...(svc.metadata.ownerReferences ?? []), sandboxOwnerRef(sb)] },
+      metadata: {
+        ...svc.metadata,
+        labels: want.labels,
+        ownerReferences: [...(svc.metadata.ownerReferences ?? []), sandboxOwnerRef(sb)],
+      },
       spec: { ...svc.spec, selector: want.selector, ...(want.ports ? { ports: want.ports } : {}) },
     };
     try {
@@ -514,14 +552,24 @@ export class SandboxReconciler {
   private async repairService(pass: Pass, svc: Service): Promise<void> {
     const want = repairedService(svc, pass.sb);
     const diff = mergePatch(
-      { metadata: { labels: svc.metadata.labels ?? {} }, spec: { selector: svc.spec.selector ?? {}, ports: svc.spec.ports } },
+      {
+        metadata: { labels: svc.metadata.labels ?? {} },
+        spec: { selector: svc.spec.selector ?? {}, ports: svc.spec.ports },
+      },
       { metadata: { labels: want.labels }, spec: { selector: want.selector, ports: want.ports } },
     );
     if (!diff) return;
     try {
-      const updated = await this.deps.client.patch<Service>(Services, svc.metadata.namespace, svc.metadata.name ?? '', diff, 'merge', {
-        fieldManager: SANDBOX_FIELD_OWNER,
-      });
+      const updated = await this.deps.client.patch<Service>(
+        Services,
+        svc.metadata.namespace,
+        svc.metadata.name ?? '',
+        diff,
+        'merge',
+        {
+          fieldManager: SANDBOX_FIELD_OWNER,
+        },
+      );
       this.serviceOverlay.remember(keyOf(svc), updated);
     } catch (err) {
       if (!isNotFound(err)) pass.errors.push(`repair service "${svc.metadata.name}": ${(err as Error).message}`);
@@ -549,10 +597,17 @@ export class SandboxReconciler {
     const patch = mergePatch({ status: sb.status ?? {} }, { status: next });
     if (!patch) return;
     try {
-      const updated = await this.deps.client.patch<SandboxObject>(Sandboxes, sb.metadata.namespace, sb.metadata.name ?? '', patch, 'merge', {
-        subresource: 'status',
-        fieldManager: SANDBOX_FIELD_OWNER,
-      });
+      const updated = await this.deps.client.patch<SandboxObject>(
+        Sandboxes,
+        sb.metadata.namespace,
+        sb.metadata.name ?? '',
+        patch,
+        'merge',
+        {
+          subresource: 'status',
+          fieldManager: SANDBOX_FIELD_OWNER,
+        },
+      );
       this.sandboxOverlay.remember(keyOf(sb), updated);
       pass.sb = updated;
     } catch (err) {
