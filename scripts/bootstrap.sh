@@ -41,3 +41,6 @@ fi
 
 say "obtaining etcd / Kubernetes / kwok binaries (cached; the first build takes a while)"
 node --import tsx scripts/obtain-binaries.ts >/dev/null
+
+say "building guest images: kernel, initramfs, root filesystems (cached; the first build takes a while)"
+node --import tsx scripts/build-guest-images.ts >/dev/null
