@@ -5,8 +5,9 @@
  *
  *   node --import tsx bench/node.ts [--rounds 4] [--pool 50]
  */
+import { freePort } from '../src/net/free-port.js';
 import { spawn } from 'node:child_process';
-import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { Agent, createServer, request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -128,14 +129,8 @@ async function main() {
     `floor: keep-alive POST to a Node server answering "ok", p50 ${(await httpFloor()).toFixed(3)} ms (n=2000)`,
   );
   const dir = await mkdtemp(join(tmpdir(), 'bench-node-'));
-  await chmod(dir, 0o755);
   await writeFile(join(dir, 'token'), TOKEN);
-  const port = await new Promise<number>((resolve) => {
-    const srv = createServer().listen(0, '127.0.0.1', () => {
-      const p = (srv.address() as { port: number }).port;
-      srv.close(() => resolve(p));
-    });
-  });
+  const port = await freePort();
   const bin = fileURLToPath(new URL('../bin/sandboxd.mjs', import.meta.url));
   const daemon = spawn(
     process.execPath,

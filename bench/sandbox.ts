@@ -11,9 +11,9 @@
  *
  *   node --import tsx bench/sandbox.ts [--steady-seconds 60] [--latency-count 200] [--l0-count 500] [--rss-count 1000] [--fsync]
  */
+import { freePort } from '../src/net/free-port.js';
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
@@ -109,15 +109,6 @@ class ReadyWatch {
 
 function pct(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? NaN;
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer().listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 /** Sum of samples of `metric` whose labels match (string equality or regex). */

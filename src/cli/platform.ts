@@ -3,12 +3,12 @@ import { randomBytes } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
 import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { request } from 'node:http';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { applyCrdDir, issueCert, startCluster, type ClusterHandle } from '../cluster/index.js';
 import { SandboxError } from '../errors.js';
+import { freePort } from '../net/free-port.js';
 import { defaultRunRoot } from '../node/engine.js';
 import type { Logger } from '../log/logger.js';
 
@@ -47,17 +47,6 @@ export interface Platform {
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
 const bin = (name: string) => join(REPO, 'bin', `${name}.mjs`);
-
-export async function freePort(host = '127.0.0.1'): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, host, () => {
-      const port = (srv.address() as { port: number }).port;
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 async function waitHttp(
   url: string,

@@ -6,7 +6,7 @@ import { silentLogger, type Logger } from '../log/logger.js';
 import { identify, isOperator, mayAccessSandbox, type AuthConfig, type Principal } from './auth.js';
 import type { CheckpointRecord, NodeEngine, SandboxRecord } from './engine.js';
 import type { PeerDirectory } from './peers.js';
-import { keyString, parsePoolKey, type PoolKey } from './pool-key.js';
+import { parsePoolKey } from './pool-key.js';
 
 /**
  * sandboxd's HTTP API (cocoonstack-spec §1): plain HTTP/1.1 + JSON, bearer tokens, `{"error": "..."}` on every
@@ -452,5 +452,3 @@ function optionalString(v: unknown, field: string): string | undefined {
   return v;
 }
 
-export type { PoolKey };
-export { keyString };

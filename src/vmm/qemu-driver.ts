@@ -5,6 +5,7 @@
  * Each VM is a `Vm` object: a serial mailbox over an explicit state machine (types.ts), owning one QEMU
  * process, its QMP connection and its agent connection, and a run dir that `destroy` removes entirely.
  */
+import { freePort } from '../net/free-port.js';
 import { randomBytes } from 'node:crypto';
 import {
   existsSync,
@@ -664,19 +665,6 @@ export class QemuMicrovmDriver {
       rmSync(runDir, { recursive: true, force: true });
     }
   }
-}
-
-async function freePort(): Promise<number> {
-  const { createServer } = await import('node:net');
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const addr = s.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 /** Wait until an incoming migration has been loaded (runstate leaves `inmigrate`). */
