@@ -7,10 +7,16 @@
  */
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { readdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { readdir, stat, writeFile } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { isAlive, listClusterNamespaces, readClusterEnvironment, startCluster } from '../src/cluster/index.js';
+import {
+  isAlive,
+  listClusterNamespaces,
+  listProcesses,
+  readClusterEnvironment,
+  startCluster,
+} from '../src/cluster/index.js';
 import { errorMessage } from '../src/errors.js';
 import { installCrds } from './support/crds.js';
 
@@ -28,34 +34,11 @@ async function collect(paths: string[]): Promise<string[]> {
   return out.sort();
 }
 
-/** Every process whose environment carries this run's marker: the run's own descendants, orphaned or not. */
+/** Every process whose environment carries this run's marker: the run's own descendants (QEMU VMs included: src/vmm
+ * passes the marker to QEMU), orphaned or not. */
 async function processesOfRun(runId: string): Promise<Array<{ pid: number; cmd: string }>> {
-  const found: Array<{ pid: number; cmd: string }> = [];
-  for (const entry of await readdir('/proc')) {
-    const pid = Number(entry);
-    if (!Number.isInteger(pid) || pid === process.pid) continue;
-    try {
-      const environ = await readFile(`/proc/${pid}/environ`, 'latin1');
-      if (!environ.includes(`${RUN_MARKER}=${runId}`)) continue;
-      const cmd = (await readFile(`/proc/${pid}/cmdline`, 'latin1')).split('\0').join(' ').trim();
-      found.push({ pid, cmd });
-    } catch {
-      // gone meanwhile, or not ours to read
-    }
-  }
-  return found;
-}
-
-/** QEMU is started with an empty environment (no marker), so VMs are found by their `-name sbx-...` instead. */
-async function sbxVms(): Promise<Map<number, string>> {
-  const out = new Map<number, string>();
-  for (const entry of await readdir('/proc')) {
-    const pid = Number(entry);
-    if (!Number.isInteger(pid)) continue;
-    const cmd = (await readFile(`/proc/${pid}/cmdline`, 'latin1').catch(() => '')).split('\0').join(' ');
-    if (cmd.startsWith('qemu-system') && cmd.includes('-name sbx-')) out.set(pid, cmd);
-  }
-  return out;
+  const procs = await listProcesses({ environ: true });
+  return procs.filter((p) => p.pid !== process.pid && p.environ?.includes(`${RUN_MARKER}=${runId}`));
 }
 
 async function main(): Promise<number> {
@@ -64,7 +47,6 @@ async function main(): Promise<number> {
   const runId = randomUUID();
   process.env[RUN_MARKER] = runId; // inherited by the cluster processes and the test processes
   const env = readClusterEnvironment();
-  const vmsBefore = await sbxVms();
 
   process.stderr.write(`starting the shared control plane for ${files.length} test files...\n`);
   const t0 = Date.now();
@@ -106,14 +88,6 @@ async function main(): Promise<number> {
   // Nothing this run started may outlive it.
   await sleep(200);
   const leftovers = await processesOfRun(runId);
-  // VMs carry the run marker too (src/vmm passes it to QEMU); unmarked new ones are only reported, never killed:
-  // they may belong to other work on this machine.
-  const marked = new Set(leftovers.map((p) => p.pid));
-  const unmarked = [...(await sbxVms())].filter(([pid]) => !vmsBefore.has(pid) && !marked.has(pid));
-  if (unmarked.length)
-    process.stderr.write(
-      `note: ${unmarked.length} microVM(s) started during the run by other processes (not this run's)\n`,
-    );
   const clusterAlive = cluster.pids.filter(isAlive);
   // Only this run's namespace: other work on the machine may create its own meanwhile.
   const netnsLeft = (await listClusterNamespaces()).filter((n) => n === cluster.netns);

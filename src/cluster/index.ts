@@ -8,3 +8,5 @@ export { readClusterEnvironment } from './options.js';
 export { isAlive } from './file-lock.js';
 export { KUBERNETES_VERSION, ETCD_VERSION, KWOK_VERSION } from './versions.js';
 export { applyCrdDir } from './manifests.js';
+export { listProcesses } from './processes.js';
+export type { ProcessInfo } from './processes.js';

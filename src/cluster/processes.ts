@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream } from 'node:fs';
-import { readFile } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SandboxError } from '../errors.js';
@@ -82,4 +82,30 @@ async function stopOne(proc: ManagedProcess, timeoutMs: number): Promise<void> {
 export async function logTail(path: string, lines: number): Promise<string> {
   const text = await readFile(path, 'utf8').catch(() => '');
   return text.trimEnd().split('\n').slice(-lines).join('\n');
+}
+
+export interface ProcessInfo {
+  pid: number;
+  /** argv joined by spaces. */
+  cmd: string;
+  /** The raw NUL-separated environment, when asked for (only readable for our own user's processes). */
+  environ?: string;
+}
+
+/** Every process on this machine, from /proc; ones that exit mid-scan are skipped. */
+export async function listProcesses(opts: { environ?: boolean } = {}): Promise<ProcessInfo[]> {
+  const out: ProcessInfo[] = [];
+  for (const entry of await readdir('/proc')) {
+    const pid = Number(entry);
+    if (!Number.isInteger(pid)) continue;
+    try {
+      const cmd = (await readFile(`/proc/${pid}/cmdline`, 'latin1')).split('\0').join(' ').trim();
+      const info: ProcessInfo = { pid, cmd };
+      if (opts.environ) info.environ = await readFile(`/proc/${pid}/environ`, 'latin1');
+      out.push(info);
+    } catch {
+      // gone meanwhile, or not ours to read
+    }
+  }
+  return out;
 }

@@ -3,7 +3,7 @@ import { chmod, mkdtemp, readdir, rm, symlink, writeFile } from 'node:fs/promise
 import { tmpdir } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { listClusterNamespaces, readClusterEnvironment, startCluster } from '../../src/cluster/index.js';
+import { listClusterNamespaces, listProcesses, readClusterEnvironment, startCluster } from '../../src/cluster/index.js';
 import { SandboxError } from '../../src/errors.js';
 import { getTestCluster, type TestCluster } from '../support/cluster.js';
 
@@ -38,14 +38,8 @@ async function expectStartFailure(binDir: string): Promise<SandboxError> {
       (await listClusterNamespaces()).filter((n) => !before.has(n)),
       [],
     );
-    const procs = await readdir('/proc');
-    for (const p of procs) {
-      if (!/^\d+$/.test(p)) continue;
-      const cmd = await import('node:fs/promises')
-        .then((fs) => fs.readFile(`/proc/${p}/cmdline`, 'latin1'))
-        .catch(() => '');
-      assert.ok(!cmd.includes(basename(dataDir)), `process ${p} still running: ${cmd.replaceAll('\0', ' ')}`);
-    }
+    for (const p of await listProcesses())
+      assert.ok(!p.cmd.includes(basename(dataDir)), `process ${p.pid} still running: ${p.cmd}`);
     return err;
   } finally {
     await rm(dataDir, { recursive: true, force: true });

@@ -1,11 +1,17 @@
 import { spawn } from 'node:child_process';
 import { openSync } from 'node:fs';
-import { mkdir, readdir, readFile, rm } from 'node:fs/promises';
+import { mkdir, rm } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { Option, type Command } from 'commander';
-import { deleteClusterNetwork, isAlive, listClusterNamespaces, readClusterEnvironment } from '../../cluster/index.js';
+import {
+  deleteClusterNetwork,
+  isAlive,
+  listClusterNamespaces,
+  listProcesses,
+  readClusterEnvironment,
+} from '../../cluster/index.js';
 import { SandboxError, errorMessage } from '../../errors.js';
 import { createLogger } from '../../log/logger.js';
 import { readState, startPlatform, statePath, writeState, type Platform } from '../platform.js';
@@ -227,11 +233,8 @@ async function down(opts: { all?: boolean }): Promise<void> {
 /** QEMU processes whose command line names one of these run roots (left behind if sandboxd was killed). */
 async function killVmsUnder(runRoots: string[]): Promise<void> {
   if (!runRoots.length) return;
-  for (const entry of await readdir('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    const cmd = await readFile(`/proc/${entry}/cmdline`, 'latin1').catch(() => '');
-    if (cmd.startsWith('qemu-system') && runRoots.some((r) => cmd.includes(`${r}/`)))
-      process.kill(Number(entry), 'SIGKILL');
-  }
+  for (const p of await listProcesses())
+    if (p.cmd.startsWith('qemu-system') && runRoots.some((r) => p.cmd.includes(`${r}/`)))
+      process.kill(p.pid, 'SIGKILL');
   for (const r of runRoots) await rm(r, { recursive: true, force: true });
 }
