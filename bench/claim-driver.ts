@@ -196,7 +196,8 @@ export class OperatorProcess {
   starts = 0;
   constructor(
     private readonly kubeconfig: string,
-    private readonly namespace: string,
+    /** Scope to one namespace; undefined watches all. */
+    private readonly namespace: string | undefined,
     private readonly extraArgs: string[] = [],
   ) {}
 
@@ -205,11 +206,9 @@ export class OperatorProcess {
     this.child = spawn(
       process.execPath,
       [
-        '--import',
-        'tsx',
-        `${ROOT}bench/claim-operator.ts`,
+        `${ROOT}bin/sandbox-operator.mjs`,
         `--kubeconfig=${this.kubeconfig}`,
-        `--namespace=${this.namespace}`,
+        ...(this.namespace ? [`--namespace=${this.namespace}`] : []),
         '--leader-elect=false',
         '--metrics-bind-address=0',
         '--health-probe-bind-address=0',

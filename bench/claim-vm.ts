@@ -18,7 +18,7 @@ import { issueCert, readClusterEnvironment, startCluster } from '../src/cluster/
 import { KubeClient, SandboxClaims, SandboxTemplates, SandboxWarmPools } from '../src/kube/index.js';
 import type { ClaimObj, TemplateObj } from '../src/operator/extensions/support.js';
 import { installCrds } from '../test/support/crds.js';
-import { claim, percentile, pool, ReadyWaiter, waitPool, watchAll } from './claim-driver.js';
+import { claim, OperatorProcess, percentile, pool, ReadyWaiter, waitPool, watchAll } from './claim-driver.js';
 
 const { values } = parseArgs({
   options: { samples: { type: 'string', default: '30' }, pool: { type: 'string', default: '10' } },
@@ -65,6 +65,7 @@ async function main() {
   });
   const dir = await mkdtemp(join(tmpdir(), 'bench-claim-vm-'));
   const procs: ChildProcess[] = [];
+  const operator = new OperatorProcess(cluster.kubeconfigPath, undefined);
   const stop = new AbortController();
   try {
     await installCrds(cluster.kubectl);
@@ -100,22 +101,7 @@ async function main() {
         'sandboxd',
       ),
     );
-    procs.push(
-      child(
-        [
-          join(ROOT, 'bin/sandbox-operator.mjs'),
-          `--kubeconfig=${cluster.kubeconfigPath}`,
-          '--leader-elect=false',
-          '--metrics-bind-address=0',
-          '--health-probe-bind-address=0',
-          '--enable-webhook=false',
-          '--manage-webhook-certs=false',
-          '--kube-api-qps=-1',
-          '--zap-log-level=error',
-        ],
-        'operator',
-      ),
-    );
+    operator.start();
     const lanes = [
       { ns: 'sim', runtime: 'standard' as const, lat: [] as number[], waiter: new ReadyWaiter() },
       { ns: 'vm', runtime: 'vk-cocoon' as const, lat: [] as number[], waiter: new ReadyWaiter() },
@@ -177,6 +163,7 @@ async function main() {
     c.close();
   } finally {
     stop.abort();
+    await operator.kill('SIGTERM');
     for (const p of procs.reverse()) {
       p.kill('SIGTERM');
       await new Promise((r) => (p.exitCode !== null ? r(null) : p.once('exit', r)));
