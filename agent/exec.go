@@ -3,8 +3,8 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,44 +19,34 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 var (
 	procMu sync.Mutex
 	procs  = map[int]chan syscall.WaitStatus{}
+	// haveChild wakes the reaper when it found no children and spawn has since made one.
+	haveChild = make(chan struct{}, 1)
 )
 
+// startReaper runs the one place that waits for children: a goroutine blocked in wait4(-1). Every
+// child is reaped, orphans included (as PID 1 we inherit them); the status of a process we spawned is
+// routed to its waiter. Blocking in wait4 instead of reacting to SIGCHLD keeps signal delivery, the
+// os/signal goroutine and a channel hop off the path of every exec.
 func startReaper() {
-	ch := make(chan os.Signal, 16)
-	signal.Notify(ch, syscall.SIGCHLD)
-	go func() {
-		for range ch {
-			reapAll()
-		}
-	}()
-	// Safety net against a lost SIGCHLD.
 	go func() {
 		for {
-			time.Sleep(2 * time.Second)
-			reapAll()
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, 0, nil)
+			if err == syscall.EINTR {
+				continue
+			}
+			if err != nil { // ECHILD: nothing to wait for until spawn makes a child
+				<-haveChild
+				continue
+			}
+			procMu.Lock()
+			if c, ok := procs[pid]; ok {
+				delete(procs, pid)
+				c <- ws
+			}
+			procMu.Unlock()
 		}
 	}()
-}
-
-func reapAll() {
-	for {
-		var ws syscall.WaitStatus
-		procMu.Lock()
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-		if err == syscall.EINTR {
-			procMu.Unlock()
-			continue
-		}
-		if pid <= 0 || err != nil {
-			procMu.Unlock()
-			return
-		}
-		if c, ok := procs[pid]; ok {
-			delete(procs, pid)
-			c <- ws
-		}
-		procMu.Unlock()
-	}
 }
 
 // spawn forks under procMu so the reaper cannot see the exit before the waiter is registered.
@@ -69,6 +59,10 @@ func spawn(argv0 string, argv []string, attr *syscall.ProcAttr) (int, chan sysca
 	}
 	c := make(chan syscall.WaitStatus, 1)
 	procs[pid] = c
+	select {
+	case haveChild <- struct{}{}:
+	default:
+	}
 	return pid, c, nil
 }
 
@@ -145,14 +139,16 @@ func openPty() (master, slave *os.File, err error) {
 
 const chunk = 32 << 10
 
-// pump copies r to frames of type t until EOF/error, then signals wg.
+// pump copies r to frames of type t until EOF/error, then signals wg. It reads straight into the
+// payload area of a frame buffer, so a chunk is copied once (kernel to frame), not three times.
 func (s *session) pump(id uint32, t byte, r *os.File, wg *sync.WaitGroup) {
 	defer wg.Done()
-	buf := make([]byte, chunk)
+	buf := make([]byte, HeaderLen+chunk)
 	for {
-		n, err := r.Read(buf)
+		n, err := r.Read(buf[HeaderLen:])
 		if n > 0 {
-			s.send(t, id, append([]byte(nil), buf[:n]...))
+			putHeader(buf, t, id, n)
+			s.writeFrame(buf[:HeaderLen+n])
 		}
 		if err != nil {
 			return
@@ -312,7 +308,7 @@ func (s *session) startExec(id uint32, req *Request) {
 		return
 	}
 	pid = p
-	s.sendJSON(TEvt, id, map[string]any{"type": "started", "pid": pid})
+	s.send(TEvt, id, append(strconv.AppendInt([]byte(`{"type":"started","pid":`), int64(pid), 10), '}'))
 
 	procDone := make(chan struct{})
 	if st.in != nil {
@@ -376,11 +372,26 @@ func (s *session) startExec(id uint32, req *Request) {
 		}
 		<-drained
 		close(procDone)
-		res := map[string]any{"exitCode": ws.ExitStatus(), "timedOut": timedOut}
-		if ws.Signaled() {
-			res["exitCode"] = 128 + int(ws.Signal())
-			res["signal"] = signalName(ws.Signal())
-		}
-		s.reply(id, res, nil)
+		s.unregister(id)
+		s.send(TRes, id, exitResult(ws, timedOut))
 	}()
+}
+
+// exitResult is the final response of an exec, formatted by hand: it is on the path of every command,
+// and reflection-driven encoding is a lot of cold guest code in a fresh clone.
+func exitResult(ws syscall.WaitStatus, timedOut bool) []byte {
+	code := ws.ExitStatus()
+	b := []byte(`{"ok":true,"exitCode":`)
+	if ws.Signaled() {
+		code = 128 + int(ws.Signal())
+	}
+	b = strconv.AppendInt(b, int64(code), 10)
+	b = append(b, `,"timedOut":`...)
+	b = strconv.AppendBool(b, timedOut)
+	if ws.Signaled() {
+		b = append(b, `,"signal":"`...)
+		b = append(b, signalName(ws.Signal())...)
+		b = append(b, '"')
+	}
+	return append(b, '}')
 }

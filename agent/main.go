@@ -5,6 +5,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -166,7 +167,6 @@ type stream struct {
 
 type session struct {
 	t       transport
-	out     chan []byte
 	done    chan struct{}
 	alive   atomic.Bool
 	mu      sync.Mutex
@@ -174,7 +174,7 @@ type session struct {
 }
 
 func newSession(t transport) *session {
-	s := &session{t: t, out: make(chan []byte, 64), done: make(chan struct{}), streams: map[uint32]*stream{}}
+	s := &session{t: t, done: make(chan struct{}), streams: map[uint32]*stream{}}
 	s.alive.Store(true)
 	writeMu.Lock()
 	err := t.Write([]byte(AgentMagic))
@@ -182,27 +182,7 @@ func newSession(t transport) *session {
 	if err != nil {
 		s.alive.Store(false)
 	}
-	go s.writer()
 	return s
-}
-
-func (s *session) writer() {
-	for {
-		select {
-		case f := <-s.out:
-			if !s.alive.Load() {
-				continue
-			}
-			writeMu.Lock()
-			err := s.t.Write(f)
-			writeMu.Unlock()
-			if err != nil {
-				s.alive.Store(false)
-			}
-		case <-s.done:
-			return
-		}
-	}
 }
 
 func (s *session) close() {
@@ -225,15 +205,26 @@ func (s *session) close() {
 	}
 }
 
-// send queues a frame; it blocks while the host is slow (backpressure) and drops it if the session ended.
-func (s *session) send(t byte, id uint32, payload []byte) bool {
-	f := encodeFrame(t, id, payload)
-	select {
-	case s.out <- f:
-		return true
-	case <-s.done:
+// writeFrame writes one encoded frame from the calling goroutine. There is no writer goroutine: each
+// hand-off between goroutines costs a futex wake and a guest context switch, which under TCG is
+// a large share of a small request's round trip. Blocking here is the backpressure. False once the
+// session has ended (the frame is dropped).
+func (s *session) writeFrame(f []byte) bool {
+	writeMu.Lock()
+	defer writeMu.Unlock()
+	if !s.alive.Load() {
 		return false
 	}
+	if err := s.t.Write(f); err != nil {
+		s.alive.Store(false)
+		return false
+	}
+	return true
+}
+
+// send writes a frame; false if the session ended.
+func (s *session) send(t byte, id uint32, payload []byte) bool {
+	return s.writeFrame(encodeFrame(t, id, payload))
 }
 
 func (s *session) sendJSON(t byte, id uint32, v any) bool { return s.send(t, id, mustJSON(v)) }
@@ -327,6 +318,8 @@ func (s *session) serve(r *bufio.Reader) bool {
 			return false
 		}
 		switch f.Type {
+		case THello:
+			s.hello(f.ID, f.Payload)
 		case TReq:
 			s.handleRequest(f)
 		case TIn:
@@ -358,10 +351,9 @@ func (s *session) handleRequest(f Frame) {
 	case "ping":
 		s.reply(id, nil, nil)
 	case "hello":
+		s.reply(id, helloInfo(), nil)
 		setTime(req.TimeUnixNs)
 		reseed(req.Seed)
-		s.reply(id, map[string]any{"protocol": ProtocolVersion, "version": AgentVersion, "pid": os.Getpid(),
-			"features": []string{"exec", "pty", "signal", "files", "watch", "tcp", "health", "time"}}, nil)
 	case "time.set":
 		setTime(req.TimeUnixNs)
 		s.reply(id, nil, nil)
@@ -421,19 +413,37 @@ func (s *session) handleRequest(f Frame) {
 	}
 }
 
+func helloInfo() map[string]any {
+	return map[string]any{"ok": true, "protocol": ProtocolVersion, "version": AgentVersion, "pid": os.Getpid(),
+		"features": []string{"exec", "pty", "signal", "files", "watch", "tcp", "health", "time"}}
+}
+
+// helloReply is encoded once at start-up, before any snapshot: a restored clone's first answer then
+// runs no JSON encoder (cold code is what a clone pays for under TCG).
+var helloReply = mustJSON(helloInfo())
+
+// hello answers a THello frame (u64 BE host wall clock in ns, then seed bytes) and only then applies the
+// clock and the seed: the host sees the agent alive one settimeofday and one CRNG reseed sooner, and
+// no later request is read before both are done.
+func (s *session) hello(id uint32, p []byte) {
+	s.send(TRes, id, helloReply)
+	if len(p) >= 8 {
+		setTime(int64(binary.BigEndian.Uint64(p[:8])))
+		reseed(p[8:])
+	}
+}
+
+// urandom is opened at start-up so a reseed in a fresh clone does not walk the VFS open path.
+var urandom *os.File
+
 // reseed mixes host entropy into the kernel pool and forces a CRNG reseed (RNDRESEEDCRNG), so clones
 // restored from the same snapshot do not produce the same random numbers.
 func reseed(seed []byte) {
-	if len(seed) == 0 || os.Getpid() != 1 {
+	if len(seed) == 0 || urandom == nil {
 		return
 	}
-	f, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	_, _ = f.Write(seed)
-	if rc, err := f.SyscallConn(); err == nil {
+	_, _ = urandom.Write(seed)
+	if rc, err := urandom.SyscallConn(); err == nil {
 		_ = rc.Control(func(fd uintptr) { _ = ioctl(fd, 0x5207, nil) })
 	}
 }
@@ -506,6 +516,7 @@ func main() {
 	startReaper()
 	if os.Getpid() == 1 {
 		initGuest()
+		urandom, _ = os.OpenFile("/dev/urandom", os.O_WRONLY, 0)
 	}
 	var t transport
 	switch {

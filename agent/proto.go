@@ -31,6 +31,9 @@ const (
 	TOut = 4 // guest -> host: bytes (stdout, file data, tcp data)
 	TErr = 5 // guest -> host: bytes (stderr)
 	TIn  = 6 // host -> guest: bytes (stdin, file data, tcp data); empty = EOF
+	// THello opens a session without JSON: u64 BE host wall clock (ns) + seed bytes; answered by a TRes
+	// like the JSON "hello" op. Agents without it answer EPROTO, and the host falls back to that op.
+	THello = 7
 )
 
 var (
@@ -49,11 +52,16 @@ type Frame struct {
 
 func encodeFrame(t byte, id uint32, payload []byte) []byte {
 	b := make([]byte, HeaderLen+len(payload))
-	binary.BigEndian.PutUint32(b[0:4], uint32(5+len(payload)))
+	putHeader(b, t, id, len(payload))
+	copy(b[HeaderLen:], payload)
+	return b
+}
+
+// putHeader fills b[:HeaderLen] for a frame whose payload of n bytes follows.
+func putHeader(b []byte, t byte, id uint32, n int) {
+	binary.BigEndian.PutUint32(b[0:4], uint32(5+n))
 	b[4] = t
 	binary.BigEndian.PutUint32(b[5:9], id)
-	copy(b[9:], payload)
-	return b
 }
 
 // readFrame reads one frame. An oversized frame is skipped (its payload discarded) and reported

@@ -328,18 +328,29 @@ export class AgentClient {
 
   /** Connect to the agent socket (retrying while it does not exist yet) and complete the hello handshake. */
   static async connect(socketPath: string, opts: AgentConnectOptions = {}): Promise<AgentClient> {
-    const timeoutMs = opts.connectTimeoutMs ?? 10_000;
-    const deadline = Date.now() + timeoutMs;
-    let socket: Socket | undefined;
+    const started = Date.now();
+    const socket = await AgentClient.dial(socketPath, opts);
+    const left = Math.max(1, (opts.connectTimeoutMs ?? 10_000) - (Date.now() - started));
+    return AgentClient.handshake(socket, socketPath, { ...opts, connectTimeoutMs: left });
+  }
+
+  /**
+   * Open the agent socket, retrying while it does not exist yet, without saying anything on it. A VM that
+   * is restored later finds its host already connected (no port-open event for the guest to handle).
+   */
+  static async dial(socketPath: string, opts: AgentConnectOptions = {}): Promise<Socket> {
+    const deadline = Date.now() + (opts.connectTimeoutMs ?? 10_000);
     let lastErr: unknown;
-    while (!socket) {
+    for (;;) {
       if (opts.signal?.aborted)
         throw new SandboxError('ABORTED', 'agent connect aborted', { cause: opts.signal.reason });
       try {
-        socket = await new Promise<Socket>((resolve, reject) => {
+        return await new Promise<Socket>((resolve, reject) => {
           const s = netConnect(socketPath);
           s.once('connect', () => {
             s.removeAllListeners('error');
+            // Until handshake() takes the socket over, an error only means the VM went away; handshake reports it.
+            s.on('error', () => undefined);
             resolve(s);
           });
           s.once('error', reject);
@@ -350,26 +361,29 @@ export class AgentClient {
         await sleep(2);
       }
     }
-    if (!socket) {
-      throw new SandboxError(
-        'AGENT_UNREACHABLE',
-        `cannot connect to the agent socket ${socketPath}: ${String((lastErr as Error | undefined)?.message ?? lastErr)}`,
-        {
-          cause: lastErr,
-          hint: 'the VM is not running or its QEMU exited; check the VM log',
-        },
-      );
+    throw new SandboxError(
+      'AGENT_UNREACHABLE',
+      `cannot connect to the agent socket ${socketPath}: ${String((lastErr as Error | undefined)?.message ?? lastErr)}`,
+      {
+        cause: lastErr,
+        hint: 'the VM is not running or its QEMU exited; check the VM log',
+      },
+    );
+  }
+
+  /** Start a session on a socket from dial(): magic, hello, protocol check. */
+  static async handshake(socket: Socket, socketPath: string, opts: AgentConnectOptions = {}): Promise<AgentClient> {
+    const timeoutMs = opts.connectTimeoutMs ?? 10_000;
+    if (socket.destroyed) {
+      throw new SandboxError('AGENT_DISCONNECTED', `the agent socket ${socketPath} closed before the handshake`, {
+        hint: 'the VM stopped; check the VM log',
+      });
     }
     socket.setNoDelay(true);
     const client = new AgentClient(socket, socketPath, opts);
     socket.write(HOST_MAGIC);
-    const left = Math.max(1, deadline - Date.now());
     try {
-      const res = await client.request(
-        'hello',
-        { timeUnixNs: Date.now() * 1e6, seed: randomBytes(32).toString('base64') },
-        { timeoutMs: left, signal: opts.signal },
-      );
+      const res = await client.hello({ timeoutMs, signal: opts.signal });
       client.info = {
         protocol: Number(res.protocol),
         version: String(res.version),
@@ -488,8 +502,6 @@ export class AgentClient {
     handlers: Omit<Pending, 'op' | 'resolve' | 'reject' | 'timer'> & { timeoutMs?: number; signal?: AbortSignal } = {},
   ): { id: number; done: Promise<Record<string, unknown>> } {
     if (this.closedErr) throw this.closedErr;
-    const id = this.nextId++;
-    if (this.nextId > 0xffff_fff0) this.nextId = 1;
     const payload = Buffer.from(JSON.stringify({ op, ...args }));
     if (payload.length > MAX_JSON) {
       throw new SandboxError(
@@ -500,6 +512,19 @@ export class AgentClient {
         },
       );
     }
+    return this.open(op, FrameType.Req, payload, handlers);
+  }
+
+  /** Send one frame that opens operation `id` and track its answer (a Req, or the binary Hello). */
+  private open(
+    op: string,
+    type: FrameType,
+    payload: Buffer,
+    handlers: Parameters<AgentClient['start']>[2] = {},
+  ): { id: number; done: Promise<Record<string, unknown>> } {
+    if (this.closedErr) throw this.closedErr;
+    const id = this.nextId++;
+    if (this.nextId > 0xffff_fff0) this.nextId = 1;
     const timeoutMs = handlers.timeoutMs ?? this.requestTimeoutMs;
     const done = new Promise<Record<string, unknown>>((resolve, reject) => {
       const p: Pending = {
@@ -534,7 +559,7 @@ export class AgentClient {
       }
       this.pending.set(id, p);
     });
-    this.socket.write(encodeFrame(FrameType.Req, id, payload));
+    this.socket.write(encodeFrame(type, id, payload));
     return { id, done };
   }
 
@@ -544,6 +569,23 @@ export class AgentClient {
     handlers: Parameters<AgentClient['start']>[2] = {},
   ): Promise<Record<string, unknown>> {
     return this.start(op, args, handlers).done;
+  }
+
+  /**
+   * The handshake: the binary Hello frame (no JSON for the guest to decode or encode on a fresh clone's
+   * first, cold request), or the JSON `hello` op for an agent that predates it (it answers EPROTO).
+   */
+  private async hello(handlers: { timeoutMs: number; signal?: AbortSignal }): Promise<Record<string, unknown>> {
+    const seed = randomBytes(32);
+    const payload = Buffer.alloc(8 + seed.length);
+    payload.writeBigUInt64BE(BigInt(Date.now()) * 1_000_000n, 0);
+    seed.copy(payload, 8);
+    try {
+      return await this.open('hello', FrameType.Hello, payload, handlers).done;
+    } catch (err) {
+      if (!(err instanceof SandboxError) || err.code !== 'AGENT_EPROTO') throw err;
+      return this.request('hello', { timeUnixNs: Date.now() * 1e6, seed: seed.toString('base64') }, handlers);
+    }
   }
 
   async ping(timeoutMs?: number): Promise<void> {

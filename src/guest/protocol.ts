@@ -24,6 +24,8 @@ export const FrameType = {
   Out: 4,
   Err: 5,
   In: 6,
+  /** host -> guest: opens a session without JSON: u64 BE wall clock (ns) + seed bytes; answered by Res. */
+  Hello: 7,
 } as const;
 export type FrameType = (typeof FrameType)[keyof typeof FrameType];
 

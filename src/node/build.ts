@@ -25,6 +25,7 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
     maxClaims: config.maxClaims,
     refillConcurrency: config.refillConcurrency,
     refillDelayMs: config.refillDelayMs,
+    spareVmms: config.spareVmms,
     defaultTtlSeconds: config.defaultTtlSeconds,
     logger: log.child({ component: 'engine' }),
   });

@@ -25,6 +25,8 @@ export interface EngineOptions {
   refillConcurrency?: number;
   /** Wait after a claim before refilling (bursts are served first; spawning QEMU blocks the loop). */
   refillDelayMs?: number;
+  /** Spare VMMs per template (see QemuDriverOptions.spareVmms); used when the engine makes its own driver. */
+  spareVmms?: number;
   defaultTtlSeconds?: number;
   maxTtlSeconds?: number;
   logger?: Logger;
@@ -138,13 +140,15 @@ export class NodeEngine extends EventEmitter {
       maxClaims: opts.maxClaims ?? 200,
       refillConcurrency: opts.refillConcurrency ?? 2,
       refillDelayMs: opts.refillDelayMs ?? 25,
+      spareVmms: opts.spareVmms ?? 1,
       defaultTtlSeconds: opts.defaultTtlSeconds ?? 300,
       maxTtlSeconds: opts.maxTtlSeconds ?? 86_400,
     };
     this.log = opts.logger ?? silentLogger;
     mkdirSync(this.opts.dataDir, { recursive: true });
     this.runRoot = opts.runRoot ?? defaultRunRoot(this.opts.dataDir);
-    this.driver = opts.driver ?? new QemuMicrovmDriver({ runRoot: this.runRoot, logger: this.log });
+    this.driver =
+      opts.driver ?? new QemuMicrovmDriver({ runRoot: this.runRoot, logger: this.log, spareVmms: this.opts.spareVmms });
   }
 
   get nodeName(): string {
@@ -159,7 +163,7 @@ export class NodeEngine extends EventEmitter {
   async start(): Promise<{ adopted: number; reaped: number }> {
     const saved = this.readState();
     let adopted = 0;
-    let reaped = 0;
+    let reaped = await this.driver.reapOrphanSpares();
     for (const rec of this.driver.list()) {
       if (rec.labels[LABEL_NODE] !== this.opts.nodeName) continue;
       const claim = saved.claims.find((c) => c.vmId === rec.id);
@@ -216,6 +220,7 @@ export class NodeEngine extends EventEmitter {
     if (this.reaper) clearInterval(this.reaper);
     if (this.refillTimer) clearTimeout(this.refillTimer);
     this.flushPersist();
+    await this.driver.destroySpares();
     if (opts.destroyVms) {
       await this.driver.destroyAll();
       this.claims.clear();

@@ -18,6 +18,7 @@ export interface SandboxdConfig {
   readonly maxClaims: number;
   readonly refillConcurrency: number;
   readonly refillDelayMs: number;
+  readonly spareVmms: number;
   readonly defaultTtlSeconds: number;
   readonly peers: readonly string[];
   readonly pools: ReadonlyArray<{ key: PoolKey; warm: number }>;
@@ -52,6 +53,12 @@ export function sandboxdCommand(): Command {
     .option('--max-claims <n>', 'claimed sandboxes at most (then 429)', Number, 200)
     .option('--refill-concurrency <n>', 'clones made in parallel while refilling', Number, 2)
     .option('--refill-delay <ms>', 'wait after a claim before refilling the pool', Number, 25)
+    .option(
+      '--spare-vmms <n>',
+      'QEMU processes kept per template with its state loaded and the guest paused, so a clone skips start-up',
+      Number,
+      1,
+    )
     .option('--default-ttl-seconds <n>', 'lease of a claim that asks for none', Number, 300)
     .option('--peers <list>', 'comma-separated peer sandboxd addresses (redirect hints)', '')
     .option('--pools <list>', 'initial warm targets: template[:net[:size]]=N, comma separated', '')
@@ -137,6 +144,7 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
     maxClaims: Number(o.maxClaims),
     refillConcurrency: Number(o.refillConcurrency),
     refillDelayMs: Number(o.refillDelay),
+    spareVmms: Number(o.spareVmms),
     defaultTtlSeconds: Number(o.defaultTtlSeconds),
     peers: String(o.peers)
       .split(',')

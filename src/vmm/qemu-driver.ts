@@ -52,6 +52,7 @@ import {
   type VmStats,
 } from './types.js';
 import type { Duplex } from 'node:stream';
+import type { Socket } from 'node:net';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const GUEST_HZ = 100; // CONFIG_HZ_100 in our kernel fragment
@@ -64,6 +65,23 @@ function tailOf(file: string, label: string): string {
     return '';
   }
 }
+
+/** Milliseconds spent in each named phase of a start, for the debug log (where a slow clone's time went). */
+class PhaseClock {
+  private last = performance.now();
+  private readonly phases: Record<string, number> = {};
+  mark(name: string): void {
+    const now = performance.now();
+    this.phases[name] = Math.round((now - this.last) * 100) / 100;
+    this.last = now;
+  }
+  done(): Record<string, number> {
+    return this.phases;
+  }
+}
+
+/** Label of a spare VMM's record until a clone takes it (so a restarted daemon can reap it). */
+const SPARE_LABEL = 'sbx.spare';
 
 function newId(prefix = 'vm'): string {
   return `${prefix}-${randomBytes(4).toString('hex')}`;
@@ -218,6 +236,8 @@ export class QemuMicrovmDriver {
     );
     if (runAs) a.push('-runas', runAs);
     if (plan.incoming) a.push('-incoming', 'defer');
+    // Diagnostics only (e.g. `-d in_asm -D {runDir}/tcg.log` to count what TCG translates; docs/vm.md).
+    for (const x of this.options.extraQemuArgs) a.push(x.replaceAll('{runDir}', d));
     return a;
   }
 
@@ -305,6 +325,7 @@ export class QemuMicrovmDriver {
 
   /** Remove a template's files (clones already running keep their mapping). */
   deleteTemplate(t: Template): void {
+    for (const vm of this.spares.get(t.dir)?.ready.splice(0) ?? []) void vm.destroy().catch(() => undefined);
     rmSync(t.dir, { recursive: true, force: true });
   }
 
@@ -381,10 +402,9 @@ export class QemuMicrovmDriver {
         }
       }
       await agent.sync();
-      agent.close();
-      agent = undefined;
-      // Let the guest see the disconnect, so clones wake up already waiting for a host.
-      await sleep(20);
+      // Snapshot with the host still connected: the agent sits in a plain read() of its port, and a clone
+      // (whose host dials before the state loads) wakes straight from it on the first bytes, with no
+      // port-open event or signal to handle first. Closed only after QEMU has quit.
       await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: true }] });
       await qmp.execute('stop');
       await unlessExited(
@@ -431,9 +451,8 @@ export class QemuMicrovmDriver {
         hint: 'create the template again (createTemplate)',
       });
     }
-    const id = opts.id ?? newId();
-    if (this.vms.has(id) || existsSync(join(this.options.runRoot, id))) {
-      throw new SandboxError('VM_EXISTS', `a VM with id ${id} already exists`, {
+    if (opts.id !== undefined && (this.vms.has(opts.id) || existsSync(join(this.options.runRoot, opts.id)))) {
+      throw new SandboxError('VM_EXISTS', `a VM with id ${opts.id} already exists`, {
         hint: 'pick another id or destroy the existing VM',
       });
     }
@@ -444,10 +463,40 @@ export class QemuMicrovmDriver {
         { hint: 'use a template with network: egress' },
       );
     }
+    const readyTimeoutMs = opts.readyTimeoutMs ?? 15_000;
+    // A spare has its own id and no host forwards (both are fixed when QEMU starts).
+    const spare = opts.id === undefined && !opts.hostForwards?.length ? this.takeSpare(template) : undefined;
+    this.refillSpares(template);
+    if (spare) {
+      spare.record.labels = opts.labels ?? {};
+      try {
+        await spare.runLoaded({ readyTimeoutMs, signal: opts.signal });
+        return spare;
+      } catch (err) {
+        await spare.destroy().catch(() => undefined);
+        throw err;
+      }
+    }
+    const { plan, vm } = await this.prepareClone(template, opts.id ?? newId(), opts.hostForwards ?? [], opts.labels);
+    try {
+      await vm.startFromState(plan, template.stateFile, { ignoreShared: true, readyTimeoutMs, signal: opts.signal });
+      return vm;
+    } catch (err) {
+      await vm.destroy().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  private async prepareClone(
+    template: Template,
+    id: string,
+    forwards: readonly { hostPort: number; guestPort: number }[],
+    labels: Record<string, string> | undefined,
+  ): Promise<{ plan: LaunchPlan; vm: Vm }> {
     const runDir = join(this.options.runRoot, id);
     mkdirSync(runDir, { recursive: true });
     const hostForwards = await Promise.all(
-      (opts.hostForwards ?? []).map(async (f) => ({
+      forwards.map(async (f) => ({
         hostPort: f.hostPort || (await freePort()),
         guestPort: f.guestPort,
       })),
@@ -477,23 +526,85 @@ export class QemuMicrovmDriver {
       network: template.network,
       accel: template.accel,
       hostForwards,
-      labels: opts.labels ?? {},
+      labels: labels ?? {},
       createdAt: new Date().toISOString(),
       argv: [],
     };
     const vm = new Vm(this, record, this.log.child({ vm: id }));
     this.vms.set(id, vm);
+    return { plan, vm };
+  }
+
+  // ---------------------------------------------------------------- spare VMMs
+
+  /** Loaded, paused spares per template dir, and how many are being started. */
+  private readonly spares = new Map<string, { ready: Vm[]; starting: number }>();
+  /** Bumped by destroyAll(): a spare that finishes starting under an older epoch is destroyed. */
+  private spareEpoch = 0;
+
+  /** Spares of a template that are loaded and ready to be taken. */
+  readySpares(template: Template): number {
+    return this.spares.get(template.dir)?.ready.length ?? 0;
+  }
+
+  private takeSpare(template: Template): Vm | undefined {
+    const ready = this.spares.get(template.dir)?.ready;
+    while (ready?.length) {
+      const vm = ready.shift()!;
+      if (vm.state === 'starting' && vm.pid !== undefined) return vm;
+      void vm.destroy().catch(() => undefined);
+    }
+    return undefined;
+  }
+
+  private refillSpares(template: Template): void {
+    if (this.options.spareVmms === 0) return;
+    let entry = this.spares.get(template.dir);
+    if (!entry) this.spares.set(template.dir, (entry = { ready: [], starting: 0 }));
+    const epoch = this.spareEpoch;
+    while (entry.ready.length + entry.starting < this.options.spareVmms) {
+      entry.starting++;
+      const e = entry;
+      void this.startSpare(template)
+        .then(
+          async (vm) => {
+            if (epoch !== this.spareEpoch || !existsSync(template.stateFile)) await vm.destroy();
+            else e.ready.push(vm);
+          },
+          (err: unknown) => this.log.warn({ err, template: template.name }, 'spare VMM failed to start'),
+        )
+        .finally(() => e.starting--);
+    }
+  }
+
+  private async startSpare(template: Template): Promise<Vm> {
+    const { plan, vm } = await this.prepareClone(template, newId(), [], { [SPARE_LABEL]: 'true' });
     try {
-      await vm.startFromState(plan, template.stateFile, {
-        ignoreShared: true,
-        readyTimeoutMs: opts.readyTimeoutMs ?? 15_000,
-        signal: opts.signal,
-      });
+      await vm.loadState(plan, template.stateFile, { ignoreShared: true, readyTimeoutMs: 30_000 });
       return vm;
     } catch (err) {
       await vm.destroy().catch(() => undefined);
       throw err;
     }
+  }
+
+  /** Spares a previous process left behind in this run root (it crashed before destroyAll): kill and remove. */
+  async reapOrphanSpares(): Promise<number> {
+    let n = 0;
+    for (const rec of this.list()) {
+      if (rec.labels[SPARE_LABEL] !== 'true' || this.vms.has(rec.id)) continue;
+      if (rec.alive && rec.pid !== undefined) {
+        try {
+          process.kill(rec.pid, 'SIGKILL');
+        } catch {
+          /* gone */
+        }
+        for (let i = 0; i < 100 && pidAlive(rec.pid); i++) await sleep(20);
+      }
+      rmSync(join(this.options.runRoot, rec.id), { recursive: true, force: true });
+      n++;
+    }
+    return n;
   }
 
   /** @internal */
@@ -505,9 +616,9 @@ export class QemuMicrovmDriver {
     return this.vms.get(id);
   }
 
-  /** VMs this driver object manages. */
+  /** VMs this driver object manages (spares not included). */
   running(): Vm[] {
-    return [...this.vms.values()];
+    return [...this.vms.values()].filter((vm) => vm.record.labels[SPARE_LABEL] !== 'true');
   }
 
   /** Every VM with a run dir (including ones started by an earlier daemon), with liveness checked. */
@@ -573,8 +684,18 @@ export class QemuMicrovmDriver {
     rmSync(join(this.options.runRoot, id), { recursive: true, force: true });
   }
 
+  /** Destroy every VM of this driver, spares included. */
   async destroyAll(): Promise<void> {
+    await this.destroySpares();
     await Promise.all([...this.vms.values()].map((vm) => vm.destroy().catch(() => undefined)));
+  }
+
+  /** Destroy the spare VMMs (ready and starting) and stop refilling them until the next clone. */
+  async destroySpares(): Promise<void> {
+    this.spareEpoch++;
+    this.spares.clear();
+    const spares = [...this.vms.values()].filter((vm) => vm.record.labels[SPARE_LABEL] === 'true');
+    await Promise.all(spares.map((vm) => vm.destroy().catch(() => undefined)));
   }
 
   /** @internal */
@@ -810,6 +931,23 @@ export class Vm {
     stateFile: string,
     opts: { ignoreShared: boolean; readyTimeoutMs: number; signal?: AbortSignal },
   ): Promise<void> {
+    await this.loadState(plan, stateFile, opts);
+    await this.runLoaded(opts);
+  }
+
+  /** What loadState() left for runLoaded(): the paused VM's runstate and its dialled agent socket. */
+  private loaded: { status: string; socket: Socket; phases: PhaseClock } | undefined;
+
+  /**
+   * @internal Launch QEMU with -incoming and load a state file. The guest stays paused (it has run no
+   * instruction yet) with the agent socket already connected; runLoaded() lets it run.
+   */
+  async loadState(
+    plan: LaunchPlan,
+    stateFile: string,
+    opts: { ignoreShared: boolean; readyTimeoutMs: number; signal?: AbortSignal },
+  ): Promise<void> {
+    if (this._state === 'destroyed') throw new SandboxError('VM_DESTROYED', `VM ${this.id} was destroyed`);
     const logFile = join(plan.runDir, 'qemu.log');
     const fd = openSync(stateFile, 'r');
     let launched: { proc: QemuProcess; argv: string[] };
@@ -819,6 +957,7 @@ export class Vm {
       closeSync(fd);
     }
     const { proc, argv } = launched;
+    const phases = new PhaseClock();
     this.proc = proc;
     this.expectingExit = false;
     this.record.argv = argv;
@@ -831,12 +970,90 @@ export class Vm {
       new SandboxError('VM_START_TIMEOUT', `VM ${this.id} was not ready within ${opts.readyTimeoutMs} ms`, {
         hint: 'the host may be overloaded; see qemu.log and console.log in the run dir',
       });
+    await this.explainExit(proc, async () => {
+      const qmp = await unlessExited(
+        proc,
+        withDeadline(
+          QmpClient.connect(this.record.qmpSocket, { timeoutMs: opts.readyTimeoutMs }),
+          opts.readyTimeoutMs,
+          timeoutErr,
+        ),
+        'start',
+        logFile,
+      );
+      this.qmp = qmp;
+      phases.mark('qmp');
+      // Dial the agent while the state loads, so the restored guest finds its host connected.
+      const socketP = AgentClient.dial(this.record.agentSocket, {
+        connectTimeoutMs: Math.max(100, deadline - Date.now()),
+        signal: opts.signal,
+      });
+      socketP.catch(() => undefined);
+      try {
+        if (opts.ignoreShared)
+          await qmp.execute('migrate-set-capabilities', {
+            capabilities: [{ capability: 'x-ignore-shared', state: true }],
+          });
+        await qmp.execute('migrate-incoming', { uri: 'fd:3' });
+        const status = await unlessExited(
+          proc,
+          waitIncoming(qmp, Math.max(100, deadline - Date.now())),
+          'state load',
+          logFile,
+        );
+        const socket = await unlessExited(proc, socketP, 'agent connect', logFile);
+        phases.mark('load');
+        this.loaded = { status, socket, phases };
+      } catch (err) {
+        void socketP.then(
+          (s) => s.destroy(),
+          () => undefined,
+        );
+        throw err;
+      }
+    });
+  }
+
+  /** @internal Let a VM from loadState() run and complete the agent handshake. */
+  async runLoaded(opts: { readyTimeoutMs: number; signal?: AbortSignal }): Promise<void> {
+    const loaded = this.loaded;
+    const proc = this.proc;
+    if (!loaded || !proc || !this.qmp) throw new SandboxError('VM_NOT_LOADED', `VM ${this.id} has no loaded state`);
+    this.loaded = undefined;
+    const { phases } = loaded;
+    phases.mark('idle');
+    const logFile = join(this.record.runDir, 'qemu.log');
+    await this.explainExit(proc, async () => {
+      try {
+        if (loaded.status !== 'running') await this.requireQmp().execute('cont');
+        phases.mark('cont');
+        this._agent = await unlessExited(
+          proc,
+          AgentClient.handshake(loaded.socket, this.record.agentSocket, {
+            connectTimeoutMs: opts.readyTimeoutMs,
+            signal: opts.signal,
+          }),
+          'agent connect',
+          logFile,
+        );
+        phases.mark('agent');
+      } catch (err) {
+        loaded.socket.destroy();
+        throw err;
+      }
+    });
+    this.log.debug({ phasesMs: phases.done() }, 'vm started');
+    this.setState('running');
+  }
+
+  /** A QEMU that died mid-way surfaces first as a broken socket; report the exit and its log instead. */
+  private async explainExit(proc: QemuProcess, fn: () => Promise<void>): Promise<void> {
     try {
-      await this.loadAndConnect(proc, deadline, timeoutErr, logFile, opts);
+      await fn();
     } catch (err) {
-      // A QEMU that died mid-way surfaces first as a broken socket; report the exit and its log instead.
       const how = await Promise.race([proc.exited, sleep(300).then(() => undefined)]);
       if (how !== undefined && !(err instanceof SandboxError && err.code === 'VM_PROCESS_EXITED')) {
+        const logFile = join(this.record.runDir, 'qemu.log');
         throw new SandboxError(
           'VM_PROCESS_EXITED',
           `QEMU exited (${how}) while starting VM ${this.id}${tailOf(logFile, 'qemu.log')}`,
@@ -846,54 +1063,6 @@ export class Vm {
           },
         );
       }
-      throw err;
-    }
-    this.setState('running');
-  }
-
-  private async loadAndConnect(
-    proc: QemuProcess,
-    deadline: number,
-    timeoutErr: () => SandboxError,
-    logFile: string,
-    opts: { ignoreShared: boolean; readyTimeoutMs: number; signal?: AbortSignal },
-  ): Promise<void> {
-    const qmp = await unlessExited(
-      proc,
-      withDeadline(
-        QmpClient.connect(this.record.qmpSocket, { timeoutMs: opts.readyTimeoutMs }),
-        opts.readyTimeoutMs,
-        timeoutErr,
-      ),
-      'start',
-      logFile,
-    );
-    this.qmp = qmp;
-    // Connect to the agent while the state loads; the hello is answered once the guest runs.
-    const agentP = AgentClient.connect(this.record.agentSocket, {
-      connectTimeoutMs: Math.max(100, deadline - Date.now()),
-      signal: opts.signal,
-    });
-    agentP.catch(() => undefined);
-    try {
-      if (opts.ignoreShared)
-        await qmp.execute('migrate-set-capabilities', {
-          capabilities: [{ capability: 'x-ignore-shared', state: true }],
-        });
-      await qmp.execute('migrate-incoming', { uri: 'fd:3' });
-      const status = await unlessExited(
-        proc,
-        waitIncoming(qmp, Math.max(100, deadline - Date.now())),
-        'state load',
-        logFile,
-      );
-      if (status !== 'running') await qmp.execute('cont');
-      this._agent = await unlessExited(proc, agentP, 'agent connect', logFile);
-    } catch (err) {
-      void agentP.then(
-        (a) => a.close(),
-        () => undefined,
-      );
       throw err;
     }
   }
@@ -1115,6 +1284,7 @@ export class Vm {
       if (this._state === 'destroyed') return;
       this.expectingExit = true;
       this._agent?.close();
+      this.loaded?.socket.destroy();
       this.qmp?.close();
       await this.proc?.kill();
       this._state = 'destroyed';
