@@ -9,6 +9,7 @@ import { freePort } from '../src/net/free-port.js';
 import { spawn } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { Agent, createServer, request } from 'node:http';
+import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -67,6 +68,52 @@ function call(
   });
 }
 
+/**
+ * A bare keep-alive HTTP/1.1 client: writes a pre-built request, reads one Content-Length-framed response. node:http's
+ * client alone costs ~0.4 ms per request here, more than the server's work, so claim latency is measured with this
+ * (and with node:http, reported next to it). One request in flight per connection.
+ */
+class RawHttp {
+  private buf: Buffer = Buffer.alloc(0);
+  private waiter: ((r: { status: number; body: string }) => void) | undefined;
+  private constructor(private readonly socket: Socket) {
+    socket.setNoDelay(true);
+    socket.on('data', (c: Buffer) => {
+      this.buf = this.buf.length ? Buffer.concat([this.buf, c]) : c;
+      this.parse();
+    });
+  }
+  static open(port: number): Promise<RawHttp> {
+    return new Promise((resolve, reject) => {
+      const s = connect(port, '127.0.0.1', () => resolve(new RawHttp(s)));
+      s.once('error', reject);
+    });
+  }
+  private parse(): void {
+    const end = this.buf.indexOf('\r\n\r\n');
+    if (end < 0) return;
+    const head = this.buf.subarray(0, end).toString('latin1');
+    const len = Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? 0);
+    if (this.buf.length < end + 4 + len) return;
+    const body = this.buf.subarray(end + 4, end + 4 + len).toString();
+    this.buf = this.buf.subarray(end + 4 + len);
+    const w = this.waiter;
+    this.waiter = undefined;
+    w?.({ status: Number(head.slice(9, 12)), body });
+  }
+  post(path: string, body: string): Promise<{ status: number; body: string }> {
+    return new Promise((resolve) => {
+      this.waiter = resolve;
+      this.socket.write(
+        `POST ${path} HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${TOKEN}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+      );
+    });
+  }
+  close(): void {
+    this.socket.destroy();
+  }
+}
+
 function pct(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(((sorted.length - 1) * p) / 100))] ?? NaN;
 }
@@ -83,20 +130,39 @@ async function fill(port: number, target: number): Promise<number> {
   return performance.now() - t0;
 }
 
-async function claims(port: number, n: number, concurrency: number): Promise<{ lat: number[]; ids: string[] }> {
+async function claims(
+  port: number,
+  n: number,
+  concurrency: number,
+  client: 'raw' | 'node:http',
+): Promise<{ lat: number[]; ids: string[] }> {
   const lat: number[] = [];
   const ids: string[] = [];
+  const body = JSON.stringify({ template: 'sandbox/minimal', ttl_seconds: 600 });
   let next = 0;
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
-      while (next < n) {
-        next++;
-        const t0 = performance.now();
-        const r = await call(port, 'POST', '/v1/claim', { template: 'sandbox/minimal', ttl_seconds: 600 });
-        const ms = performance.now() - t0;
-        if (r.status !== 200) throw new Error(`claim failed: ${r.status} ${JSON.stringify(r.json)}`);
-        ids.push(r.json.id as string);
-        lat.push(ms);
+      const raw = client === 'raw' ? await RawHttp.open(port) : undefined;
+      try {
+        while (next < n) {
+          next++;
+          const t0 = performance.now();
+          let status: number;
+          let json: Record<string, unknown>;
+          if (raw) {
+            const r = await raw.post('/v1/claim', body);
+            status = r.status;
+            json = JSON.parse(r.body) as Record<string, unknown>;
+          } else {
+            ({ status, json } = await call(port, 'POST', '/v1/claim', JSON.parse(body)));
+          }
+          const ms = performance.now() - t0;
+          if (status !== 200) throw new Error(`claim failed: ${status} ${JSON.stringify(json)}`);
+          ids.push(json.id as string);
+          lat.push(ms);
+        }
+      } finally {
+        raw?.close();
       }
     }),
   );
@@ -112,11 +178,14 @@ async function httpFloor(): Promise<number> {
   await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
   const port = (srv.address() as { port: number }).port;
   const lat: number[] = [];
+  const raw = await RawHttp.open(port);
+  const body = JSON.stringify({ template: 'sandbox/minimal' });
   for (let i = 0; i < 2000; i++) {
     const t0 = performance.now();
-    await call(port, 'POST', '/v1/claim', { template: 'sandbox/minimal' });
+    await raw.post('/v1/claim', body);
     lat.push(performance.now() - t0);
   }
+  raw.close();
   await new Promise((r) => srv.close(r));
   return pct(
     lat.sort((a, b) => a - b),
@@ -126,7 +195,7 @@ async function httpFloor(): Promise<number> {
 
 async function main() {
   console.log(
-    `floor: keep-alive POST to a Node server answering "ok", p50 ${(await httpFloor()).toFixed(3)} ms (n=2000)`,
+    `floor: keep-alive POST (raw client) to a Node server in this process answering "ok", p50 ${(await httpFloor()).toFixed(3)} ms (n=2000)`,
   );
   const dir = await mkdtemp(join(tmpdir(), 'bench-node-'));
   await writeFile(join(dir, 'token'), TOKEN);
@@ -135,6 +204,7 @@ async function main() {
   const daemon = spawn(
     process.execPath,
     [
+      ...(process.env.BENCH_DAEMON_NODE_ARGS ?? '').split(' ').filter(Boolean),
       bin,
       '--node-name',
       'bench',
@@ -174,18 +244,22 @@ async function main() {
       `refill 0 -> ${POOL} warm microVMs: ${(refillMs / 1000).toFixed(2)} s = ${((POOL * 1000) / refillMs).toFixed(1)} VMs/s`,
     );
 
-    for (const conc of [1, 16]) {
+    for (const [conc, client] of [
+      [1, 'raw'],
+      [1, 'node:http'],
+      [16, 'raw'],
+    ] as const) {
       const all: number[] = [];
       for (let round = 0; round < ROUNDS; round++) {
         await fill(port, POOL);
-        const { lat, ids } = await claims(port, POOL - (POOL % conc), conc);
+        const { lat, ids } = await claims(port, POOL - (POOL % conc), conc, client);
         all.push(...lat);
         await call(port, 'PUT', '/v1/pools', { pools: [{ template: 'sandbox/minimal', warm: 0 }] });
         await Promise.all(ids.map((id) => call(port, 'POST', `/v1/sandboxes/${id}/release`)));
       }
       all.sort((a, b) => a - b);
       console.log(
-        `claim over HTTP (loopback, keep-alive, refill delay ${REFILL_DELAY} ms), concurrency ${conc}, n=${all.length}: p50 ${pct(all, 50).toFixed(3)} ms  p95 ${pct(all, 95).toFixed(3)} ms  p99 ${pct(all, 99).toFixed(3)} ms`,
+        `claim over HTTP (loopback, keep-alive, ${client} client, refill delay ${REFILL_DELAY} ms), concurrency ${conc}, n=${all.length}: p50 ${pct(all, 50).toFixed(3)} ms  p95 ${pct(all, 95).toFixed(3)} ms  p99 ${pct(all, 99).toFixed(3)} ms`,
       );
     }
   } finally {
