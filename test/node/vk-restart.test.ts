@@ -18,6 +18,7 @@ import { createLogger } from '../../src/log/logger.js';
 import { NodeEngine } from '../../src/node/engine.js';
 import { startVirtualNodes } from '../../src/node/vk/index.js';
 import type { Pod } from '../../src/node/vk/types.js';
+import { pidAlive } from '../../src/vmm/index.js';
 
 interface DaemonConfig {
   kubeconfig: string;
@@ -44,6 +45,26 @@ function qemuPidsUnder(dir: string): number[] {
     }
   }
   return out.sort((a, b) => a - b);
+}
+
+/** QEMU processes under `dir` split into pod VMs and spare VMMs (`sbx.spare` in their vm.json). */
+function qemuUnder(dir: string): { vms: number[]; spares: number[] } {
+  const vms: number[] = [];
+  const spares: number[] = [];
+  for (const pid of qemuPidsUnder(dir)) {
+    let spare = false;
+    try {
+      const id = /sbx-([^,\0]+),process=/.exec(readFileSync(`/proc/${pid}/cmdline`, 'latin1'))?.[1];
+      const rec = JSON.parse(readFileSync(join(dir, 'vms', id ?? '-', 'vm.json'), 'utf8')) as {
+        labels?: Record<string, string>;
+      };
+      spare = rec.labels?.['sbx.spare'] === 'true';
+    } catch {
+      // no record (yet or any more): count it as a VM
+    }
+    (spare ? spares : vms).push(pid);
+  }
+  return { vms, spares };
 }
 
 async function daemonMain(cfg: DaemonConfig): Promise<void> {
@@ -173,12 +194,13 @@ if (daemonEnv) {
         });
       const before = await readyPods();
       const ids = Object.fromEntries(before.map((p) => [p.metadata.name, p.status?.containerStatuses?.[0]?.imageID]));
-      const pids = qemuPidsUnder(cfg.dataDir);
+      const { vms: pids, spares } = qemuUnder(cfg.dataDir);
       assert.equal(pids.length, 5, 'one QEMU per pod');
+      assert.ok(spares.length <= 1, `at most one spare VMM (${spares.length})`);
 
       daemon!.kill('SIGKILL');
       await new Promise((r) => daemon!.once('exit', r));
-      assert.deepEqual(qemuPidsUnder(cfg.dataDir), pids, 'VMs outlive the daemon');
+      assert.deepEqual(qemuUnder(cfg.dataDir).vms, pids, 'VMs outlive the daemon');
       // While the daemon is down, one pod is force-deleted: its VM is an orphan to clean up on restart.
       await client.delete(Pods, ns.name, 'p5', { gracePeriodSeconds: 0 });
       names.pop();
@@ -191,11 +213,12 @@ if (daemonEnv) {
           ids[p.metadata.name ?? ''],
           `${p.metadata.name} kept its VM`,
         );
-      const left = await eventually(() => qemuPidsUnder(cfg.dataDir), {
+      const left = await eventually(() => qemuUnder(cfg.dataDir).vms, {
         timeoutMs: 30_000,
         until: (l) => l.length === 4,
         what: 'the orphan VM destroyed',
       });
+      for (const pid of spares) assert.equal(pidAlive(pid), false, "the dead daemon's spare VMM was reaped");
       assert.ok(
         left.every((pid) => pids.includes(pid)),
         'the same QEMU processes, no new ones',
@@ -204,7 +227,7 @@ if (daemonEnv) {
       assert.match(out, /^6\.\d+\.\d+/);
 
       for (const name of names) await client.delete(Pods, ns.name, name);
-      await eventually(() => qemuPidsUnder(cfg.dataDir), {
+      await eventually(() => qemuUnder(cfg.dataDir).vms, {
         timeoutMs: 60_000,
         until: (l) => l.length === 0,
         what: 'every VM destroyed with its pod',
