@@ -466,7 +466,8 @@ export class QemuMicrovmDriver {
     const readyTimeoutMs = opts.readyTimeoutMs ?? 15_000;
     // A spare has its own id and no host forwards (both are fixed when QEMU starts).
     const spare = opts.id === undefined && !opts.hostForwards?.length ? this.takeSpare(template) : undefined;
-    this.refillSpares(template);
+    // Replacements start once this clone is up: spawning QEMU blocks the event loop for milliseconds, which
+    // would otherwise land on this clone's handshake.
     if (spare) {
       spare.record.labels = opts.labels ?? {};
       try {
@@ -475,6 +476,8 @@ export class QemuMicrovmDriver {
       } catch (err) {
         await spare.destroy().catch(() => undefined);
         throw err;
+      } finally {
+        this.refillSpares(template);
       }
     }
     const { plan, vm } = await this.prepareClone(template, opts.id ?? newId(), opts.hostForwards ?? [], opts.labels);
@@ -484,6 +487,8 @@ export class QemuMicrovmDriver {
     } catch (err) {
       await vm.destroy().catch(() => undefined);
       throw err;
+    } finally {
+      this.refillSpares(template);
     }
   }
 

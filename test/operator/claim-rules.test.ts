@@ -160,7 +160,7 @@ describe('claim status', () => {
     lastTransitionTime: '2025-12-31T00:00:00Z',
     observedGeneration: 7,
   };
-  it('mirrors the Sandbox Ready condition verbatim, Finished too, and records name/podIPs', () => {
+  it("mirrors the Sandbox Ready condition (observedGeneration: the claim's), Finished verbatim, and records name/podIPs", () => {
     const finished: Condition = {
       type: 'Finished',
       status: 'True',
@@ -169,7 +169,10 @@ describe('claim status', () => {
       lastTransitionTime: NOW,
     };
     const s = claimStatusFor(claim(), { kind: 'sandbox', sandbox: sb([ready, finished], ['10.0.0.1']) }, NOW);
-    assert.deepEqual(s, { conditions: [finished, ready], sandbox: { name: 'p-abc', podIPs: ['10.0.0.1'] } });
+    assert.deepEqual(s, {
+      conditions: [finished, { ...ready, observedGeneration: 3 }],
+      sandbox: { name: 'p-abc', podIPs: ['10.0.0.1'] },
+    });
   });
   const table: Array<[string, Parameters<typeof claimStatusFor>[1], string, string]> = [
     ['no Ready on the Sandbox', { kind: 'sandbox', sandbox: sb([]) }, 'SandboxNotReady', 'Sandbox is not ready'],

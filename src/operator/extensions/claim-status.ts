@@ -82,6 +82,12 @@ function cond(
   return c;
 }
 
+function withGeneration(c: Condition, generation: number | undefined): Condition {
+  if (generation !== undefined) c.observedGeneration = generation;
+  else delete c.observedGeneration;
+  return c;
+}
+
 /** The claim status for an outcome (spec §9.5). `now` is an RFC3339 timestamp for new transitions. */
 export function claimStatusFor(claim: SandboxClaim, outcome: ClaimOutcome, now: string): SandboxClaimStatus {
   const prev = claim.status ?? {};
@@ -117,7 +123,10 @@ export function claimStatusFor(claim: SandboxClaim, outcome: ClaimOutcome, now: 
           prevReady,
           now,
         );
-      else if (sbReady) ready = { ...sbReady, type: 'Ready' };
+      // Forwarded as is, except observedGeneration, which names the claim's generation (newer upstream; spec §9.5
+      // [UP≠]). Keeping the Sandbox's would also rewrite the claim after every adoption, whose pod-template
+      // change bumps the Sandbox's generation: one more write racing the next claim's.
+      else if (sbReady) ready = withGeneration({ ...sbReady, type: 'Ready' }, gen);
       else ready = cond('Ready', 'False', ClaimReasons.sandboxNotReady, 'Sandbox is not ready', gen, prevReady, now);
       finished = findCondition(outcome.sandbox.status?.conditions, 'Finished');
       break;
