@@ -220,7 +220,7 @@ export class NodeEngine extends EventEmitter {
     if (this.reaper) clearInterval(this.reaper);
     if (this.refillTimer) clearTimeout(this.refillTimer);
     this.flushPersist();
-    await this.driver.destroySpares();
+    await this.driver.close();
     if (opts.destroyVms) {
       await this.driver.destroyAll();
       this.claims.clear();

@@ -544,8 +544,10 @@ export class QemuMicrovmDriver {
 
   /** Loaded, paused spares per template dir, and how many are being started. */
   private readonly spares = new Map<string, { ready: Vm[]; starting: number }>();
-  /** Bumped by destroyAll(): a spare that finishes starting under an older epoch is destroyed. */
+  /** Bumped by destroySpares(): a spare that finishes starting under an older epoch is destroyed. */
   private spareEpoch = 0;
+  /** Set by close(): no spare starts again (a clone finishing during shutdown must not start one). */
+  private sparesClosed = false;
 
   /** Spares of a template that are loaded and ready to be taken. */
   readySpares(template: Template): number {
@@ -563,7 +565,7 @@ export class QemuMicrovmDriver {
   }
 
   private refillSpares(template: Template): void {
-    if (this.options.spareVmms === 0) return;
+    if (this.options.spareVmms === 0 || this.sparesClosed) return;
     let entry = this.spares.get(template.dir);
     if (!entry) this.spares.set(template.dir, (entry = { ready: [], starting: 0 }));
     const epoch = this.spareEpoch;
@@ -576,7 +578,10 @@ export class QemuMicrovmDriver {
             if (epoch !== this.spareEpoch || !existsSync(template.stateFile)) await vm.destroy();
             else e.ready.push(vm);
           },
-          (err: unknown) => this.log.warn({ err, template: template.name }, 'spare VMM failed to start'),
+          (err: unknown) => {
+            // A spare destroyed while it started (destroySpares/close) is not a failure worth a warning.
+            if (epoch === this.spareEpoch) this.log.warn({ err, template: template.name }, 'spare VMM failed to start');
+          },
         )
         .finally(() => e.starting--);
     }
@@ -693,6 +698,12 @@ export class QemuMicrovmDriver {
   async destroyAll(): Promise<void> {
     await this.destroySpares();
     await Promise.all([...this.vms.values()].map((vm) => vm.destroy().catch(() => undefined)));
+  }
+
+  /** Stop making spares for good and destroy the ones there are; VMs keep running (call before exiting). */
+  async close(): Promise<void> {
+    this.sparesClosed = true;
+    await this.destroySpares();
   }
 
   /** Destroy the spare VMMs (ready and starting) and stop refilling them until the next clone. */

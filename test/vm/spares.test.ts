@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pidAlive, QemuMicrovmDriver, type Template } from '../../src/vmm/index.js';
@@ -70,6 +70,30 @@ describe('spare VMMs', { timeout: BUILD_TIMEOUT_MS + 5 * 60_000 }, () => {
     assert.notEqual(vm.id, spareId);
     assert.equal((await vm.run(['echo', 'ok'])).stdout.toString().trim(), 'ok');
     await vm.destroy();
+  });
+
+  it('close() destroys the spares and no clone starts one again, not even one finishing during the close', async () => {
+    const root = mkdtempSync(join(tmpdir(), 'sbxs-'));
+    const d = new QemuMicrovmDriver({ runRoot: root, spareVmms: 1 });
+    const vm = await d.clone(tpl);
+    await waitForSpare(d, tpl);
+    const inFlight = d.clone(tpl); // takes the spare; its replacement would start when it finishes
+    await d.close();
+    const late = await inFlight;
+    const again = await d.clone(tpl);
+    await sleep(1000);
+    assert.equal(d.readySpares(tpl), 0);
+    assert.deepEqual(
+      d.list().filter((r) => r.labels[SPARE] === 'true' && r.alive),
+      [],
+      'no spare VMM process after close',
+    );
+    const pids = [vm.pid, late.pid, again.pid];
+    await Promise.all([vm.destroy(), late.destroy(), again.destroy()]);
+    await d.destroyAll();
+    for (const pid of pids) assert.equal(pid !== undefined && pidAlive(pid), false, `QEMU ${pid} gone`);
+    assert.deepEqual(readdirSync(root), [], 'run root empty');
+    rmSync(root, { recursive: true, force: true });
   });
 
   it('spares left by a process that died are reaped by the next one on the same run root', async () => {
