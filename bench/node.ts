@@ -169,14 +169,36 @@ async function claims(
   return { lat, ids };
 }
 
-/** The floor: the same keep-alive POST against a Node server that only answers `ok` (client in this process). */
-async function httpFloor(): Promise<number> {
-  const srv = createServer((req, res) => {
-    req.resume();
-    req.on('end', () => res.writeHead(200, { 'content-length': 2 }).end('ok'));
-  });
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
-  const port = (srv.address() as { port: number }).port;
+/** A Node HTTP server that only answers `ok` (after reading the body), as source for `node -e`. */
+const OK_SERVER = `const s = require('node:http').createServer((q, r) => { q.resume(); q.on('end', () => r.writeHead(200, { 'content-length': 2 }).end('ok')); });
+s.listen(0, '127.0.0.1', () => console.log(s.address().port));`;
+
+/**
+ * The floor: the same keep-alive POST (bare client) against a Node server that only answers `ok`, once in this
+ * process and once in a child process (like sandboxd: the response then has to wake a process on the other core).
+ */
+async function httpFloor(where: 'same process' | 'other process'): Promise<number> {
+  let port: number;
+  let stop: () => Promise<void>;
+  if (where === 'same process') {
+    const srv = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => res.writeHead(200, { 'content-length': 2 }).end('ok'));
+    });
+    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
+    port = (srv.address() as { port: number }).port;
+    stop = () => new Promise((r) => srv.close(() => r()));
+  } else {
+    const child = spawn(process.execPath, ['-e', OK_SERVER], { stdio: ['ignore', 'pipe', 'inherit'] });
+    port = await new Promise<number>((resolve, reject) => {
+      child.stdout!.once('data', (b: Buffer) => resolve(Number(b.toString().trim())));
+      child.once('exit', (code) => reject(new Error(`floor server exited with ${code}`)));
+    });
+    stop = async () => {
+      child.kill();
+      await new Promise((r) => child.once('exit', r));
+    };
+  }
   const lat: number[] = [];
   const raw = await RawHttp.open(port);
   const body = JSON.stringify({ template: 'sandbox/minimal' });
@@ -186,7 +208,7 @@ async function httpFloor(): Promise<number> {
     lat.push(performance.now() - t0);
   }
   raw.close();
-  await new Promise((r) => srv.close(r));
+  await stop();
   return pct(
     lat.sort((a, b) => a - b),
     50,
@@ -194,9 +216,10 @@ async function httpFloor(): Promise<number> {
 }
 
 async function main() {
-  console.log(
-    `floor: keep-alive POST (raw client) to a Node server in this process answering "ok", p50 ${(await httpFloor()).toFixed(3)} ms (n=2000)`,
-  );
+  for (const where of ['same process', 'other process'] as const)
+    console.log(
+      `floor: keep-alive POST (raw client) to a Node server in the ${where} answering "ok", p50 ${(await httpFloor(where)).toFixed(3)} ms (n=2000)`,
+    );
   const dir = await mkdtemp(join(tmpdir(), 'bench-node-'));
   await writeFile(join(dir, 'token'), TOKEN);
   const port = await freePort();
