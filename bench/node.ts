@@ -1,7 +1,8 @@
 /**
  * bench/node — sandboxd, measured from outside the daemon (a separate process, HTTP on loopback, keep-alive):
  *   1. pool refill rate: PUT /v1/pools from 0 to 50 warm microVMs, time until all 50 answer (VMs/s);
- *   2. node-local claim latency, POST /v1/claim served from the hot pool, p50/p95/p99 at concurrency 1 and 16.
+ *   2. node-local claim latency, POST /v1/claim served from the hot pool, p50/p95/p99 at concurrency 1 and 16, on
+ *      the claim gateway (--claim-listen) and on the API listener.
  *
  *   node --import tsx bench/node.ts [--rounds 4] [--pool 50]
  */
@@ -223,6 +224,7 @@ async function main() {
   const dir = await mkdtemp(join(tmpdir(), 'bench-node-'));
   await writeFile(join(dir, 'token'), TOKEN);
   const port = await freePort();
+  const gatewayPort = await freePort();
   const bin = fileURLToPath(new URL('../bin/sandboxd.mjs', import.meta.url));
   const daemon = spawn(
     process.execPath,
@@ -233,6 +235,8 @@ async function main() {
       'bench',
       '--listen',
       `127.0.0.1:${port}`,
+      '--claim-listen',
+      `127.0.0.1:${gatewayPort}`,
       '--data-dir',
       join(dir, 'data'),
       '--token-file',
@@ -267,22 +271,29 @@ async function main() {
       `refill 0 -> ${POOL} warm microVMs: ${(refillMs / 1000).toFixed(2)} s = ${((POOL * 1000) / refillMs).toFixed(1)} VMs/s`,
     );
 
-    for (const [conc, client] of [
-      [1, 'raw'],
-      [1, 'node:http'],
-      [16, 'raw'],
+    for (const [conc, client, listener] of [
+      [1, 'raw', 'gateway'],
+      [1, 'raw', 'api'],
+      [1, 'node:http', 'api'],
+      [16, 'raw', 'gateway'],
+      [16, 'raw', 'api'],
     ] as const) {
       const all: number[] = [];
       for (let round = 0; round < ROUNDS; round++) {
         await fill(port, POOL);
-        const { lat, ids } = await claims(port, POOL - (POOL % conc), conc, client);
+        const { lat, ids } = await claims(
+          listener === 'gateway' ? gatewayPort : port,
+          POOL - (POOL % conc),
+          conc,
+          client,
+        );
         all.push(...lat);
         await call(port, 'PUT', '/v1/pools', { pools: [{ template: 'sandbox/minimal', warm: 0 }] });
         await Promise.all(ids.map((id) => call(port, 'POST', `/v1/sandboxes/${id}/release`)));
       }
       all.sort((a, b) => a - b);
       console.log(
-        `claim over HTTP (loopback, keep-alive, ${client} client, refill delay ${REFILL_DELAY} ms), concurrency ${conc}, n=${all.length}: p50 ${pct(all, 50).toFixed(3)} ms  p95 ${pct(all, 95).toFixed(3)} ms  p99 ${pct(all, 99).toFixed(3)} ms`,
+        `claim over HTTP (loopback, keep-alive, ${listener === 'gateway' ? 'claim gateway' : 'API listener'}, ${client} client, refill delay ${REFILL_DELAY} ms), concurrency ${conc}, n=${all.length}: p50 ${pct(all, 50).toFixed(3)} ms  p95 ${pct(all, 95).toFixed(3)} ms  p99 ${pct(all, 99).toFixed(3)} ms`,
       );
     }
   } finally {

@@ -1,6 +1,7 @@
 import { KubeClient } from '../kube/index.js';
 import type { Logger } from '../log/logger.js';
 import { NodeEngine } from './engine.js';
+import { ClaimGateway } from './claim-gateway.js';
 import { SandboxdApi } from './http-api.js';
 import { InventoryPublisher } from './inventory.js';
 import type { SandboxdConfig } from './options.js';
@@ -41,6 +42,16 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
   const bound = await api.listen(config.listenHost, config.listenPort);
   const address = `${bound.address}:${bound.port}`;
   log.info({ address, node: config.nodeName }, 'sandboxd API listening');
+  let gateway: ClaimGateway | undefined;
+  if (config.claimListen) {
+    gateway = new ClaimGateway({
+      api,
+      auth: { rootToken: config.rootToken, tenants: config.tenants, allowAnonymous: config.allowAnonymous },
+      logger: log.child({ component: 'claim-gateway' }),
+    });
+    const g = await gateway.listen(config.claimListen.host, config.claimListen.port);
+    log.info({ address: `${g.address}:${g.port}` }, 'claim gateway listening');
+  }
   const client = config.kubeconfig
     ? await KubeClient.fromKubeconfig(config.kubeconfig, { userAgent: 'sandboxd' })
     : undefined;
@@ -88,6 +99,7 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
       peers.stop();
       await vk?.stop({ deleteNodes: config.destroyOnExit });
       await Promise.allSettled(tasks);
+      await gateway?.close();
       await api.close();
       await engine.close({ destroyVms: config.destroyOnExit });
       client?.close();

@@ -28,7 +28,15 @@ const STATUS_BY_CODE: Record<string, number> = {
   INVALID_ARGUMENT: 400,
 };
 
-class HttpError extends SandboxError {
+/** The HTTP status and message for an error thrown by a handler (both listeners). */
+export function errorStatus(err: unknown): { status: number; message: string } {
+  const status =
+    err instanceof HttpError ? err.status : err instanceof SandboxError ? (STATUS_BY_CODE[err.code] ?? 500) : 500;
+  const message = err instanceof SandboxError ? err.describe() : err instanceof Error ? err.message : String(err);
+  return { status, message };
+}
+
+export class HttpError extends SandboxError {
   constructor(
     readonly status: number,
     message: string,
@@ -154,15 +162,46 @@ export class SandboxdApi {
       }
       await match.handler(req, res, who, params, url);
     } catch (err) {
-      const status =
-        err instanceof HttpError ? err.status : err instanceof SandboxError ? (STATUS_BY_CODE[err.code] ?? 500) : 500;
+      const { status, message } = errorStatus(err);
       if (status >= 500) this.log.error({ err, path: url.pathname }, 'request failed');
-      const message = err instanceof SandboxError ? err.describe() : err instanceof Error ? err.message : String(err);
       if (!res.headersSent) json(res, status, { error: message });
       else res.end();
     } finally {
       this.metrics.requests.inc({ route: routeName, code: String(res.statusCode) });
     }
+  }
+
+  /**
+   * POST /v1/claim, for both listeners (this API and the claim gateway): the JSON answer for `body`, or an error
+   * (HttpError / SandboxError, mapped by errorStatus). `t0` is when the request started, for the histogram.
+   */
+  async claim(who: Principal, body: Record<string, unknown>, t0 = performance.now()): Promise<unknown> {
+    if (who.kind === 'bearer') throw new HttpError(401, 'invalid api token');
+    const e = this.engine;
+    const key = parsePoolKey(body);
+    const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 0);
+    const claimRef = optionalString(body.claim_ref, 'claim_ref');
+    const noRedirect = body.no_redirect === true;
+    e.assertKnownTemplate(key.template);
+    if (!noRedirect && e.warmCount(key) === 0) {
+      const peers = this.opts.peers?.withWarm(key) ?? [];
+      if (peers.length) return { redirect: peers.slice(0, 3) };
+    }
+    if (e.claimedCount >= e.maxClaims) {
+      const peers = this.opts.peers?.withWarm(key) ?? [];
+      if (!noRedirect && peers.length) return { redirect: peers.slice(0, 3) };
+      throw new HttpError(429, `node at capacity (${e.maxClaims} claims)`);
+    }
+    const rec = await e.claim({ key, ttlSeconds: ttl, claimRef });
+    const tier = rec.source === 'warm' ? 'warm' : 'provisioned';
+    this.metrics.claims.inc({ tier });
+    this.metrics.claimSeconds.observe({ tier }, (performance.now() - t0) / 1000);
+    return claimResponse(rec, e.advertiseAddr);
+  }
+
+  /** Count a request answered by the claim gateway (same series as this API's, route `gateway`). */
+  countGatewayRequest(code: number): void {
+    this.metrics.requests.inc({ route: 'gateway', code: String(code) });
   }
 
   private defineRoutes(): void {
@@ -174,28 +213,8 @@ export class SandboxdApi {
     });
 
     this.route('POST', '/v1/claim', async (req, res, who) => {
-      if (who.kind === 'bearer') throw new HttpError(401, 'invalid api token');
       const t0 = performance.now();
-      const body = await readJson(req);
-      const key = parsePoolKey(body);
-      const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 0);
-      const claimRef = optionalString(body.claim_ref, 'claim_ref');
-      const noRedirect = body.no_redirect === true;
-      e.assertKnownTemplate(key.template);
-      if (!noRedirect && e.warmCount(key) === 0) {
-        const peers = this.opts.peers?.withWarm(key) ?? [];
-        if (peers.length) return json(res, 200, { redirect: peers.slice(0, 3) });
-      }
-      if (e.claimedCount >= e.maxClaims) {
-        const peers = this.opts.peers?.withWarm(key) ?? [];
-        if (!noRedirect && peers.length) return json(res, 200, { redirect: peers.slice(0, 3) });
-        throw new HttpError(429, `node at capacity (${e.maxClaims} claims)`);
-      }
-      const rec = await e.claim({ key, ttlSeconds: ttl, claimRef });
-      json(res, 200, claimResponse(rec, e.advertiseAddr));
-      const tier = rec.source === 'warm' ? 'warm' : 'provisioned';
-      this.metrics.claims.inc({ tier });
-      this.metrics.claimSeconds.observe({ tier }, (performance.now() - t0) / 1000);
+      json(res, 200, await this.claim(who, await readJson(req), t0));
     });
 
     this.route('PUT', '/v1/pools', async (req, res, who) => {

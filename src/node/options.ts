@@ -10,6 +10,8 @@ export interface SandboxdConfig {
   readonly nodeName: string;
   readonly listenHost: string;
   readonly listenPort: number;
+  /** The claim gateway's address (POST /v1/claim only, without node:http); undefined = not started. */
+  readonly claimListen: { host: string; port: number } | undefined;
   readonly advertiseAddr: string;
   readonly dataDir: string;
   readonly rootToken: string | undefined;
@@ -41,6 +43,10 @@ export function sandboxdCommand(): Command {
     .description('Node daemon: microVM warm pools, node-local claims, NodeInventory, virtual-kubelet nodes')
     .option('--node-name <name>', "this node's name", hostname())
     .option('--listen <host:port>', 'HTTP API address', '127.0.0.1:7777')
+    .option(
+      '--claim-listen <host:port>',
+      'also serve POST /v1/claim on this address through the lean claim gateway (docs/sandboxd.md); off by default',
+    )
     .option('--advertise-addr <host:port>', 'address peers and the control plane use for this node (default: --listen)')
     .option('--data-dir <dir>', 'state and VM run dirs', join('/var/lib', 'sandboxd'))
     .option('--token-file <path>', 'file holding the root (operator) API token')
@@ -108,6 +114,12 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
   const listenPort = Number(portStr);
   if (!Number.isInteger(listenPort) || listenPort < 0 || listenPort > 65535)
     errors.push(`--listen: bad port "${portStr}"`);
+  let claimListen: SandboxdConfig['claimListen'];
+  if (o.claimListen !== undefined) {
+    const [host = '127.0.0.1', port = ''] = String(o.claimListen).split(/:(?=\d+$)/);
+    if (!/^\d+$/.test(port) || Number(port) > 65535) errors.push(`--claim-listen: bad port "${port}" (want host:port)`);
+    else claimListen = { host, port: Number(port) };
+  }
   const rootToken = o.tokenFile ? readFileSync(String(o.tokenFile), 'utf8').trim() : undefined;
   const tenants = new Map<string, string>();
   if (o.tenantTokensFile) {
@@ -136,6 +148,7 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
     nodeName: String(o.nodeName),
     listenHost,
     listenPort,
+    claimListen,
     advertiseAddr,
     dataDir: String(o.dataDir),
     rootToken,

@@ -7,6 +7,8 @@ import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { defaultRunRoot, NodeEngine } from '../../src/node/engine.js';
+import { connect } from 'node:net';
+import { ClaimGateway } from '../../src/node/claim-gateway.js';
 import { SandboxdApi } from '../../src/node/http-api.js';
 import { eventually } from '../support/eventually.js';
 
@@ -35,6 +37,8 @@ describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
   let engine: NodeEngine;
   let api: SandboxdApi;
   let base: string;
+  let gateway: ClaimGateway;
+  let gwPort: number;
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'sbxd-'));
@@ -46,9 +50,15 @@ describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
     });
     const a = await api.listen('127.0.0.1', 0);
     base = `http://127.0.0.1:${a.port}`;
+    gateway = new ClaimGateway({
+      api,
+      auth: { rootToken: ROOT, tenants: new Map([[TENANT, 'acme']]), allowAnonymous: false },
+    });
+    gwPort = (await gateway.listen('127.0.0.1', 0)).port;
   });
 
   after(async () => {
+    await gateway?.close();
     await api?.close();
     await engine?.close({ destroyVms: true });
     await rm(dir, { recursive: true, force: true });
@@ -174,7 +184,84 @@ describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
     for (const id of ids) assert.equal((await call(base, 'POST', `/v1/sandboxes/${id}/release`)).status, 204);
     assert.equal(engine.claimedCount, 0);
   });
+
+  it('the claim gateway serves POST /v1/claim like the API: same answers, auth, limits; nothing else', async () => {
+    const gw = `http://127.0.0.1:${gwPort}`;
+    const ok = await call(gw, 'POST', '/v1/claim', { template: 'sandbox/minimal', claim_ref: 'ns/gw' }, TENANT);
+    assert.equal(ok.status, 200, JSON.stringify(ok.json));
+    assert.match(ok.json.id as string, /^sb_[0-9a-f]{16}$/);
+    assert.equal(engine.get(ok.json.id as string)?.claimRef, 'ns/gw');
+    const exec = await call(
+      base,
+      'POST',
+      `/v1/sandboxes/${ok.json.id}/exec`,
+      { argv: ['true'] },
+      ok.json.token as string,
+    );
+    assert.equal(exec.status, 200, 'the token minted through the gateway works on the API');
+
+    const bad: Array<[string, string, unknown, string | null, number, RegExp]> = [
+      ['POST', '/v1/claim', { template: 'sandbox/minimal' }, null, 401, /invalid api token/],
+      ['POST', '/v1/claim', { template: 'sandbox/minimal' }, 'wrong', 401, /invalid api token/],
+      ['POST', '/v1/claim', '{not json', ROOT, 400, /invalid request body/],
+      ['POST', '/v1/claim', '[1]', ROOT, 400, /not an object/],
+      ['POST', '/v1/claim', {}, ROOT, 400, /template: required/],
+      ['POST', '/v1/claim', { template: 'no/such' }, ROOT, 400, /unknown template "no\/such"/],
+      ['POST', '/v1/claim', 'x'.repeat((1 << 20) + 10), ROOT, 400, /larger than/],
+      ['GET', '/v1/claim', undefined, ROOT, 405, /not allowed/],
+      ['GET', '/v1/info', undefined, ROOT, 404, /only POST \/v1\/claim/],
+    ];
+    for (const [method, path, body, token, status, want] of bad) {
+      const r = await call(gw, method, path, body, token);
+      assert.equal(r.status, status, `${method} ${path} ${String(body).slice(0, 30)} -> ${r.status}`);
+      assert.match(String(r.json.error), want);
+    }
+    assert.equal(engine.claimedCount, 1, 'no bad request claimed anything');
+
+    // Two pipelined requests on one connection (the second chunked) are answered in order.
+    const body = JSON.stringify({ template: 'no/such' });
+    const pipelined = await rawExchange(
+      gwPort,
+      `POST /v1/claim HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${ROOT}\r\ncontent-length: ${body.length}\r\n\r\n${body}` +
+        `POST /v1/claim HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${ROOT}\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n`,
+      (got) => (got.match(/HTTP\/1\.1 /g) ?? []).length === 2 && /template: required/.test(got),
+    );
+    assert.match(pipelined, /^HTTP\/1\.1 400 [^]*unknown template[^]*HTTP\/1\.1 400 [^]*template: required/);
+    // Not HTTP at all: 400, then the connection is closed.
+    const garbage = await rawExchange(gwPort, 'HELLO THERE\r\n\r\n');
+    assert.match(garbage, /^HTTP\/1\.1 400 Bad Request[^]*malformed HTTP request/);
+
+    // Capacity is the engine's: 3 claims at most, then 429.
+    const more: string[] = [];
+    for (let i = 0; i < 2; i++) {
+      const r = await call(gw, 'POST', '/v1/claim', { template: 'sandbox/minimal' });
+      assert.equal(r.status, 200);
+      more.push(r.json.id as string);
+    }
+    const over = await call(gw, 'POST', '/v1/claim', { template: 'sandbox/minimal' });
+    assert.equal(over.status, 429);
+    for (const id of [ok.json.id as string, ...more])
+      assert.equal((await call(base, 'POST', `/v1/sandboxes/${id}/release`)).status, 204);
+    assert.equal(engine.claimedCount, 0);
+  });
 });
+
+/** Send raw bytes on one connection; resolve with everything the server sent once it closes or `until` matches. */
+function rawExchange(port: number, bytes: string, until?: (got: string) => boolean): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const s = connect(port, '127.0.0.1', () => s.write(bytes));
+    let got = '';
+    s.on('data', (d: Buffer) => {
+      got += d.toString();
+      if (until?.(got)) {
+        s.destroy();
+        resolve(got);
+      }
+    });
+    s.on('end', () => resolve(got));
+    s.on('error', reject);
+  });
+}
 
 describe('sandboxd survives kill -9: claimed VMs keep running and are re-adopted', () => {
   it('claimed VMs come back after a restart with their state, unclaimed ones are replaced, nothing leaks after shutdown', async () => {

@@ -1,0 +1,164 @@
+/**
+ * The claim gateway: a second listener that serves exactly one request, `POST /v1/claim`, with the same body,
+ * answers, auth and limits as the API (the handler is SandboxdApi.claim). It exists for latency: node:http's
+ * request/response machinery alone costs ~0.28 ms per request on a 2-vCPU VM (bench/node's floor), above the
+ * 0.2 ms a node-local claim is meant to take, while a socket answered directly costs ~0.11 ms. HTTP/1.1 parsing
+ * is http-parser-js (docs/dependencies.md), not ours: keep-alive, pipelining (answers in order), chunked or
+ * Content-Length bodies, header-size limit. Anything but POST /v1/claim gets a JSON 404/405 naming the API.
+ */
+import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
+import { HTTPParser, type HeaderInfo } from 'http-parser-js';
+import { silentLogger, type Logger } from '../log/logger.js';
+import { identify, type AuthConfig } from './auth.js';
+import { errorStatus, HttpError, MAX_BODY_BYTES, type SandboxdApi } from './http-api.js';
+
+/** Request line plus headers, at most (a claim needs a few hundred bytes). */
+const MAX_HEADER_BYTES = 16 << 10;
+const IDLE_TIMEOUT_MS = 90_000;
+const REASONS: Record<number, string> = {
+  200: 'OK',
+  400: 'Bad Request',
+  401: 'Unauthorized',
+  403: 'Forbidden',
+  404: 'Not Found',
+  405: 'Method Not Allowed',
+  429: 'Too Many Requests',
+  500: 'Internal Server Error',
+  503: 'Service Unavailable',
+};
+
+export interface ClaimGatewayOptions {
+  api: SandboxdApi;
+  auth: AuthConfig;
+  logger?: Logger;
+}
+
+interface Pending {
+  method: string;
+  path: string;
+  authorization: string | undefined;
+  keepAlive: boolean;
+  chunks: Buffer[];
+  size: number;
+  tooLarge: boolean;
+  started: number;
+}
+
+export class ClaimGateway {
+  readonly server: Server;
+  private readonly log: Logger;
+  private readonly sockets = new Set<Socket>();
+
+  constructor(private readonly opts: ClaimGatewayOptions) {
+    this.log = opts.logger ?? silentLogger;
+    this.server = createServer((socket) => this.serve(socket));
+    this.server.maxConnections = 4096;
+  }
+
+  listen(host: string, port: number): Promise<AddressInfo> {
+    return new Promise((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(port, host, () => resolve(this.server.address() as AddressInfo));
+    });
+  }
+
+  /** Stop listening and drop open connections (keep-alive clients would otherwise hold the close open). */
+  close(): Promise<void> {
+    const closed = new Promise<void>((r) => this.server.close(() => r()));
+    for (const s of this.sockets) s.destroy();
+    return closed;
+  }
+
+  private serve(socket: Socket): void {
+    this.sockets.add(socket);
+    socket.once('close', () => this.sockets.delete(socket));
+    socket.setNoDelay(true);
+    socket.setTimeout(IDLE_TIMEOUT_MS, () => socket.destroy());
+    socket.on('error', () => socket.destroy());
+    const parser = new HTTPParser(HTTPParser.REQUEST);
+    parser.maxHeaderSize = MAX_HEADER_BYTES;
+    let req: Pending | undefined;
+    // Answers leave in request order, even if a later claim (a warm hit) finishes before an earlier one (a clone).
+    let queue: Promise<void> = Promise.resolve();
+    parser[HTTPParser.kOnHeadersComplete] = (info: HeaderInfo) => {
+      let authorization: string | undefined;
+      for (let i = 0; i < info.headers.length; i += 2)
+        if (info.headers[i]!.toLowerCase() === 'authorization') authorization = info.headers[i + 1];
+      const url = info.url;
+      const q = url.indexOf('?');
+      req = {
+        method: HTTPParser.methods[info.method] ?? '',
+        path: q < 0 ? url : url.slice(0, q),
+        authorization,
+        keepAlive: info.shouldKeepAlive,
+        chunks: [],
+        size: 0,
+        tooLarge: false,
+        started: performance.now(),
+      };
+    };
+    parser[HTTPParser.kOnBody] = (chunk: Buffer, offset: number, length: number) => {
+      if (!req || req.tooLarge) return;
+      req.size += length;
+      if (req.size > MAX_BODY_BYTES) req.tooLarge = true;
+      else req.chunks.push(Buffer.from(chunk.subarray(offset, offset + length)));
+    };
+    parser[HTTPParser.kOnMessageComplete] = () => {
+      const r = req;
+      req = undefined;
+      if (!r) return;
+      const answer = this.answer(r);
+      queue = queue.then(async () => {
+        const { status, body } = await answer;
+        this.opts.api.countGatewayRequest(status);
+        if (socket.destroyed) return;
+        const payload = JSON.stringify(body);
+        socket.write(
+          `HTTP/1.1 ${status} ${REASONS[status] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(payload)}\r\n${r.keepAlive ? '' : 'connection: close\r\n'}\r\n${payload}`,
+        );
+        if (!r.keepAlive) socket.end();
+      });
+    };
+    socket.on('data', (data: Buffer) => {
+      const ret = parser.execute(data);
+      if (ret instanceof Error) {
+        // Malformed HTTP: answer after what is already queued, then hang up (the stream cannot be resynchronised).
+        this.opts.api.countGatewayRequest(400);
+        queue = queue.then(() => {
+          if (socket.destroyed) return;
+          const payload = JSON.stringify({ error: `malformed HTTP request: ${ret.message}` });
+          socket.end(
+            `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(payload)}\r\nconnection: close\r\n\r\n${payload}`,
+          );
+        });
+        socket.removeAllListeners('data');
+      }
+    });
+  }
+
+  private async answer(r: Pending): Promise<{ status: number; body: unknown }> {
+    try {
+      if (r.path !== '/v1/claim')
+        throw new HttpError(404, `no route ${r.path}: this listener serves only POST /v1/claim; use the API address`);
+      if (r.method !== 'POST') throw new HttpError(405, `method ${r.method} not allowed on /v1/claim`);
+      if (r.tooLarge) throw new HttpError(400, `invalid request body: larger than ${MAX_BODY_BYTES} bytes`);
+      const who = identify(r.authorization, this.opts.auth);
+      if (!who) throw new HttpError(401, 'invalid api token');
+      let body: unknown = {};
+      if (r.size > 0) {
+        try {
+          body = JSON.parse((r.chunks.length === 1 ? r.chunks[0]! : Buffer.concat(r.chunks)).toString('utf8'));
+        } catch (err) {
+          throw new HttpError(400, `invalid request body: ${(err as Error).message}`);
+        }
+        if (typeof body !== 'object' || body === null || Array.isArray(body))
+          throw new HttpError(400, 'invalid request body: not an object');
+      }
+      return { status: 200, body: await this.opts.api.claim(who, body as Record<string, unknown>, r.started) };
+    } catch (err) {
+      const { status, message } = errorStatus(err);
+      if (status >= 500) this.log.error({ err }, 'claim failed');
+      return { status, body: { error: message } };
+    }
+  }
+}
