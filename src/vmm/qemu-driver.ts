@@ -1040,21 +1040,25 @@ export class Vm {
     phases.mark('idle');
     const logFile = join(this.record.runDir, 'qemu.log');
     await this.explainExit(proc, async () => {
+      // The handshake is written right after `cont` is sent, not after QEMU confirms it (1-8 ms here): the guest
+      // finds the HELLO waiting as soon as it runs. The answer cannot come before the guest runs anyway.
+      const contP = loaded.status !== 'running' ? this.requireQmp().execute('cont') : Promise.resolve();
+      const agentP = AgentClient.handshake(loaded.socket, this.record.agentSocket, {
+        connectTimeoutMs: opts.readyTimeoutMs,
+        signal: opts.signal,
+      });
+      agentP.catch(() => undefined);
       try {
-        if (loaded.status !== 'running') await this.requireQmp().execute('cont');
+        await contP;
         phases.mark('cont');
-        this._agent = await unlessExited(
-          proc,
-          AgentClient.handshake(loaded.socket, this.record.agentSocket, {
-            connectTimeoutMs: opts.readyTimeoutMs,
-            signal: opts.signal,
-          }),
-          'agent connect',
-          logFile,
-        );
+        this._agent = await unlessExited(proc, agentP, 'agent connect', logFile);
         phases.mark('agent');
       } catch (err) {
         loaded.socket.destroy();
+        void agentP.then(
+          (a) => a.close(),
+          () => undefined,
+        );
         throw err;
       }
     });
