@@ -4,7 +4,7 @@ import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node
 import { join, resolve } from 'node:path';
 import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
-import { pidAlive, QemuMicrovmDriver, templateFromImage, type Template, type Vm } from '../vmm/index.js';
+import { QemuMicrovmDriver, templateFromImage, type Template, type Vm } from '../vmm/index.js';
 import { ensureGuestImage, GUEST_TEMPLATES, silentProgress } from '../guest/index.js';
 import { keyString, SIZE_TIERS, type PoolKey } from './pool-key.js';
 
@@ -187,19 +187,10 @@ export class NodeEngine extends EventEmitter {
           reaped++;
         }
       } catch (err) {
-        // Its QEMU may still run (e.g. a hung agent): kill it by its recorded PID (`alive` already checked that the
-        // PID was not reused), then drop the run dir. Retrying adopt() would fail the same way, and removeStale()
-        // refuses a live VM, which used to fail the whole start.
+        // Its QEMU may still run (e.g. a hung agent): kill it by its recorded PID and drop the run dir. Retrying
+        // adopt() would fail the same way, and removeStale() refuses a live VM, which used to fail the whole start.
         this.log.warn({ err, vm: rec.id }, 'could not re-adopt a VM; killing it');
-        if (rec.pid !== undefined && rec.alive) {
-          try {
-            process.kill(rec.pid, 'SIGKILL');
-          } catch {
-            /* already gone */
-          }
-          for (let i = 0; i < 100 && pidAlive(rec.pid); i++) await new Promise((r) => setTimeout(r, 20));
-        }
-        if (rec.pid === undefined || !rec.alive || !pidAlive(rec.pid)) this.driver.removeStale(rec.id);
+        await this.driver.killRecorded(rec);
         reaped++;
       }
     }

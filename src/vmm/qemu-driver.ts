@@ -612,18 +612,29 @@ export class QemuMicrovmDriver {
     let n = 0;
     for (const rec of this.list()) {
       if (rec.labels[SPARE_LABEL] !== 'true' || this.vms.has(rec.id)) continue;
-      if (rec.alive && rec.pid !== undefined) {
-        try {
-          process.kill(rec.pid, 'SIGKILL');
-        } catch {
-          /* gone */
-        }
-        for (let i = 0; i < 100 && pidAlive(rec.pid); i++) await sleep(20);
-      }
-      rmSync(join(this.options.runRoot, rec.id), { recursive: true, force: true });
+      await this.killRecorded(rec);
       n++;
     }
     return n;
+  }
+
+  /**
+   * Kill a VM nothing here manages by the PID in its record (`alive` from list() already checked that the PID was
+   * not reused), wait up to 2 s for it to go, then drop its run dir. False when the process outlived the wait (the
+   * run dir is kept: removeStale() refuses a live VM).
+   */
+  async killRecorded(rec: VmRecord & { alive: boolean }): Promise<boolean> {
+    if (rec.pid !== undefined && rec.alive) {
+      try {
+        process.kill(rec.pid, 'SIGKILL');
+      } catch {
+        /* already gone */
+      }
+      for (let i = 0; i < 100 && pidAlive(rec.pid); i++) await sleep(20);
+      if (pidAlive(rec.pid)) return false;
+    }
+    rmSync(join(this.options.runRoot, rec.id), { recursive: true, force: true });
+    return true;
   }
 
   /** @internal */
