@@ -10,7 +10,7 @@ import { createServer, type AddressInfo, type Server, type Socket } from 'node:n
 import { HTTPParser, type HeaderInfo } from 'http-parser-js';
 import { silentLogger, type Logger } from '../log/logger.js';
 import { identify, type AuthConfig } from './auth.js';
-import { errorStatus, HttpError, MAX_BODY_BYTES, type SandboxdApi } from './http-api.js';
+import { errorStatus, HttpError, MAX_BODY_BYTES, parseJsonBody, type SandboxdApi } from './http-api.js';
 
 /** Request line plus headers, at most (a claim needs a few hundred bytes). */
 const MAX_HEADER_BYTES = 16 << 10;
@@ -144,17 +144,7 @@ export class ClaimGateway {
       if (r.tooLarge) throw new HttpError(400, `invalid request body: larger than ${MAX_BODY_BYTES} bytes`);
       const who = identify(r.authorization, this.opts.auth);
       if (!who) throw new HttpError(401, 'invalid api token');
-      let body: unknown = {};
-      if (r.size > 0) {
-        try {
-          body = JSON.parse((r.chunks.length === 1 ? r.chunks[0]! : Buffer.concat(r.chunks)).toString('utf8'));
-        } catch (err) {
-          throw new HttpError(400, `invalid request body: ${(err as Error).message}`);
-        }
-        if (typeof body !== 'object' || body === null || Array.isArray(body))
-          throw new HttpError(400, 'invalid request body: not an object');
-      }
-      return { status: 200, body: await this.opts.api.claim(who, body as Record<string, unknown>, r.started) };
+      return { status: 200, body: await this.opts.api.claim(who, parseJsonBody(r.chunks), r.started) };
     } catch (err) {
       const { status, message } = errorStatus(err);
       if (status >= 500) this.log.error({ err }, 'claim failed');

@@ -458,16 +458,25 @@ function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
     });
     req.on('end', () => {
       if (failed) return;
-      if (size === 0) return resolve({});
       try {
-        const v = JSON.parse((chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)).toString('utf8')) as unknown;
-        if (!isObject(v)) throw new Error('not an object');
-        resolve(v);
+        resolve(parseJsonBody(chunks));
       } catch (err) {
-        reject(new HttpError(400, `invalid request body: ${(err as Error).message}`));
+        reject(err as Error);
       }
     });
   });
+}
+
+/** A request body (already size-capped) as a JSON object: `{}` when empty, 400 naming the problem otherwise. */
+export function parseJsonBody(chunks: readonly Buffer[]): Record<string, unknown> {
+  if (!chunks.some((c) => c.length > 0)) return {};
+  try {
+    const v = JSON.parse((chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)).toString('utf8')) as unknown;
+    if (!isObject(v)) throw new Error('not an object');
+    return v;
+  } catch (err) {
+    throw new HttpError(400, `invalid request body: ${(err as Error).message}`);
+  }
 }
 
 function strictKeys(obj: Record<string, unknown>, allowed: string[], where: string): void {
