@@ -351,9 +351,7 @@ func (s *session) handleRequest(f Frame) {
 	case "ping":
 		s.reply(id, nil, nil)
 	case "hello":
-		s.reply(id, helloInfo(), nil)
-		setTime(req.TimeUnixNs)
-		reseed(req.Seed)
+		s.greet(id, req.TimeUnixNs, req.Seed)
 	case "time.set":
 		setTime(req.TimeUnixNs)
 		s.reply(id, nil, nil)
@@ -413,24 +411,26 @@ func (s *session) handleRequest(f Frame) {
 	}
 }
 
-func helloInfo() map[string]any {
-	return map[string]any{"ok": true, "protocol": ProtocolVersion, "version": AgentVersion, "pid": os.Getpid(),
-		"features": []string{"exec", "pty", "signal", "files", "watch", "tcp", "health", "time"}}
-}
-
 // helloReply is encoded once at start-up, before any snapshot: a restored clone's first answer then
 // runs no JSON encoder (cold code is what a clone pays for under TCG).
-var helloReply = mustJSON(helloInfo())
+var helloReply = mustJSON(map[string]any{"ok": true, "protocol": ProtocolVersion, "version": AgentVersion,
+	"pid": os.Getpid(), "features": []string{"exec", "pty", "signal", "files", "watch", "tcp", "health", "time"}})
 
-// hello answers a THello frame (u64 BE host wall clock in ns, then seed bytes) and only then applies the
-// clock and the seed: the host sees the agent alive one settimeofday and one CRNG reseed sooner, and
-// no later request is read before both are done.
+// hello answers a THello frame: u64 BE host wall clock in ns, then seed bytes.
 func (s *session) hello(id uint32, p []byte) {
-	s.send(TRes, id, helloReply)
-	if len(p) >= 8 {
-		setTime(int64(binary.BigEndian.Uint64(p[:8])))
-		reseed(p[8:])
+	if len(p) < 8 {
+		s.send(TRes, id, helloReply)
+		return
 	}
+	s.greet(id, int64(binary.BigEndian.Uint64(p[:8])), p[8:])
+}
+
+// greet answers a hello (binary or JSON) and only then applies the clock and the seed: the host sees the
+// agent alive one settimeofday and one CRNG reseed sooner, and no later request is read before both are done.
+func (s *session) greet(id uint32, timeUnixNs int64, seed []byte) {
+	s.send(TRes, id, helloReply)
+	setTime(timeUnixNs)
+	reseed(seed)
 }
 
 // urandom is opened at start-up so a reseed in a fresh clone does not walk the VFS open path.
