@@ -5,18 +5,15 @@
  * shows it; deleting the claim destroys that VM and the pool refills to 3.
  */
 import assert from 'node:assert/strict';
-import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { issueCert } from '../../src/cluster/index.js';
 import { KubeClient, Pods, SandboxClaims } from '../../src/kube/index.js';
-import { createLogger } from '../../src/log/logger.js';
-import { NodeEngine } from '../../src/node/engine.js';
-import { startVirtualNodes, type VirtualNodes } from '../../src/node/vk/index.js';
+import type { NodeEngine } from '../../src/node/engine.js';
+import type { VirtualNodes } from '../../src/node/vk/index.js';
 import { liveQemuPids } from '../../src/vmm/index.js';
 import { getTestCluster, type TestCluster } from '../support/cluster.js';
 import { eventually } from '../support/eventually.js';
+import { BUILD_TIMEOUT_MS } from '../vm/helpers.js';
+import { MINIMAL_KEY, startTestVirtualNode, type TestVirtualNode } from '../support/virtual-node.js';
 import {
   claimManifest,
   createAll,
@@ -29,57 +26,27 @@ import {
   type Env,
 } from '../operator/claim-support.js';
 
-const BUILD_TIMEOUT_MS = 30 * 60_000;
-const KEY = { template: 'sandbox/minimal', net: 'none', size: 'small' } as const;
-
 describe('e2e: operator + sandboxd virtual nodes + microVMs', { timeout: BUILD_TIMEOUT_MS + 6 * 60_000 }, () => {
   let cluster: TestCluster;
   let engine: NodeEngine;
   let vk: VirtualNodes;
-  let dir: string;
+  let node: TestVirtualNode | undefined;
   let client: KubeClient;
   const base = `vke-${process.pid}`;
 
   before(
     async () => {
       cluster = await getTestCluster();
-      dir = mkdtempSync(join(tmpdir(), 'vke-'));
-      chmodSync(dir, 0o755);
-      const log = createLogger({ level: process.env.SBX_TEST_LOG_LEVEL ?? 'warn', name: 'vk-e2e' });
-      engine = new NodeEngine({
-        dataDir: join(dir, 'e'),
-        nodeName: base,
-        advertiseAddr: `${cluster.hostAddress}:0`,
-        logger: log,
-      });
-      await engine.start();
-      await engine.prepare(KEY);
-      const serving = await issueCert(dir, cluster.pki.ca, {
-        name: 'kubelet',
-        commonName: `${base}-kubelet`,
-        ips: [cluster.hostAddress],
-        usage: 'server',
-      });
       client = await KubeClient.fromKubeconfig(cluster.kubeconfigPath, { qps: -1 });
-      vk = await startVirtualNodes({
-        engine,
-        client,
-        nodeName: base,
-        hostAddress: cluster.hostAddress,
-        kubeletPortBase: 0,
-        tls: { cert: serving.cert, key: serving.key, clientCa: cluster.pki.ca.cert },
-        stateDir: join(dir, 'vk'),
-        logger: log,
-      });
+      node = await startTestVirtualNode({ cluster, client, base });
+      ({ engine, vk } = node);
     },
     { timeout: BUILD_TIMEOUT_MS },
   );
 
   after(async () => {
-    await vk?.stop({ deleteNodes: true });
-    await engine?.close({ destroyVms: true });
+    await node?.stop();
     client?.close();
-    if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
   /** The template's pod: the runtime annotation routes it; a hostname selector pins it to this test's node. */
@@ -158,8 +125,8 @@ describe('e2e: operator + sandboxd virtual nodes + microVMs', { timeout: BUILD_T
   });
 
   it("runtime sandboxd: the same, served from the engine's hot pool", async () => {
-    engine.setTargets([{ key: KEY, warm: 3 }]);
-    await eventually(() => engine.warmCount(KEY), {
+    engine.setTargets([{ key: MINIMAL_KEY, warm: 3 }]);
+    await eventually(() => engine.warmCount(MINIMAL_KEY), {
       timeoutMs: 60_000,
       until: (n) => n === 3,
       what: '3 warm VMs in the hot pool',

@@ -6,23 +6,19 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { chmodSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { createServer, type AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { issueCert } from '../../src/cluster/index.js';
 import { KubeClient, Leases, Nodes, Pods } from '../../src/kube/index.js';
-import { createLogger } from '../../src/log/logger.js';
-import { NodeEngine } from '../../src/node/engine.js';
-import { startVirtualNodes, type VirtualNodes } from '../../src/node/vk/index.js';
+import type { NodeEngine } from '../../src/node/engine.js';
+import type { VirtualNodes } from '../../src/node/vk/index.js';
 import type { Lease, Node, Pod } from '../../src/node/vk/types.js';
 import { liveQemuPids } from '../../src/vmm/index.js';
 import { createTestNamespace, getTestCluster, type TestCluster } from '../support/cluster.js';
 import { eventually } from '../support/eventually.js';
-
-const BUILD_TIMEOUT_MS = 30 * 60_000;
+import { BUILD_TIMEOUT_MS } from '../vm/helpers.js';
+import { MINIMAL_KEY, startTestVirtualNode, type TestVirtualNode } from '../support/virtual-node.js';
 
 function podManifest(
   ns: string,
@@ -44,12 +40,12 @@ function podManifest(
 }
 
 describe('virtual kubelet: nodes, pods as microVMs, kubelet API', { timeout: BUILD_TIMEOUT_MS + 5 * 60_000 }, () => {
-  let cluster: TestCluster;
   let ns: Awaited<ReturnType<typeof createTestNamespace>>;
   let client: KubeClient;
+  let cluster: TestCluster;
   let engine: NodeEngine;
   let vk: VirtualNodes;
-  let dir: string;
+  let node: TestVirtualNode | undefined;
   let vkNode: string;
   let sbxNode: string;
   const base = `vkt-${process.pid}`;
@@ -59,35 +55,8 @@ describe('virtual kubelet: nodes, pods as microVMs, kubelet API', { timeout: BUI
       cluster = await getTestCluster();
       ns = await createTestNamespace('vk');
       client = await KubeClient.fromKubeconfig(cluster.kubeconfigPath, { qps: -1 });
-      dir = mkdtempSync(join(tmpdir(), 'vk-'));
-      chmodSync(dir, 0o755); // QEMU drops to an unprivileged user and must reach its run dir
-      const log = createLogger({ level: process.env.SBX_TEST_LOG_LEVEL ?? 'warn', name: 'vk-test' });
-      engine = new NodeEngine({
-        dataDir: join(dir, 'e'),
-        nodeName: base,
-        advertiseAddr: `${cluster.hostAddress}:0`,
-        logger: log,
-      });
-      await engine.start();
-      // Build (or load from cache) the template before the pods arrive, so pod startup is a clone.
-      await engine.prepare({ template: 'sandbox/minimal', net: 'none', size: 'small' });
-      const serving = await issueCert(dir, cluster.pki.ca, {
-        name: 'kubelet',
-        commonName: `${base}-kubelet`,
-        ips: [cluster.hostAddress],
-        usage: 'server',
-      });
-      vk = await startVirtualNodes({
-        engine,
-        client,
-        nodeName: base,
-        hostAddress: cluster.hostAddress,
-        kubeletPortBase: 0,
-        tls: { cert: serving.cert, key: serving.key, clientCa: cluster.pki.ca.cert },
-        stateDir: join(dir, 'vk'),
-        logger: log,
-        podResyncMs: 2000,
-      });
+      node = await startTestVirtualNode({ cluster, client, base, podResyncMs: 2000 });
+      ({ engine, vk } = node);
       vkNode = vk.nodes.find((n) => n.kind === 'vk-cocoon')!.name;
       sbxNode = vk.nodes.find((n) => n.kind === 'sandboxd')!.name;
     },
@@ -95,11 +64,9 @@ describe('virtual kubelet: nodes, pods as microVMs, kubelet API', { timeout: BUI
   );
 
   after(async () => {
-    await vk?.stop({ deleteNodes: true });
-    await engine?.close({ destroyVms: true });
+    await node?.stop();
     client?.close();
     await ns?.cleanup();
-    if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
   it("registers two Ready nodes with the runtime adapter's labels and taints, a WebSocket-capable kubelet, and leases", async () => {
@@ -304,8 +271,8 @@ describe('virtual kubelet: nodes, pods as microVMs, kubelet API', { timeout: BUI
   });
 
   it('a sandboxd Pod claims from the hot pool and honours the ttl annotation', async () => {
-    engine.setTargets([{ key: { template: 'sandbox/minimal', net: 'none', size: 'small' }, warm: 1 }]);
-    await eventually(() => engine.warmCount({ template: 'sandbox/minimal', net: 'none', size: 'small' }), {
+    engine.setTargets([{ key: MINIMAL_KEY, warm: 1 }]);
+    await eventually(() => engine.warmCount(MINIMAL_KEY), {
       timeoutMs: 30_000,
       until: (n) => n === 1,
       what: 'one warm VM',
