@@ -170,15 +170,25 @@ async function claims(
   return { lat, ids };
 }
 
+/** Empty the pool and release the claimed sandboxes (their VMs are destroyed). */
+async function releaseAll(port: number, ids: string[]): Promise<void> {
+  await call(port, 'PUT', '/v1/pools', { pools: [{ template: 'sandbox/minimal', warm: 0 }] });
+  await Promise.all(ids.map((id) => call(port, 'POST', `/v1/sandboxes/${id}/release`)));
+}
+
 /** A Node HTTP server that only answers `ok` (after reading the body), as source for `node -e`. */
 const OK_SERVER = `const s = require('node:http').createServer((q, r) => { q.resume(); q.on('end', () => r.writeHead(200, { 'content-length': 2 }).end('ok')); });
+s.listen(0, '127.0.0.1', () => console.log(s.address().port));`;
+/** A bare node:net server that answers every chunk with a fixed HTTP response: the floor under any HTTP parser. */
+const NET_SERVER = `const r = Buffer.from('HTTP/1.1 200 OK\\r\\ncontent-length: 2\\r\\n\\r\\nok');
+const s = require('node:net').createServer((c) => { c.setNoDelay(true); c.on('data', () => c.write(r)); });
 s.listen(0, '127.0.0.1', () => console.log(s.address().port));`;
 
 /**
  * The floor: the same keep-alive POST (bare client) against a Node server that only answers `ok`, once in this
  * process and once in a child process (like sandboxd: the response then has to wake a process on the other core).
  */
-async function httpFloor(where: 'same process' | 'other process'): Promise<number> {
+async function httpFloor(where: 'same process' | 'other process' | 'net server'): Promise<number> {
   let port: number;
   let stop: () => Promise<void>;
   if (where === 'same process') {
@@ -190,7 +200,9 @@ async function httpFloor(where: 'same process' | 'other process'): Promise<numbe
     port = (srv.address() as { port: number }).port;
     stop = () => new Promise((r) => srv.close(() => r()));
   } else {
-    const child = spawn(process.execPath, ['-e', OK_SERVER], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(process.execPath, ['-e', where === 'net server' ? NET_SERVER : OK_SERVER], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     port = await new Promise<number>((resolve, reject) => {
       child.stdout!.once('data', (b: Buffer) => resolve(Number(b.toString().trim())));
       child.once('exit', (code) => reject(new Error(`floor server exited with ${code}`)));
@@ -216,11 +228,21 @@ async function httpFloor(where: 'same process' | 'other process'): Promise<numbe
   );
 }
 
-async function main() {
-  for (const where of ['same process', 'other process'] as const)
+const FLOOR_SERVERS = {
+  'same process': 'a node:http server in the same process',
+  'other process': 'a node:http server in another process',
+  'net server': 'a bare node:net server in another process',
+} as const;
+
+async function floors(when: string): Promise<void> {
+  for (const where of Object.keys(FLOOR_SERVERS) as Array<keyof typeof FLOOR_SERVERS>)
     console.log(
-      `floor: keep-alive POST (raw client) to a Node server in the ${where} answering "ok", p50 ${(await httpFloor(where)).toFixed(3)} ms (n=2000)`,
+      `floor ${when}: keep-alive POST (raw client) to ${FLOOR_SERVERS[where]} answering "ok", p50 ${(await httpFloor(where)).toFixed(3)} ms (n=2000)`,
     );
+}
+
+async function main() {
+  await floors('(no VMs running)');
   const dir = await mkdtemp(join(tmpdir(), 'bench-node-'));
   await writeFile(join(dir, 'token'), TOKEN);
   const port = await freePort();
@@ -270,7 +292,15 @@ async function main() {
     console.log(
       `refill 0 -> ${POOL} warm microVMs: ${(refillMs / 1000).toFixed(2)} s = ${((POOL * 1000) / refillMs).toFixed(1)} VMs/s`,
     );
+    await floors(`(${POOL} idle VMs running)`);
 
+    // One uncounted round per listener first: a daemon serving claims all day runs JIT-compiled code, and the first
+    // claims of a fresh process measure the compiler instead.
+    for (const listenPort of [gatewayPort, port]) {
+      await fill(port, POOL);
+      const { ids } = await claims(listenPort, POOL, 1, 'raw');
+      await releaseAll(port, ids);
+    }
     for (const [conc, client, listener] of [
       [1, 'raw', 'gateway'],
       [1, 'raw', 'api'],
@@ -281,6 +311,8 @@ async function main() {
       const all: number[] = [];
       for (let round = 0; round < ROUNDS; round++) {
         await fill(port, POOL);
+        // Let the last clone's spare VMM load and the previous round's VMs die before measuring the claim path.
+        await sleep(1000);
         const { lat, ids } = await claims(
           listener === 'gateway' ? gatewayPort : port,
           POOL - (POOL % conc),
@@ -288,8 +320,7 @@ async function main() {
           client,
         );
         all.push(...lat);
-        await call(port, 'PUT', '/v1/pools', { pools: [{ template: 'sandbox/minimal', warm: 0 }] });
-        await Promise.all(ids.map((id) => call(port, 'POST', `/v1/sandboxes/${id}/release`)));
+        await releaseAll(port, ids);
       }
       all.sort((a, b) => a - b);
       console.log(

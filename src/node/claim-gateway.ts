@@ -33,6 +33,11 @@ export interface ClaimGatewayOptions {
   logger?: Logger;
 }
 
+interface Answer {
+  status: number;
+  body: unknown;
+}
+
 interface Pending {
   method: string;
   path: string;
@@ -78,8 +83,28 @@ export class ClaimGateway {
     const parser = new HTTPParser(HTTPParser.REQUEST);
     parser.maxHeaderSize = MAX_HEADER_BYTES;
     let req: Pending | undefined;
-    // Answers leave in request order, even if a later claim (a warm hit) finishes before an earlier one (a clone).
+    // Answers leave in request order, even if a later claim (a warm hit) finishes before an earlier one (a clone):
+    // an answer known at once is written at once only when nothing is queued before it.
+    let queued = 0;
     let queue: Promise<void> = Promise.resolve();
+    // Counted after the write: the client is waiting for the answer, not for the bookkeeping.
+    const send = (a: Answer, keepAlive: boolean) => {
+      if (!socket.destroyed) {
+        const payload = JSON.stringify(a.body);
+        const head = `HTTP/1.1 ${a.status} ${REASONS[a.status] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(payload)}\r\n`;
+        if (keepAlive) socket.write(`${head}\r\n${payload}`);
+        else socket.end(`${head}connection: close\r\n\r\n${payload}`);
+      }
+      this.opts.api.countGatewayRequest(a.status);
+    };
+    const reply = (a: Answer | Promise<Answer>, keepAlive: boolean) => {
+      if (queued === 0 && !(a instanceof Promise)) return send(a, keepAlive);
+      queued++;
+      queue = queue.then(async () => {
+        send(await a, keepAlive);
+        queued--;
+      });
+    };
     parser[HTTPParser.kOnHeadersComplete] = (info: HeaderInfo) => {
       let authorization: string | undefined;
       for (let i = 0; i < info.headers.length; i += 2)
@@ -106,37 +131,20 @@ export class ClaimGateway {
     parser[HTTPParser.kOnMessageComplete] = () => {
       const r = req;
       req = undefined;
-      if (!r) return;
-      const answer = this.answer(r);
-      queue = queue.then(async () => {
-        const { status, body } = await answer;
-        this.opts.api.countGatewayRequest(status);
-        if (socket.destroyed) return;
-        const payload = JSON.stringify(body);
-        socket.write(
-          `HTTP/1.1 ${status} ${REASONS[status] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(payload)}\r\n${r.keepAlive ? '' : 'connection: close\r\n'}\r\n${payload}`,
-        );
-        if (!r.keepAlive) socket.end();
-      });
+      if (r) reply(this.answer(r), r.keepAlive);
     };
     socket.on('data', (data: Buffer) => {
       const ret = parser.execute(data);
       if (ret instanceof Error) {
         // Malformed HTTP: answer after what is already queued, then hang up (the stream cannot be resynchronised).
-        this.opts.api.countGatewayRequest(400);
-        queue = queue.then(() => {
-          if (socket.destroyed) return;
-          const payload = JSON.stringify({ error: `malformed HTTP request: ${ret.message}` });
-          socket.end(
-            `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(payload)}\r\nconnection: close\r\n\r\n${payload}`,
-          );
-        });
+        reply({ status: 400, body: { error: `malformed HTTP request: ${ret.message}` } }, false);
         socket.removeAllListeners('data');
       }
     });
   }
 
-  private async answer(r: Pending): Promise<{ status: number; body: unknown }> {
+  /** The answer to one request: at once for a warm hit, a redirect or an error; a promise when a clone is needed. */
+  private answer(r: Pending): Answer | Promise<Answer> {
     try {
       if (r.path !== '/v1/claim')
         throw new HttpError(404, `no route ${r.path}: this listener serves only POST /v1/claim; use the API address`);
@@ -144,11 +152,20 @@ export class ClaimGateway {
       if (r.tooLarge) throw new HttpError(400, `invalid request body: larger than ${MAX_BODY_BYTES} bytes`);
       const who = identify(r.authorization, this.opts.auth);
       if (!who) throw new HttpError(401, 'invalid api token');
-      return { status: 200, body: await this.opts.api.claim(who, parseJsonBody(r.chunks), r.started) };
+      const out = this.opts.api.claimNow(who, parseJsonBody(r.chunks), r.started);
+      if ('answer' in out) return { status: 200, body: out.answer };
+      return out.pending.then(
+        (body) => ({ status: 200, body }),
+        (err: unknown) => this.failed(err),
+      );
     } catch (err) {
-      const { status, message } = errorStatus(err);
-      if (status >= 500) this.log.error({ err }, 'claim failed');
-      return { status, body: { error: message } };
+      return this.failed(err);
     }
+  }
+
+  private failed(err: unknown): Answer {
+    const { status, message } = errorStatus(err);
+    if (status >= 500) this.log.error({ err }, 'claim failed');
+    return { status, body: { error: message } };
   }
 }

@@ -1,6 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { rename, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
@@ -126,6 +127,7 @@ export class NodeEngine extends EventEmitter {
   private readonly opts: Required<Omit<EngineOptions, 'driver' | 'logger' | 'runRoot'>>;
   private reaper: NodeJS.Timeout | undefined;
   private persistTimer: NodeJS.Timeout | undefined;
+  private persisting: Promise<void> | undefined;
   private refillTimer: NodeJS.Timeout | undefined;
   private closed = false;
   private provisioning = 0;
@@ -210,13 +212,13 @@ export class NodeEngine extends EventEmitter {
     this.closed = true;
     if (this.reaper) clearInterval(this.reaper);
     if (this.refillTimer) clearTimeout(this.refillTimer);
-    this.flushPersist();
+    await this.flushPersist();
     await this.driver.close();
     if (opts.destroyVms) {
       await this.driver.destroyAll();
       this.claims.clear();
       for (const p of this.pools.values()) p.warm = [];
-      this.flushPersist();
+      await this.flushPersist();
       // Only this engine's VMs live here, and all are gone now.
       rmSync(this.runRoot, { recursive: true, force: true });
     }
@@ -396,29 +398,40 @@ export class NodeEngine extends EventEmitter {
    * Miss: clone one now (tens of ms) unless `provisionOnMiss` is false.
    */
   async claim(req: ClaimRequest): Promise<SandboxRecord> {
+    const warm = this.claimWarm(req);
+    if (warm) return warm;
+    this.assertKnownTemplate(req.key.template);
+    if (req.provisionOnMiss === false) throw new SandboxError('warm-miss', `no warm sandbox for ${keyString(req.key)}`);
+    this.provisioning++;
+    let vm: Vm;
+    try {
+      vm = await this.driver.clone(await this.template(req.key), { labels: { [LABEL_NODE]: this.opts.nodeName } });
+    } finally {
+      this.provisioning--;
+    }
+    this.counters.provisioned++;
+    const record = this.record(vm, req.key, 'provisioned', req.ttlSeconds, req.claimRef);
+    const pool = this.pools.get(keyString(req.key));
+    if (pool) this.scheduleRefill(pool);
+    return record;
+  }
+
+  /**
+   * The warm half of claim(), synchronous so a listener can answer in the same tick the request arrived in:
+   * a record for a VM popped from the pool, or undefined when the pool has none (then claim() provisions).
+   */
+  claimWarm(req: ClaimRequest): SandboxRecord | undefined {
     if (this.claims.size >= this.opts.maxClaims)
       throw new SandboxError(
         'at-capacity',
         `node ${this.opts.nodeName} is at capacity (${this.opts.maxClaims} claims)`,
       );
     const pool = this.pools.get(keyString(req.key));
-    let vm = pool?.warm.pop();
-    let source: SandboxRecord['source'] = 'warm';
-    if (!vm) {
-      this.assertKnownTemplate(req.key.template);
-      if (req.provisionOnMiss === false)
-        throw new SandboxError('warm-miss', `no warm sandbox for ${keyString(req.key)}`);
-      this.provisioning++;
-      try {
-        vm = await this.driver.clone(await this.template(req.key), { labels: { [LABEL_NODE]: this.opts.nodeName } });
-      } finally {
-        this.provisioning--;
-      }
-      source = 'provisioned';
-      this.counters.provisioned++;
-    } else this.counters.warmHits++;
-    const record = this.record(vm, req.key, source, req.ttlSeconds, req.claimRef);
-    if (pool) this.scheduleRefill(pool);
+    const vm = pool?.warm.pop();
+    if (!pool || !vm) return undefined;
+    this.counters.warmHits++;
+    const record = this.record(vm, req.key, 'warm', req.ttlSeconds, req.claimRef);
+    this.scheduleRefill(pool);
     return record;
   }
 
@@ -603,22 +616,43 @@ export class NodeEngine extends EventEmitter {
     }
   }
 
-  /** State is written off the claim path: coalesced, then tmp + rename. */
+  /**
+   * State is written off the claim path: coalesced for 20 ms, then written by libuv's thread pool (tmp + rename),
+   * one write at a time, so a burst of claims never waits on the disk.
+   */
   private schedulePersist(): void {
     if (this.persistTimer) return;
-    this.persistTimer = setTimeout(() => this.flushPersist(), 20);
+    this.persistTimer = setTimeout(() => this.persistInBackground(), 20);
   }
 
-  private flushPersist(): void {
+  private persistInBackground(): void {
+    this.persistTimer = undefined;
+    if (this.persisting) {
+      this.schedulePersist();
+      return;
+    }
+    const tmp = `${this.statePath()}.tmp`;
+    this.persisting = writeFile(tmp, this.stateJson(), { mode: 0o600 })
+      .then(() => rename(tmp, this.statePath()))
+      .catch((err: unknown) => this.log.warn({ err }, 'could not write the claim table; retrying'))
+      .finally(() => (this.persisting = undefined));
+  }
+
+  /** Write the state now (shutdown): after any background write, which would otherwise rename over this one. */
+  private async flushPersist(): Promise<void> {
     if (this.persistTimer) clearTimeout(this.persistTimer);
     this.persistTimer = undefined;
-    const state = {
+    await this.persisting;
+    const tmp = `${this.statePath()}.tmp`;
+    writeFileSync(tmp, this.stateJson(), { mode: 0o600 });
+    renameSync(tmp, this.statePath());
+  }
+
+  private stateJson(): string {
+    return JSON.stringify({
       node: this.opts.nodeName,
       claims: [...this.claims.values()],
       targets: [...this.pools.values()].filter((p) => p.target > 0).map((p) => ({ key: p.key, warm: p.target })),
-    };
-    const tmp = `${this.statePath()}.tmp`;
-    writeFileSync(tmp, JSON.stringify(state), { mode: 0o600 });
-    renameSync(tmp, this.statePath());
+    });
   }
 }

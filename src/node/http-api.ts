@@ -62,6 +62,8 @@ export class SandboxdApi {
   private readonly log: Logger;
   private readonly routes: Array<{ method: string; pattern: RegExp; handler: Route; public?: boolean }> = [];
   private readonly metrics;
+  /** Label children bound once: resolving labels per claim costs more than the rest of a warm claim's bookkeeping. */
+  private readonly claimTiers;
 
   constructor(private readonly opts: ApiServerOptions) {
     this.engine = opts.engine;
@@ -89,6 +91,13 @@ export class SandboxdApi {
         labelNames: ['route', 'code'],
         registers: r,
       }),
+    };
+    this.claimTiers = {
+      warm: { count: this.metrics.claims.labels('warm'), seconds: this.metrics.claimSeconds.labels('warm') },
+      provisioned: {
+        count: this.metrics.claims.labels('provisioned'),
+        seconds: this.metrics.claimSeconds.labels('provisioned'),
+      },
     };
     new Gauge({
       name: 'sandboxd_pool_warm',
@@ -176,6 +185,15 @@ export class SandboxdApi {
    * (HttpError / SandboxError, mapped by errorStatus). `t0` is when the request started, for the histogram.
    */
   async claim(who: Principal, body: Record<string, unknown>, t0 = performance.now()): Promise<unknown> {
+    const r = this.claimNow(who, body, t0);
+    return 'answer' in r ? r.answer : r.pending;
+  }
+
+  /**
+   * claim() without a promise hop when none is needed: a warm hit, a redirect or an error (thrown) is decided in
+   * this tick, so the claim gateway can answer from its socket's data callback; only a miss (a clone) is `pending`.
+   */
+  claimNow(who: Principal, body: Record<string, unknown>, t0: number): { answer: unknown } | { pending: Promise<unknown> } {
     if (who.kind === 'bearer') throw new HttpError(401, 'invalid api token');
     const e = this.engine;
     const key = parsePoolKey(body);
@@ -185,18 +203,28 @@ export class SandboxdApi {
     e.assertKnownTemplate(key.template);
     if (!noRedirect && e.warmCount(key) === 0) {
       const peers = this.opts.peers?.withWarm(key) ?? [];
-      if (peers.length) return { redirect: peers.slice(0, 3) };
+      if (peers.length) return { answer: { redirect: peers.slice(0, 3) } };
     }
     if (e.claimedCount >= e.maxClaims) {
       const peers = this.opts.peers?.withWarm(key) ?? [];
-      if (!noRedirect && peers.length) return { redirect: peers.slice(0, 3) };
+      if (!noRedirect && peers.length) return { answer: { redirect: peers.slice(0, 3) } };
       throw new HttpError(429, `node at capacity (${e.maxClaims} claims)`);
     }
-    const rec = await e.claim({ key, ttlSeconds: ttl, claimRef });
-    const tier = rec.source === 'warm' ? 'warm' : 'provisioned';
-    this.metrics.claims.inc({ tier });
-    this.metrics.claimSeconds.observe({ tier }, (performance.now() - t0) / 1000);
-    return claimResponse(rec, e.advertiseAddr);
+    const req = { key, ttlSeconds: ttl, claimRef };
+    const warm = e.claimWarm(req);
+    if (warm) return { answer: this.claimed(warm, t0) };
+    return { pending: e.claim(req).then((rec) => this.claimed(rec, t0)) };
+  }
+
+  /** The answer to a claim; its metrics are recorded once the current tick (which writes the answer) is done. */
+  private claimed(rec: SandboxRecord, t0: number): unknown {
+    const tier = this.claimTiers[rec.source === 'warm' ? 'warm' : 'provisioned'];
+    const seconds = (performance.now() - t0) / 1000;
+    queueMicrotask(() => {
+      tier.count.inc();
+      tier.seconds.observe(seconds);
+    });
+    return claimResponse(rec, this.engine.advertiseAddr);
   }
 
   /** Count a request answered by the claim gateway (same series as this API's, route `gateway`). */

@@ -227,6 +227,19 @@ describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
       (got) => (got.match(/HTTP\/1\.1 /g) ?? []).length === 2 && /template: required/.test(got),
     );
     assert.match(pipelined, /^HTTP\/1\.1 400 [^]*unknown template[^]*HTTP\/1\.1 400 [^]*template: required/);
+    // An answer known at once (a bad request) never overtakes one still being made (a miss, which clones a VM).
+    assert.equal((await call(base, 'PUT', '/v1/pools', { pools: [{ ...KEY, warm: 0 }] })).status, 200);
+    const miss = JSON.stringify({ template: 'sandbox/minimal' });
+    const ordered = await rawExchange(
+      gwPort,
+      `POST /v1/claim HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${ROOT}\r\ncontent-length: ${miss.length}\r\n\r\n${miss}` +
+        `POST /v1/claim HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${ROOT}\r\ncontent-length: ${body.length}\r\n\r\n${body}`,
+      (got) => (got.match(/HTTP\/1\.1 /g) ?? []).length === 2 && /unknown template/.test(got),
+    );
+    assert.match(ordered, /^HTTP\/1\.1 200 [^]*"id":"sb_[^]*HTTP\/1\.1 400 [^]*unknown template/);
+    const provisioned = /"id":"(sb_[0-9a-f]+)"/.exec(ordered)![1]!;
+    assert.equal(engine.get(provisioned)?.source, 'provisioned');
+    assert.equal((await call(base, 'POST', `/v1/sandboxes/${provisioned}/release`)).status, 204);
     // Not HTTP at all: 400, then the connection is closed.
     const garbage = await rawExchange(gwPort, 'HELLO THERE\r\n\r\n');
     assert.match(garbage, /^HTTP\/1\.1 400 Bad Request[^]*malformed HTTP request/);
