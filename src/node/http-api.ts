@@ -193,7 +193,11 @@ export class SandboxdApi {
    * claim() without a promise hop when none is needed: a warm hit, a redirect or an error (thrown) is decided in
    * this tick, so the claim gateway can answer from its socket's data callback; only a miss (a clone) is `pending`.
    */
-  claimNow(who: Principal, body: Record<string, unknown>, t0: number): { answer: unknown } | { pending: Promise<unknown> } {
+  claimNow(
+    who: Principal,
+    body: Record<string, unknown>,
+    t0: number,
+  ): { answer: unknown } | { pending: Promise<unknown> } {
     if (who.kind === 'bearer') throw new HttpError(401, 'invalid api token');
     const e = this.engine;
     const key = parsePoolKey(body);
