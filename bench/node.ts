@@ -35,6 +35,16 @@ function call(
   path: string,
   body?: unknown,
 ): Promise<{ status: number; json: Record<string, unknown> }> {
+  return callAs(port, method, path, body, TOKEN);
+}
+
+function callAs(
+  port: number,
+  method: string,
+  path: string,
+  body: unknown,
+  token: string,
+): Promise<{ status: number; json: Record<string, unknown> }> {
   const payload = body === undefined ? undefined : JSON.stringify(body);
   return new Promise((resolve, reject) => {
     const req = request(
@@ -45,7 +55,7 @@ function call(
         path,
         agent,
         headers: {
-          authorization: `Bearer ${TOKEN}`,
+          authorization: `Bearer ${token}`,
           ...(payload ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } : {}),
         },
       },
@@ -119,16 +129,27 @@ function pct(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(((sorted.length - 1) * p) / 100))] ?? NaN;
 }
 
-async function warmCount(port: number): Promise<number> {
+async function poolCounts(port: number): Promise<{ warm: number; primed: number }> {
   const info = await call(port, 'GET', '/v1/info');
-  return (info.json.pools as Array<{ warm: number }> | undefined)?.[0]?.warm ?? 0;
+  const p = (info.json.pools as Array<{ warm: number; primed: number }> | undefined)?.[0];
+  return { warm: p?.warm ?? 0, primed: p?.primed ?? 0 };
 }
 
-async function fill(port: number, target: number): Promise<number> {
+async function warmCount(port: number): Promise<number> {
+  return (await poolCounts(port)).warm;
+}
+
+/**
+ * Set the pool's target and wait until that many VMs answer (the refill figure); with `primed` also until all of
+ * them have run their first command, so claims that follow do not compete with priming for the 2 cores.
+ */
+async function fill(port: number, target: number, primed = true): Promise<number> {
   const t0 = performance.now();
   await call(port, 'PUT', '/v1/pools', { pools: [{ template: 'sandbox/minimal', warm: target }] });
   while ((await warmCount(port)) < target) await sleep(20);
-  return performance.now() - t0;
+  const ms = performance.now() - t0;
+  while (primed && (await poolCounts(port)).primed < target) await sleep(50);
+  return ms;
 }
 
 async function claims(
@@ -241,8 +262,14 @@ async function floors(when: string): Promise<void> {
     );
 }
 
-async function main() {
-  await floors('(no VMs running)');
+interface Daemon {
+  port: number;
+  gatewayPort: number;
+  stop(): Promise<void>;
+}
+
+/** sandboxd as its own process, measured from this one. */
+async function startDaemon(extraArgs: string[]): Promise<Daemon> {
   const dir = await mkdtemp(join(tmpdir(), 'bench-node-'));
   await writeFile(join(dir, 'token'), TOKEN);
   const port = await freePort();
@@ -254,7 +281,7 @@ async function main() {
       ...(process.env.BENCH_DAEMON_NODE_ARGS ?? '').split(' ').filter(Boolean),
       bin,
       '--node-name',
-      'bench',
+      `bench-${port}`,
       '--listen',
       `127.0.0.1:${port}`,
       '--claim-listen',
@@ -270,19 +297,67 @@ async function main() {
       '--destroy-on-exit',
       '--log-level',
       'warn',
+      ...extraArgs,
     ],
     { stdio: 'inherit' },
   );
-  try {
-    for (let i = 0; ; i++) {
-      try {
-        if ((await call(port, 'GET', '/healthz')).status === 200) break;
-      } catch {
-        /* not up yet */
-      }
-      if (i > 600) throw new Error('sandboxd did not start');
-      await sleep(100);
+  const exited = new Promise((r) => daemon.once('exit', r));
+  let stopping: Promise<void> | undefined;
+  const stop = () =>
+    (stopping ??= (async () => {
+      daemon.kill('SIGTERM');
+      await exited;
+      await rm(dir, { recursive: true, force: true });
+    })());
+  for (let i = 0; ; i++) {
+    try {
+      if ((await call(port, 'GET', '/healthz')).status === 200) break;
+    } catch {
+      /* not up yet */
     }
+    if (i > 600) {
+      await stop();
+      throw new Error('sandboxd did not start');
+    }
+    await sleep(100);
+  }
+  return { port, gatewayPort, stop };
+}
+
+/**
+ * Claim from the hot pool, then run `true` in the claimed VM through the API with the sandbox's token: the first
+ * command a tenant runs, with the daemon priming warm VMs (default) or not.
+ */
+async function firstExecs(d: Daemon, n: number, primed: boolean): Promise<number[]> {
+  await fill(d.port, n, primed);
+  await sleep(1000);
+  const lat: number[] = [];
+  const ids: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const c = await call(d.gatewayPort, 'POST', '/v1/claim', { template: 'sandbox/minimal', ttl_seconds: 600 });
+    if (c.status !== 200) throw new Error(`claim failed: ${c.status} ${JSON.stringify(c.json)}`);
+    ids.push(c.json.id as string);
+    const t0 = performance.now();
+    const r = await callAs(
+      d.port,
+      'POST',
+      `/v1/sandboxes/${c.json.id}/exec`,
+      { argv: ['true'] },
+      c.json.token as string,
+    );
+    lat.push(performance.now() - t0);
+    if (r.status !== 200 || r.json.exit_code !== 0)
+      throw new Error(`exec failed: ${r.status} ${JSON.stringify(r.json)}`);
+  }
+  await releaseAll(d.port, ids);
+  return lat.sort((a, b) => a - b);
+}
+
+async function main() {
+  await floors('(no VMs running)');
+  const d = await startDaemon([]);
+  const { port, gatewayPort } = d;
+  try {
     // Build the template once (not part of the refill figure).
     await fill(port, 1);
     await call(port, 'PUT', '/v1/pools', { pools: [] });
@@ -327,10 +402,23 @@ async function main() {
         `claim over HTTP (loopback, keep-alive, ${listener === 'gateway' ? 'claim gateway' : 'API listener'}, ${client} client, refill delay ${REFILL_DELAY} ms), concurrency ${conc}, n=${all.length}: p50 ${pct(all, 50).toFixed(3)} ms  p95 ${pct(all, 95).toFixed(3)} ms  p99 ${pct(all, 99).toFixed(3)} ms`,
       );
     }
+    const exec = { primed: await firstExecs(d, 10, true), unprimed: [] as number[] };
+    await d.stop();
+    const plain = await startDaemon(['--prime-warm-vms', 'false']);
+    try {
+      exec.unprimed = await firstExecs(plain, 10, false);
+    } finally {
+      await plain.stop();
+    }
+    for (const [what, lat] of [
+      ['primed warm VM (default)', exec.primed],
+      ['unprimed warm VM (--prime-warm-vms false)', exec.unprimed],
+    ] as const)
+      console.log(
+        `claim, then first exec \`true\` through the API, ${what}, n=${lat.length}: p50 ${pct(lat, 50).toFixed(1)} ms  p95 ${pct(lat, 95).toFixed(1)} ms`,
+      );
   } finally {
-    daemon.kill('SIGTERM');
-    await new Promise((r) => daemon.once('exit', r));
-    await rm(dir, { recursive: true, force: true });
+    await d.stop().catch(() => undefined);
     agent.destroy();
   }
 }

@@ -27,6 +27,7 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
     refillConcurrency: config.refillConcurrency,
     refillDelayMs: config.refillDelayMs,
     spareVmms: config.spareVmms,
+    primeWarmVms: config.primeWarmVms,
     defaultTtlSeconds: config.defaultTtlSeconds,
     logger: log.child({ component: 'engine' }),
   });

@@ -28,6 +28,12 @@ export interface EngineOptions {
   refillDelayMs?: number;
   /** Spare VMMs per template (see QemuDriverOptions.spareVmms); used when the engine makes its own driver. */
   spareVmms?: number;
+  /**
+   * Run one command (`true`) in each warm VM once the refill is done, before a tenant gets it. Under TCG a fresh
+   * clone's QEMU has translated none of the guest's exec path yet, so its first command pays ~0.2 s for that;
+   * priming pays it in the background, and claims take primed VMs first. Default true.
+   */
+  primeWarmVms?: boolean;
   defaultTtlSeconds?: number;
   maxTtlSeconds?: number;
   logger?: Logger;
@@ -70,6 +76,8 @@ export interface SandboxRecord {
 export interface PoolStatus {
   key: PoolKey;
   warm: number;
+  /** Of `warm`, how many have run their first command (see EngineOptions.primeWarmVms). */
+  primed: number;
   refilling: number;
   target: number;
   golden: boolean;
@@ -131,6 +139,9 @@ export class NodeEngine extends EventEmitter {
   private refillTimer: NodeJS.Timeout | undefined;
   private closed = false;
   private provisioning = 0;
+  /** Warm VMs whose guest has run a command (see primeWarmVms); a pool keeps them at the end of `warm`. */
+  private readonly primed = new WeakSet<Vm>();
+  private priming = false;
   readonly counters = { claims: 0, warmHits: 0, provisioned: 0, releases: 0, reaps: 0, forks: 0 };
 
   constructor(opts: EngineOptions) {
@@ -143,6 +154,7 @@ export class NodeEngine extends EventEmitter {
       refillConcurrency: opts.refillConcurrency ?? 2,
       refillDelayMs: opts.refillDelayMs ?? 25,
       spareVmms: opts.spareVmms ?? 1,
+      primeWarmVms: opts.primeWarmVms ?? true,
       defaultTtlSeconds: opts.defaultTtlSeconds ?? 300,
       maxTtlSeconds: opts.maxTtlSeconds ?? 86_400,
     };
@@ -303,6 +315,7 @@ export class NodeEngine extends EventEmitter {
       .map((p) => ({
         key: p.key,
         warm: p.warm.length,
+        primed: p.warm.filter((v) => this.primed.has(v)).length,
         refilling: p.refilling,
         target: p.target,
         golden: p.template !== undefined,
@@ -319,7 +332,7 @@ export class NodeEngine extends EventEmitter {
 
   private trim(pool: Pool): void {
     while (pool.warm.length > pool.target) {
-      const vm = pool.warm.pop()!;
+      const vm = pool.warm.shift()!; // unprimed ones first
       void vm
         .destroy()
         .catch((err: unknown) => this.log.warn({ err, vm: vm.id }, 'destroying a surplus warm VM failed'));
@@ -351,7 +364,43 @@ export class NodeEngine extends EventEmitter {
           (a, b) => a.warm.length / (a.target || 1) - b.warm.length / (b.target || 1),
         ))
           this.refill(p);
+        this.prime();
       });
+    }
+  }
+
+  /**
+   * Prime one unprimed warm VM at a time, and only while no refill clone is in flight: filling the pool comes
+   * first. A VM claimed while it is being primed is the tenant's; its priming result is then ignored.
+   */
+  private prime(): void {
+    if (!this.opts.primeWarmVms || this.priming || this.closed || this.inFlight() > 0) return;
+    for (const pool of this.pools.values()) {
+      const vm = pool.warm.find((v) => !this.primed.has(v));
+      if (!vm) continue;
+      this.priming = true;
+      void vm
+        .run(['true'], { timeoutMs: 30_000 })
+        .then(
+          () => {
+            this.primed.add(vm);
+            const i = pool.warm.indexOf(vm);
+            if (i >= 0) pool.warm.push(...pool.warm.splice(i, 1));
+          },
+          (err: unknown) => {
+            const i = pool.warm.indexOf(vm);
+            if (i < 0) return; // claimed meanwhile: the tenant has it now
+            this.log.warn({ err, vm: vm.id }, 'a warm VM failed its first command; replacing it');
+            pool.warm.splice(i, 1);
+            void vm.destroy().catch(() => undefined);
+            this.refill(pool);
+          },
+        )
+        .finally(() => {
+          this.priming = false;
+          this.prime();
+        });
+      return;
     }
   }
 
@@ -372,7 +421,8 @@ export class NodeEngine extends EventEmitter {
         await vm.destroy();
         return;
       }
-      pool.warm.push(vm);
+      // Unprimed VMs go to the front: claims pop from the end, where the primed ones are.
+      pool.warm.unshift(vm);
       pool.lastError = undefined;
       this.emit('warm', pool.key);
     } catch (err) {

@@ -382,9 +382,14 @@ export class SandboxdApi {
     const e = this.engine;
     const claims = e.list();
     return {
-      pools: e
-        .poolStatus()
-        .map((p) => ({ key: p.key, warm: p.warm, refilling: p.refilling, target: p.target, golden: p.golden })),
+      pools: e.poolStatus().map((p) => ({
+        key: p.key,
+        warm: p.warm,
+        primed: p.primed,
+        refilling: p.refilling,
+        target: p.target,
+        golden: p.golden,
+      })),
       claimed: claims.length,
       hibernated: claims.filter((c) => c.hibernated).length,
       archived: 0,

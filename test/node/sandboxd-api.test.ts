@@ -69,8 +69,11 @@ describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
     assert.equal(put.status, 200);
     const info = await eventually(async () => (await call(base, 'GET', '/v1/info')).json, {
       timeoutMs: 120_000,
-      what: '2 warm VMs',
-      until: (j) => (j.pools as Array<{ warm: number }>)?.[0]?.warm === 2,
+      what: '2 warm VMs, both primed (their first command run ahead of any tenant)',
+      until: (j) => {
+        const p = (j.pools as Array<{ warm: number; primed: number }>)?.[0];
+        return p?.warm === 2 && p.primed === 2;
+      },
     });
     assert.deepEqual((info.pools as Array<{ key: unknown; target: number }>)[0]!.key, KEY);
   });
@@ -90,6 +93,10 @@ describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
     assert.ok(Date.parse(claim.json.deadline as string) > Date.now() + 50_000);
     assert.equal(engine.get(id)?.source, 'warm');
     const vmId = engine.get(id)!.vmId;
+    // Both warm VMs were primed and one was taken; a refill clone cannot have been primed yet (it runs after
+    // the refill delay, and priming waits for the refill to finish).
+    const pool = (await call(base, 'GET', '/v1/info')).json.pools as Array<{ warm: number; primed: number }>;
+    assert.equal(pool[0]!.primed, 1, JSON.stringify(pool));
 
     // The sandbox's own token may exec; another tenant token may not see it.
     const exec = await call(
