@@ -57,6 +57,12 @@ export interface ClaimRequest {
   claimRef?: string;
   /** Provision a dedicated VM when the pool is empty (default true). */
   provisionOnMiss?: boolean;
+  /**
+   * Prime a provisioned VM after handing it out (see EngineOptions.primeWarmVms), for holders that keep a VM idle
+   * until someone else uses it, like a virtual-kubelet pod in a warm pool. Off for API tenants, who would see a
+   * command they did not run.
+   */
+  primeAfter?: boolean;
 }
 
 export interface SandboxRecord {
@@ -142,6 +148,8 @@ export class NodeEngine extends EventEmitter {
   /** Warm VMs whose guest has run a command (see primeWarmVms); a pool keeps them at the end of `warm`. */
   private readonly primed = new WeakSet<Vm>();
   private priming = false;
+  /** Claimed VMs to prime after the pools' (ClaimRequest.primeAfter). */
+  private primeQueue: Vm[] = [];
   readonly counters = { claims: 0, warmHits: 0, provisioned: 0, releases: 0, reaps: 0, forks: 0 };
 
   constructor(opts: EngineOptions) {
@@ -370,38 +378,43 @@ export class NodeEngine extends EventEmitter {
   }
 
   /**
-   * Prime one unprimed warm VM at a time, and only while no refill clone is in flight: filling the pool comes
-   * first. A VM claimed while it is being primed is the tenant's; its priming result is then ignored.
+   * Prime one VM at a time, and only while no clone is in flight (filling pools and serving misses come first):
+   * unprimed warm VMs, then claimed VMs queued by primeAfter. A warm VM claimed while it is being primed is the
+   * tenant's; its priming result is then ignored.
    */
   private prime(): void {
     if (!this.opts.primeWarmVms || this.priming || this.closed || this.inFlight() > 0) return;
     for (const pool of this.pools.values()) {
       const vm = pool.warm.find((v) => !this.primed.has(v));
-      if (!vm) continue;
-      this.priming = true;
-      void vm
-        .run(['true'], { timeoutMs: 30_000 })
-        .then(
-          () => {
-            this.primed.add(vm);
-            const i = pool.warm.indexOf(vm);
-            if (i >= 0) pool.warm.push(...pool.warm.splice(i, 1));
-          },
-          (err: unknown) => {
-            const i = pool.warm.indexOf(vm);
-            if (i < 0) return; // claimed meanwhile: the tenant has it now
-            this.log.warn({ err, vm: vm.id }, 'a warm VM failed its first command; replacing it');
-            pool.warm.splice(i, 1);
-            void vm.destroy().catch(() => undefined);
-            this.refill(pool);
-          },
-        )
-        .finally(() => {
-          this.priming = false;
-          this.prime();
-        });
-      return;
+      if (vm) return this.primeOne(vm, pool);
     }
+    const claimed = this.primeQueue.shift();
+    if (claimed) this.primeOne(claimed);
+  }
+
+  private primeOne(vm: Vm, pool?: Pool): void {
+    this.priming = true;
+    void vm
+      .run(['true'], { timeoutMs: 30_000 })
+      .then(
+        () => {
+          this.primed.add(vm);
+          const i = pool ? pool.warm.indexOf(vm) : -1;
+          if (pool && i >= 0) pool.warm.push(...pool.warm.splice(i, 1));
+        },
+        (err: unknown) => {
+          const i = pool ? pool.warm.indexOf(vm) : -1;
+          if (!pool || i < 0) return; // claimed or released meanwhile: not ours to judge
+          this.log.warn({ err, vm: vm.id }, 'a warm VM failed its first command; replacing it');
+          pool.warm.splice(i, 1);
+          void vm.destroy().catch(() => undefined);
+          this.refill(pool);
+        },
+      )
+      .finally(() => {
+        this.priming = false;
+        this.prime();
+      });
   }
 
   private inFlight(): number {
@@ -460,6 +473,10 @@ export class NodeEngine extends EventEmitter {
       this.provisioning--;
     }
     this.counters.provisioned++;
+    if (req.primeAfter && this.opts.primeWarmVms) {
+      this.primeQueue.push(vm);
+      queueMicrotask(() => this.prime());
+    }
     const record = this.record(vm, req.key, 'provisioned', req.ttlSeconds, req.claimRef);
     const pool = this.pools.get(keyString(req.key));
     if (pool) this.scheduleRefill(pool);
@@ -530,6 +547,11 @@ export class NodeEngine extends EventEmitter {
   list(filter: { claimRef?: string } = {}): SandboxRecord[] {
     const all = [...this.claims.values()];
     return filter.claimRef ? all.filter((c) => c.claimRef === filter.claimRef) : all;
+  }
+
+  /** Whether the VM of claim `id` has run its first command (EngineOptions.primeWarmVms). */
+  isPrimed(id: string): boolean {
+    return this.primed.has(this.vm(id));
   }
 
   vm(id: string): Vm {

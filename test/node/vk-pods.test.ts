@@ -120,6 +120,8 @@ describe('virtual kubelet: nodes, pods as microVMs, kubelet API', { timeout: BUI
     });
     assert.equal(annotated.metadata.annotations?.['vm.cocoonstack.io/id'], claim.vmId);
     assert.ok(liveQemuPids().length >= qemuBefore, 'a QEMU process backs the pod');
+    // The pod's VM is primed in the background once it runs, so the first exec of whoever uses it is a warm one.
+    await eventually(async () => engine.isPrimed(claim.id), { until: (p) => p, what: "the pod's VM primed" });
   });
 
   it('does not rewrite an unchanged status (no write loop)', async () => {
