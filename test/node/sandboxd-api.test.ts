@@ -1,10 +1,9 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { defaultRunRoot, NodeEngine } from '../../src/node/engine.js';
 import { connect } from 'node:net';
@@ -331,7 +330,11 @@ describe('sandboxd survives kill -9: claimed VMs keep running and are re-adopted
       assert.equal(claim.status, 200);
       const id = claim.json.id as string;
       await call(base, 'POST', `/v1/sandboxes/${id}/exec`, { argv: ['sh', '-c', 'echo kept > /tmp/marker'] });
-      await sleep(100); // the claim table is written off the claim path
+      // The claim table is written off the claim path: wait until it names the claim, then crash.
+      await eventually(() => readFile(join(dir, 'data', 'state.json'), 'utf8').catch(() => ''), {
+        until: (state) => state.includes(id),
+        what: 'the claim in the state file',
+      });
 
       daemon.kill('SIGKILL');
       await new Promise((r) => daemon.once('exit', r));
