@@ -117,18 +117,24 @@ function parsePools(spec: string): Array<{ key: PoolKey; warm: number }> {
   });
 }
 
+/** A listen flag's `host:port`: the host defaults to 127.0.0.1, the port to `defaultPort` (without one it is required). */
+function listenAddress(
+  flag: string,
+  value: string,
+  errors: string[],
+  defaultPort?: number,
+): { host: string; port: number } | undefined {
+  const [host = '127.0.0.1', port = defaultPort === undefined ? '' : String(defaultPort)] = value.split(/:(?=\d+$)/);
+  if (/^\d+$/.test(port) && Number(port) <= 65535) return { host, port: Number(port) };
+  errors.push(`${flag}: bad port "${port}" (want host:port)`);
+  return undefined;
+}
+
 export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
   const errors: string[] = [];
-  const [listenHost = '127.0.0.1', portStr = '7777'] = String(o.listen).split(/:(?=\d+$)/);
-  const listenPort = Number(portStr);
-  if (!Number.isInteger(listenPort) || listenPort < 0 || listenPort > 65535)
-    errors.push(`--listen: bad port "${portStr}"`);
-  let claimListen: SandboxdConfig['claimListen'];
-  if (o.claimListen !== undefined) {
-    const [host = '127.0.0.1', port = ''] = String(o.claimListen).split(/:(?=\d+$)/);
-    if (!/^\d+$/.test(port) || Number(port) > 65535) errors.push(`--claim-listen: bad port "${port}" (want host:port)`);
-    else claimListen = { host, port: Number(port) };
-  }
+  const listen = listenAddress('--listen', String(o.listen), errors, 7777);
+  const claimListen =
+    o.claimListen === undefined ? undefined : listenAddress('--claim-listen', String(o.claimListen), errors);
   const rootToken = o.tokenFile ? readFileSync(String(o.tokenFile), 'utf8').trim() : undefined;
   const tenants = new Map<string, string>();
   if (o.tenantTokensFile) {
@@ -151,7 +157,9 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
   } catch (err) {
     errors.push((err as Error).message);
   }
-  if (errors.length) throw new SandboxError('sandboxd.flags', errors.join('; '), { hint: 'see sandboxd --help' });
+  if (errors.length || !listen)
+    throw new SandboxError('sandboxd.flags', errors.join('; '), { hint: 'see sandboxd --help' });
+  const { host: listenHost, port: listenPort } = listen;
   const advertiseAddr = (o.advertiseAddr as string | undefined) ?? `${listenHost}:${listenPort}`;
   return {
     nodeName: String(o.nodeName),
