@@ -706,7 +706,10 @@ export class NodeEngine extends EventEmitter {
     const tmp = `${this.statePath()}.tmp`;
     this.persisting = writeFile(tmp, this.stateJson(), { mode: 0o600 })
       .then(() => rename(tmp, this.statePath()))
-      .catch((err: unknown) => this.log.warn({ err }, 'could not write the claim table; retrying'))
+      .catch((err: unknown) => {
+        this.log.warn({ err }, 'could not write the claim table; retrying in 1 s');
+        this.persistTimer ??= setTimeout(() => this.persistInBackground(), 1000);
+      })
       .finally(() => (this.persisting = undefined));
   }
 
