@@ -82,6 +82,7 @@ class PhaseClock {
 
 /** Label of a spare VMM's record until a clone takes it (so a restarted daemon can reap it). */
 const SPARE_LABEL = 'sbx.spare';
+const isSpare = (rec: VmRecord): boolean => rec.labels[SPARE_LABEL] === 'true';
 
 function newId(prefix = 'vm'): string {
   return `${prefix}-${randomBytes(4).toString('hex')}`;
@@ -611,7 +612,7 @@ export class QemuMicrovmDriver {
   async reapOrphanSpares(): Promise<number> {
     let n = 0;
     for (const rec of this.list()) {
-      if (rec.labels[SPARE_LABEL] !== 'true' || this.vms.has(rec.id)) continue;
+      if (!isSpare(rec) || this.vms.has(rec.id)) continue;
       await this.killRecorded(rec);
       n++;
     }
@@ -648,7 +649,7 @@ export class QemuMicrovmDriver {
 
   /** VMs this driver object manages (spares not included). */
   running(): Vm[] {
-    return [...this.vms.values()].filter((vm) => vm.record.labels[SPARE_LABEL] !== 'true');
+    return [...this.vms.values()].filter((vm) => !isSpare(vm.record));
   }
 
   /** Every VM with a run dir (including ones started by an earlier daemon), with liveness checked. */
@@ -730,7 +731,7 @@ export class QemuMicrovmDriver {
   async destroySpares(): Promise<void> {
     this.spareEpoch++;
     this.spares.clear();
-    const spares = [...this.vms.values()].filter((vm) => vm.record.labels[SPARE_LABEL] === 'true');
+    const spares = [...this.vms.values()].filter((vm) => isSpare(vm.record));
     await Promise.all(spares.map((vm) => vm.destroy().catch(() => undefined)));
   }
 
