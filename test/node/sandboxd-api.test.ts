@@ -177,12 +177,7 @@ describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
   });
 
   it('claims beyond capacity get 429 and leave nothing behind', async () => {
-    const ids: string[] = [];
-    for (let i = 0; i < 3; i++) {
-      const r = await call(base, 'POST', '/v1/claim', { template: 'sandbox/minimal' });
-      assert.equal(r.status, 200);
-      ids.push(r.json.id as string);
-    }
+    const ids = await claimMany(base, 3);
     const over = await call(base, 'POST', '/v1/claim', { template: 'sandbox/minimal' });
     assert.equal(over.status, 429);
     assert.match(String(over.json.error), /capacity/);
@@ -251,12 +246,7 @@ describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
     assert.match(garbage, /^HTTP\/1\.1 400 Bad Request[^]*malformed HTTP request/);
 
     // Capacity is the engine's: 3 claims at most, then 429.
-    const more: string[] = [];
-    for (let i = 0; i < 2; i++) {
-      const r = await call(gw, 'POST', '/v1/claim', { template: 'sandbox/minimal' });
-      assert.equal(r.status, 200);
-      more.push(r.json.id as string);
-    }
+    const more = await claimMany(gw, 2);
     const over = await call(gw, 'POST', '/v1/claim', { template: 'sandbox/minimal' });
     assert.equal(over.status, 429);
     for (const id of [ok.json.id as string, ...more])
@@ -264,6 +254,17 @@ describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
     assert.equal(engine.claimedCount, 0);
   });
 });
+
+/** Claim `n` sandboxes of sandbox/minimal on `url`, one after another; each must succeed. Their ids. */
+async function claimMany(url: string, n: number): Promise<string[]> {
+  const ids: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const r = await call(url, 'POST', '/v1/claim', { template: 'sandbox/minimal' });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    ids.push(r.json.id as string);
+  }
+  return ids;
+}
 
 /** Send raw bytes on one connection; resolve with everything the server sent once it closes or `until` matches. */
 function rawExchange(port: number, bytes: string, until?: (got: string) => boolean): Promise<string> {
