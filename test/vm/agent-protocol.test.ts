@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer, connect, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,6 +20,7 @@ import {
   HOST_MAGIC,
   MAX_PAYLOAD,
 } from '../../src/guest/index.js';
+import { eventually } from '../support/eventually.js';
 import { BUILD_TIMEOUT_MS, sleep } from './helpers.js';
 
 describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
@@ -32,6 +33,8 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
     sock = join(dir, 'agent.sock');
     const bin = (await ensureAgent({ progress: (l) => process.stderr.write(`  [build] ${l}\n`) })).binary;
     agent = spawn(bin, ['-port', `unix:${sock}`], { stdio: 'ignore' });
+    // Tests dial the socket raw (no retrying client), so wait until the agent has created it.
+    await eventually(() => existsSync(sock), { until: (up) => up, timeoutMs: 10_000, what: 'the agent socket' });
   });
 
   after(async () => {
