@@ -3,6 +3,7 @@
  * a single shared watch that resolves "claim Ready" waiters, and an invariant watcher over Sandboxes and claims.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
@@ -220,6 +221,15 @@ export class OperatorProcess {
       ],
       { stdio: ['ignore', 'ignore', 'inherit'], cwd: ROOT },
     );
+  }
+
+  /** CPU time the operator process has used so far (user + system), in ms. */
+  cpuMs(): number {
+    const pid = this.child?.pid;
+    if (pid === undefined) return NaN;
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * 10; // utime, stime in USER_HZ (100) ticks
   }
 
   async kill(signal: NodeJS.Signals): Promise<void> {

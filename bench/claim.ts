@@ -3,6 +3,7 @@
  * nodes, the operator running as a child process (default flags except --kube-api-qps=-1, no leader election).
  *
  *   node --import tsx bench/claim.ts [--fsync true|false] [--samples 60] [--only pool10,pool200,pool2000,c5,c20]
+ *   node --import tsx bench/claim.ts --only floor     # the idle cluster's floors alone
  *
  * Configurations: pool 10 / 200 / 2 000 at concurrency 1, and concurrency 5 and 20 at pool 200. Claims run in rounds
  * (at most half the pool, and 5 at concurrency 1, so every configuration sees the same background load); after each
@@ -10,9 +11,12 @@
  * Reported per configuration: p50/p95/p99 latency, warm-hit ratio, apiserver requests per claim (from the
  * apiserver's `apiserver_request_total`, everything the control plane served during the rounds: client, operator,
  * GC, scheduler, kwok) and the operator's own requests per claim (`rest_client_requests_total`); and, measured in the
- * same cluster just before, the p50 of one write observed through a watch (the machine's floor).
+ * same cluster just before, the p50 of one write observed through a watch and of the three-write chain a warm claim
+ * is (chainFloor). The same floors are measured once on the idle cluster first, with the machine's CPU per write.
  */
 import { randomInt } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
 import { parseArgs } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { readClusterEnvironment, startCluster } from '../src/cluster/index.js';
@@ -20,6 +24,7 @@ import { ConfigMaps, KubeClient, SandboxClaims, SandboxWarmPools, type KubeObjec
 import type { ClaimObj, PoolObj } from '../src/operator/extensions/support.js';
 import { installCrds } from '../test/support/crds.js';
 import { claim, OperatorProcess, percentile, ReadyWaiter, setupPool, watchAll } from './claim-driver.js';
+import { machineIdleSettings } from './machine.js';
 
 interface Config {
   id: string;
@@ -90,6 +95,76 @@ async function writeFloor(c: KubeClient, ns: string, n = 30): Promise<number> {
   );
 }
 
+/**
+ * The floor of a warm claim's write chain without the operator: the bench client creates a ConfigMap ("claim"); a
+ * second client (its own connection, like the operator) sees it through a watch, merge-patches another ConfigMap
+ * guarded by its resourceVersion ("adoption"), then patches the first ("status"); the bench client's watch sees
+ * that. Three serial writes and two watch deliveries on the cheapest kind there is: what no claim can beat here.
+ */
+/** Busy CPU time of the whole machine so far, in ms (/proc/stat; USER_HZ = 100). */
+function machineBusyMs(): number {
+  const f = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+  const [user, nice, system, _idle, _iowait, irq, softirq, steal] = f;
+  return (user! + nice! + system! + irq! + softirq! + (steal ?? 0)) * 10;
+}
+
+async function chainFloor(c: KubeClient, reactor: KubeClient, ns: string, n = 40): Promise<number> {
+  const seen = new Map<string, (t: number) => void>();
+  const stop = new AbortController();
+  let peer = await reactor.create<KubeObject>(ConfigMaps, {
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    metadata: { name: 'chain-peer', namespace: ns },
+  });
+  const start = await c.list(ConfigMaps, ns, { limit: 1 });
+  const rv = start.metadata.resourceVersion!;
+  const reacting = watchAll<KubeObject>(
+    reactor,
+    ConfigMaps,
+    ns,
+    rv,
+    (type, o) => {
+      const name = o.metadata.name!;
+      if (type !== 'ADDED' || !name.startsWith('chain-c-')) return;
+      void (async () => {
+        peer = await reactor.patch<KubeObject>(
+          ConfigMaps,
+          ns,
+          'chain-peer',
+          { metadata: { resourceVersion: peer.metadata.resourceVersion, labels: { owner: name } } },
+          'merge',
+        );
+        await reactor.patch(ConfigMaps, ns, name, { data: { ready: 'true' } }, 'merge');
+      })().catch((err: unknown) => process.stderr.write(`chain floor: ${String(err)}\n`));
+    },
+    stop.signal,
+  );
+  const watching = watchAll<KubeObject & { data?: Record<string, string> }>(
+    c,
+    ConfigMaps,
+    ns,
+    rv,
+    (_t, o) => {
+      if (o.data?.ready === 'true') seen.get(o.metadata.name!)?.(performance.now());
+    },
+    stop.signal,
+  );
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const name = `chain-c-${i}`;
+    const got = new Promise<number>((r) => seen.set(name, r));
+    const t = performance.now();
+    await c.create(ConfigMaps, { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace: ns } });
+    out.push((await got) - t);
+  }
+  stop.abort();
+  await Promise.all([watching, reacting]);
+  return percentile(
+    out.sort((a, b) => a - b),
+    50,
+  );
+}
+
 async function main(): Promise<void> {
   const { values } = parseArgs({
     options: {
@@ -113,6 +188,7 @@ async function main(): Promise<void> {
   const metricsPort = 20000 + randomInt(20000);
   const op = new OperatorProcess(cluster.kubeconfigPath, '', [`--metrics-bind-address=127.0.0.1:${metricsPort}`]);
   const results: Array<Record<string, unknown>> = [];
+  let idleFloor: Record<string, number> | undefined;
   const interrupted = new Promise<never>((_, reject) => {
     for (const sig of ['SIGINT', 'SIGTERM'] as const)
       process.once(sig, () => reject(new Error(`interrupted by ${sig}`)));
@@ -121,6 +197,7 @@ async function main(): Promise<void> {
   try {
     await installCrds(cluster.kubectl);
     const c = await KubeClient.fromKubeconfig(cluster.kubeconfigPath, { qps: -1 });
+    const reactor = await KubeClient.fromKubeconfig(cluster.kubeconfigPath, { qps: -1 });
     op.start();
     const opMetrics = async () => {
       for (let i = 0; i < 50; i++) {
@@ -133,6 +210,18 @@ async function main(): Promise<void> {
       }
       throw new Error('operator metrics unreachable');
     };
+    // The idle cluster's floors first (operator running, no pool): what any claim here is measured against.
+    await cluster.kubectl(['create', 'namespace', 'bench-floor']);
+    await sleep(10_000);
+    const idleWrite = await writeFloor(c, 'bench-floor');
+    const idleChain = await chainFloor(c, reactor, 'bench-floor');
+    idleFloor = {
+      writeWatchP50: +idleWrite.toFixed(2),
+      threeWriteChainP50: +idleChain.toFixed(2),
+      loadAverage1m: +loadavg()[0]!.toFixed(1),
+    };
+    log(`machine: ${machineIdleSettings()}`);
+    log(`idle cluster floor: ${JSON.stringify(idleFloor)}`);
     for (const cfg of CONFIGS) {
       if (only && !only.has(cfg.id)) continue;
       const ns = `bench-${cfg.id}`;
@@ -142,6 +231,8 @@ async function main(): Promise<void> {
       await Promise.race([waitPoolFull(c, ns, cfg.pool, 900_000), interrupted]);
       log(`${cfg.id}: pool of ${cfg.pool} Ready in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
       const floor = await writeFloor(c, ns);
+      const chain = await chainFloor(c, reactor, ns);
+      log(`${cfg.id}: floor p50 ${floor.toFixed(2)} ms (one write + watch), ${chain.toFixed(2)} ms (3-write chain)`);
       const waiter = new ReadyWaiter();
       const stop = new AbortController();
       const start = await c.list<ClaimObj>(SandboxClaims, ns, { limit: 1 });
@@ -159,7 +250,13 @@ async function main(): Promise<void> {
       let seq = 0;
       let apiRequests = 0;
       let opRequests = 0;
+      let busyMs = 0;
+      let wallMs = 0;
+      let opCpuMs = 0;
       const runRound = async (n: number, measure: boolean) => {
+        const busy0 = machineBusyMs();
+        const wall0 = performance.now();
+        const opCpu0 = op.cpuMs();
         const names: string[] = [];
         const before = measure ? [await c.raw('GET', '/metrics'), await opMetrics()] : undefined;
         let next = 0;
@@ -178,6 +275,11 @@ async function main(): Promise<void> {
             }
           }),
         );
+        if (measure) {
+          busyMs += machineBusyMs() - busy0;
+          wallMs += performance.now() - wall0;
+          opCpuMs += op.cpuMs() - opCpu0;
+        }
         if (before) {
           const [api, opm] = [await c.raw('GET', '/metrics'), await opMetrics()];
           apiRequests += sumMetric(api, 'apiserver_request_total') - sumMetric(before[0]!, 'apiserver_request_total');
@@ -209,8 +311,13 @@ async function main(): Promise<void> {
         warmHitRatio: +(warm / sorted.length).toFixed(3),
         apiserverRequestsPerClaim: +(apiRequests / sorted.length).toFixed(1),
         operatorRequestsPerClaim: +(opRequests / sorted.length).toFixed(1),
+        // Share of all cores busy while the claims ran (whatever was busy: control plane, kwok, operator, client).
+        machineBusyWhileClaiming: +(busyMs / (wallMs * cpus().length)).toFixed(2),
+        // The operator's own CPU while the claims ran, per claim (its share of the above; flat in pool size).
+        operatorCpuMsPerClaim: +(opCpuMs / sorted.length).toFixed(1),
         writeWatchFloorP50: +floor.toFixed(2),
-        loadAverage1m: +(await import('node:os')).loadavg()[0]!.toFixed(1),
+        threeWriteChainFloorP50: +chain.toFixed(2),
+        loadAverage1m: +loadavg()[0]!.toFixed(1),
         etcdFsync: fsync,
       };
       log(JSON.stringify(r));
@@ -220,11 +327,14 @@ async function main(): Promise<void> {
         .catch((err: unknown) => log(String(err)));
     }
     c.close();
+    reactor.close();
   } finally {
     await op.kill('SIGTERM');
     await cluster.stop();
   }
-  process.stdout.write(`${JSON.stringify({ etcdFsync: fsync, samplesPerConfig: samples, results }, null, 2)}\n`);
+  process.stdout.write(
+    `${JSON.stringify({ etcdFsync: fsync, machine: machineIdleSettings(), samplesPerConfig: samples, idleFloor, results }, null, 2)}\n`,
+  );
 }
 
 await main();

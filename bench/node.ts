@@ -15,6 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import { machineIdleSettings } from './machine.js';
 
 const args = process.argv.slice(2);
 const flag = (name: string, def: number) => {
@@ -354,6 +355,7 @@ async function firstExecs(d: Daemon, n: number, primed: boolean): Promise<number
 }
 
 async function main() {
+  console.log(`machine: ${machineIdleSettings()}`);
   await floors('(no VMs running)');
   const d = await startDaemon([]);
   const { port, gatewayPort } = d;

@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ensureTemplate, liveQemuPids, QemuMicrovmDriver, type Vm } from '../../src/vmm/index.js';
+import { machineIdleSettings } from '../machine.js';
 
 const N_LATENCY = Number(process.env.BENCH_N ?? 20);
 const N_DENSITY = Number(process.env.BENCH_DENSITY ?? 50);
@@ -176,7 +177,7 @@ try {
 
   const load = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
   console.log(
-    `\nmicroVM substrate (bench/vm), ${new Date().toISOString()}, ${cpus().length} cores, accel ${tpl.accel}, ${driver.qemuVersion()}, loadavg at end ${load}`,
+    `\nmicroVM substrate (bench/vm), ${new Date().toISOString()}, ${cpus().length} cores, accel ${tpl.accel}, ${driver.qemuVersion()}, loadavg at end ${load}; ${machineIdleSettings()}`,
   );
   console.log(
     `samples: ${N_LATENCY} clones for latency (5 warm execs, 3 pause/resume each), 5 cold boots, ${N_DENSITY} clones for density\n`,
