@@ -12,7 +12,8 @@
  * apiserver's `apiserver_request_total`, everything the control plane served during the rounds: client, operator,
  * GC, scheduler, kwok) and the operator's own requests per claim (`rest_client_requests_total`); and, measured in the
  * same cluster just before, the p50 of one write observed through a watch and of the three-write chain a warm claim
- * is (chainFloor). The same floors are measured once on the idle cluster first, with the machine's CPU per write.
+ * is (chainFloor). The same floors are measured once on the idle cluster first. Also per configuration: the share of
+ * all cores busy while the claims ran, and the operator's own CPU per claim.
  */
 import { randomInt } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -95,12 +96,6 @@ async function writeFloor(c: KubeClient, ns: string, n = 30): Promise<number> {
   );
 }
 
-/**
- * The floor of a warm claim's write chain without the operator: the bench client creates a ConfigMap ("claim"); a
- * second client (its own connection, like the operator) sees it through a watch, merge-patches another ConfigMap
- * guarded by its resourceVersion ("adoption"), then patches the first ("status"); the bench client's watch sees
- * that. Three serial writes and two watch deliveries on the cheapest kind there is: what no claim can beat here.
- */
 /** Busy CPU time of the whole machine so far, in ms (/proc/stat; USER_HZ = 100). */
 function machineBusyMs(): number {
   const f = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
@@ -108,6 +103,12 @@ function machineBusyMs(): number {
   return (user! + nice! + system! + irq! + softirq! + (steal ?? 0)) * 10;
 }
 
+/**
+ * The floor of a warm claim's write chain without the operator: the bench client creates a ConfigMap ("claim"); a
+ * second client (its own connection, like the operator) sees it through a watch, merge-patches another ConfigMap
+ * guarded by its resourceVersion ("adoption"), then patches the first ("status"); the bench client's watch sees
+ * that. Three serial writes and two watch deliveries on the cheapest kind there is: what no claim can beat here.
+ */
 async function chainFloor(c: KubeClient, reactor: KubeClient, ns: string, n = 40): Promise<number> {
   const seen = new Map<string, (t: number) => void>();
   const stop = new AbortController();
@@ -313,7 +314,7 @@ async function main(): Promise<void> {
         operatorRequestsPerClaim: +(opRequests / sorted.length).toFixed(1),
         // Share of all cores busy while the claims ran (whatever was busy: control plane, kwok, operator, client).
         machineBusyWhileClaiming: +(busyMs / (wallMs * cpus().length)).toFixed(2),
-        // The operator's own CPU while the claims ran, per claim (its share of the above; flat in pool size).
+        // The operator's own CPU while the claims ran, per claim (its share of the above).
         operatorCpuMsPerClaim: +(opCpuMs / sorted.length).toFixed(1),
         writeWatchFloorP50: +floor.toFixed(2),
         threeWriteChainFloorP50: +chain.toFixed(2),

@@ -12,6 +12,11 @@ import { ensureTemplate, QemuMicrovmDriver } from '../../src/vmm/index.js';
 
 const runRoot = mkdtempSync(join(tmpdir(), 'sbxe-'));
 const driver = new QemuMicrovmDriver({ runRoot });
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+};
 try {
   const tpl = await ensureTemplate(driver, 'sandbox/minimal', { progress: (l) => process.stderr.write(`${l}\n`) });
   const firsts: number[] = [];
@@ -22,10 +27,9 @@ try {
     firsts.push(performance.now() - t);
     await fresh.destroy();
   }
-  const sorted = [...firsts].sort((a, b) => a - b);
   console.log(
     `first exec true in a fresh clone (ms, in call order): ${firsts.map((x) => x.toFixed(1)).join(' ')}; ` +
-      `median ${((sorted[3]! + sorted[4]!) / 2).toFixed(1)}`,
+      `median ${median(firsts).toFixed(1)}`,
   );
   const vm = await driver.clone(tpl);
   const time = async (label: string, f: () => Promise<unknown>, n = 15) => {
@@ -35,8 +39,9 @@ try {
       await f();
       xs.push(performance.now() - t);
     }
-    const m = [...xs].sort((a, b) => a - b)[Math.floor(n / 2)]!;
-    console.log(`${label} (ms, in call order): ${xs.map((x) => x.toFixed(1)).join(' ')}; median ${m.toFixed(1)}`);
+    console.log(
+      `${label} (ms, in call order): ${xs.map((x) => x.toFixed(1)).join(' ')}; median ${median(xs).toFixed(1)}`,
+    );
   };
   await time('exec true', () => vm.run(['true']));
   await time('agent ping', () => vm.agent.ping());
