@@ -3,7 +3,6 @@
  * a single shared watch that resolves "claim Ready" waiters, and an invariant watcher over Sandboxes and claims.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
@@ -16,6 +15,7 @@ import {
   type ResourceType,
 } from '../src/kube/index.js';
 import type { ClaimObj, PoolObj, SandboxObj, TemplateObj } from '../src/operator/extensions/support.js';
+import { pidCpuMs } from '../src/vmm/index.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
@@ -226,10 +226,7 @@ export class OperatorProcess {
   /** CPU time the operator process has used so far (user + system), in ms. */
   cpuMs(): number {
     const pid = this.child?.pid;
-    if (pid === undefined) return NaN;
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) * 10; // utime, stime in USER_HZ (100) ticks
+    return (pid === undefined ? undefined : pidCpuMs(pid)) ?? NaN;
   }
 
   async kill(signal: NodeJS.Signals): Promise<void> {

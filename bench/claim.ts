@@ -69,20 +69,36 @@ async function waitPoolFull(c: KubeClient, ns: string, n: number, timeoutMs: num
  * claim is three writes and two watch deliveries, so this puts its latency in context.
  */
 async function writeFloor(c: KubeClient, ns: string, n = 30): Promise<number> {
+  const start = await c.list(ConfigMaps, ns, { limit: 1 });
+  return timeCreates(c, ns, 'floor-', n, start.metadata.resourceVersion!, () => true);
+}
+
+/**
+ * p50 of: create ConfigMap `<prefix><i>`, serially, until this client's watch (from `fromRv`) shows it `done`.
+ */
+async function timeCreates(
+  c: KubeClient,
+  ns: string,
+  prefix: string,
+  n: number,
+  fromRv: string,
+  done: (o: KubeObject & { data?: Record<string, string> }) => boolean,
+): Promise<number> {
   const seen = new Map<string, (t: number) => void>();
   const stop = new AbortController();
-  const start = await c.list(ConfigMaps, ns, { limit: 1 });
-  const watching = watchAll<KubeObject>(
+  const watching = watchAll<KubeObject & { data?: Record<string, string> }>(
     c,
     ConfigMaps,
     ns,
-    start.metadata.resourceVersion!,
-    (_t, o) => seen.get(o.metadata.name!)?.(performance.now()),
+    fromRv,
+    (_t, o) => {
+      if (done(o)) seen.get(o.metadata.name!)?.(performance.now());
+    },
     stop.signal,
   );
   const out: number[] = [];
   for (let i = 0; i < n; i++) {
-    const name = `floor-${i}`;
+    const name = `${prefix}${i}`;
     const got = new Promise<number>((r) => seen.set(name, r));
     const t = performance.now();
     await c.create(ConfigMaps, { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace: ns } });
@@ -110,8 +126,8 @@ function machineBusyMs(): number {
  * that. Three serial writes and two watch deliveries on the cheapest kind there is: what no claim can beat here.
  */
 async function chainFloor(c: KubeClient, reactor: KubeClient, ns: string, n = 40): Promise<number> {
-  const seen = new Map<string, (t: number) => void>();
   const stop = new AbortController();
+  const reactions = new Set<Promise<void>>();
   let peer = await reactor.create<KubeObject>(ConfigMaps, {
     apiVersion: 'v1',
     kind: 'ConfigMap',
@@ -127,7 +143,7 @@ async function chainFloor(c: KubeClient, reactor: KubeClient, ns: string, n = 40
     (type, o) => {
       const name = o.metadata.name!;
       if (type !== 'ADDED' || !name.startsWith('chain-c-')) return;
-      void (async () => {
+      const reaction = (async () => {
         peer = await reactor.patch<KubeObject>(
           ConfigMaps,
           ns,
@@ -136,34 +152,20 @@ async function chainFloor(c: KubeClient, reactor: KubeClient, ns: string, n = 40
           'merge',
         );
         await reactor.patch(ConfigMaps, ns, name, { data: { ready: 'true' } }, 'merge');
-      })().catch((err: unknown) => process.stderr.write(`chain floor: ${String(err)}\n`));
+      })()
+        .catch((err: unknown) => void process.stderr.write(`chain floor: ${String(err)}\n`))
+        .finally(() => reactions.delete(reaction));
+      reactions.add(reaction);
     },
     stop.signal,
   );
-  const watching = watchAll<KubeObject & { data?: Record<string, string> }>(
-    c,
-    ConfigMaps,
-    ns,
-    rv,
-    (_t, o) => {
-      if (o.data?.ready === 'true') seen.get(o.metadata.name!)?.(performance.now());
-    },
-    stop.signal,
-  );
-  const out: number[] = [];
-  for (let i = 0; i < n; i++) {
-    const name = `chain-c-${i}`;
-    const got = new Promise<number>((r) => seen.set(name, r));
-    const t = performance.now();
-    await c.create(ConfigMaps, { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name, namespace: ns } });
-    out.push((await got) - t);
+  try {
+    return await timeCreates(c, ns, 'chain-c-', n, rv, (o) => o.data?.ready === 'true');
+  } finally {
+    stop.abort();
+    // The client can see the status patch before the reactor has its response: let that response arrive.
+    await Promise.all([reacting, ...reactions]);
   }
-  stop.abort();
-  await Promise.all([watching, reacting]);
-  return percentile(
-    out.sort((a, b) => a - b),
-    50,
-  );
 }
 
 async function main(): Promise<void> {

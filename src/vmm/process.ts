@@ -24,6 +24,19 @@ export function liveQemuPids(): number[] {
   return [...live.keys()];
 }
 
+/**
+ * The fields of /proc/<pid>/stat after the command name (which may hold spaces and parentheses): index 0 is field 3
+ * (state), index 11/12 are utime/stime, index 19 is starttime. Undefined once the process is gone.
+ */
+function statFields(pid: number): string[] | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  } catch {
+    return undefined;
+  }
+}
+
 export function pidAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
@@ -31,23 +44,20 @@ export function pidAlive(pid: number): boolean {
     return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
   // A zombie is not alive.
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
-  } catch {
-    return false;
-  }
+  const f = statFields(pid);
+  return f !== undefined && f[0] !== 'Z';
 }
 
 /** Field 22 of /proc/<pid>/stat (start time in clock ticks), to tell a PID apart from a reused one. */
 export function pidStartTicks(pid: number): number | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return Number(rest[19]);
-  } catch {
-    return undefined;
-  }
+  const f = statFields(pid);
+  return f ? Number(f[19]) : undefined;
+}
+
+/** CPU time a process has used so far (user + system), in ms; undefined once it is gone. USER_HZ is 100 on Linux. */
+export function pidCpuMs(pid: number): number | undefined {
+  const f = statFields(pid);
+  return f ? (Number(f[11]) + Number(f[12])) * 10 : undefined;
 }
 
 /**

@@ -37,7 +37,7 @@ import {
 import { hostHasHardwareKvm, hostTscKHz, qemuVersion, unprivilegedUser } from './host.js';
 import { migrateToFile } from './migration.js';
 import { resolveDriverOptions, type QemuDriverOptions, type ResolvedDriverOptions } from './options.js';
-import { adoptQemu, launchQemu, pidAlive, pidStartTicks, type QemuProcess } from './process.js';
+import { adoptQemu, launchQemu, pidAlive, pidCpuMs, pidStartTicks, type QemuProcess } from './process.js';
 import { QmpClient } from './qmp.js';
 import {
   assertAllowed,
@@ -1354,9 +1354,7 @@ export class Vm {
       s.rssKiB = kib('Rss');
       s.pssKiB = kib('Pss');
       s.privateDirtyKiB = kib('Private_Dirty');
-      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      s.cpuMs = ((Number(f[11]) + Number(f[12])) * 1000) / 100;
+      s.cpuMs = pidCpuMs(pid);
     } catch {
       /* exited meanwhile */
     }
