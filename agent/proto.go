@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"strings"
 )
 
 const (
@@ -34,6 +35,9 @@ const (
 	// THello opens a session without JSON: u64 BE host wall clock (ns) + seed bytes; answered by a TRes
 	// like the JSON "hello" op. Agents without it answer EPROTO, and the host falls back to that op.
 	THello = 7
+	// TExec opens an exec without JSON (docs/agent-protocol.md, "EXEC frame"): the arguments of the "exec"
+	// op in a fixed binary layout, answered like it. Offered as feature "exec.bin".
+	TExec = 8
 )
 
 var (
@@ -158,4 +162,104 @@ func mustJSON(v any) []byte {
 		b, _ = json.Marshal(map[string]any{"ok": false, "code": "EINTERNAL", "message": err.Error()})
 	}
 	return b
+}
+
+// EXEC frame flags.
+const (
+	execStdin = 1 << iota
+	execPty
+	execUID
+	execGID
+)
+
+// binReader reads the EXEC payload; the first read past the end sets err and every later read returns zero.
+type binReader struct {
+	b   []byte
+	err error
+}
+
+func (r *binReader) take(n int) []byte {
+	if r.err != nil || n > len(r.b) {
+		r.err = errors.New("truncated exec frame")
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *binReader) u8() byte {
+	if b := r.take(1); b != nil {
+		return b[0]
+	}
+	return 0
+}
+
+func (r *binReader) u16() int {
+	if b := r.take(2); b != nil {
+		return int(binary.BigEndian.Uint16(b))
+	}
+	return 0
+}
+
+func (r *binReader) u32() uint32 {
+	if b := r.take(4); b != nil {
+		return binary.BigEndian.Uint32(b)
+	}
+	return 0
+}
+
+func (r *binReader) str() string { return string(r.take(int(r.u32()))) }
+
+func (r *binReader) strs() []string {
+	n := r.u16()
+	if n > len(r.b)/4 { // each string needs at least its length prefix
+		r.err = errors.New("truncated exec frame")
+		return nil
+	}
+	v := make([]string, 0, n)
+	for i := 0; i < n && r.err == nil; i++ {
+		v = append(v, r.str())
+	}
+	return v
+}
+
+// decodeExec parses an EXEC payload:
+//
+//	u8 flags | u32 timeoutMs | u32 uid | u32 gid | u16 cols | u16 rows | str cwd | u16 n, n x str argv | u16 n, n x str env ("K=V")
+//
+// where str is u32 BE length + bytes; uid, gid and the pty size count only with their flag.
+func decodeExec(p []byte) (*Request, error) {
+	r := &binReader{b: p}
+	flags := r.u8()
+	req := &Request{Op: "exec", TimeoutMs: int64(r.u32())}
+	uid, gid := int(r.u32()), int(r.u32())
+	cols, rows := r.u16(), r.u16()
+	req.Cwd = r.str()
+	req.Argv = r.strs()
+	env := r.strs()
+	if r.err == nil && len(r.b) > 0 {
+		r.err = errors.New("trailing bytes after exec frame")
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	req.Stdin = flags&execStdin != 0
+	if flags&execPty != 0 {
+		req.Pty = &PtySize{Cols: cols, Rows: rows}
+	}
+	if flags&execUID != 0 {
+		req.UID = &uid
+	}
+	if flags&execGID != 0 {
+		req.GID = &gid
+	}
+	if len(env) > 0 {
+		req.Env = make(map[string]string, len(env))
+		for _, kv := range env {
+			k, v, _ := strings.Cut(kv, "=")
+			req.Env[k] = v
+		}
+	}
+	return req, nil
 }

@@ -2,7 +2,9 @@
  * bench/node — sandboxd, measured from outside the daemon (a separate process, HTTP on loopback, keep-alive):
  *   1. pool refill rate: PUT /v1/pools from 0 to 50 warm microVMs, time until all 50 answer (VMs/s);
  *   2. node-local claim latency, POST /v1/claim served from the hot pool, p50/p95/p99 at concurrency 1 and 16, on
- *      the claim gateway (--claim-listen) and on the API listener.
+ *      the claim gateway (--claim-listen) and on the API listener, with sandboxd's own CPU per claim;
+ *   3. the floors under them: Node servers that do nothing, and the machine's round trip between two processes with
+ *      blocking sockets, on different vCPUs and on one (this VM's cross-vCPU wake-up is most of a round trip).
  *
  *   node --import tsx bench/node.ts [--rounds 4] [--pool 50]
  */
@@ -15,7 +17,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { machineIdleSettings } from './machine.js';
+import { machineIdleSettings, processCpuMs, socketFloorMs } from './machine.js';
 
 const args = process.argv.slice(2);
 const flag = (name: string, def: number) => {
@@ -261,11 +263,18 @@ async function floors(when: string): Promise<void> {
     console.log(
       `floor ${when}: keep-alive POST (raw client) to ${FLOOR_SERVERS[where]} answering "ok", p50 ${(await httpFloor(where)).toFixed(3)} ms (n=2000)`,
     );
+  const ms = (x: number | undefined) => (x === undefined ? 'n/a' : `${x.toFixed(3)} ms`);
+  console.log(
+    `machine floor ${when}: loopback TCP round trip between two processes with blocking sockets (python3), p50 ` +
+      `${ms(socketFloorMs('any'))} unpinned, ${ms(socketFloorMs('cross'))} pinned to different vCPUs, ` +
+      `${ms(socketFloorMs('same'))} pinned to the same vCPU (n=3000)`,
+  );
 }
 
 interface Daemon {
   port: number;
   gatewayPort: number;
+  pid: number;
   stop(): Promise<void>;
 }
 
@@ -322,7 +331,7 @@ async function startDaemon(extraArgs: string[]): Promise<Daemon> {
     }
     await sleep(100);
   }
-  return { port, gatewayPort, stop };
+  return { port, gatewayPort, pid: daemon.pid!, stop };
 }
 
 /**
@@ -386,22 +395,25 @@ async function main() {
       [16, 'raw', 'api'],
     ] as const) {
       const all: number[] = [];
+      let daemonCpuMs = 0;
       for (let round = 0; round < ROUNDS; round++) {
         await fill(port, POOL);
         // Let the last clone's spare VMM load and the previous round's VMs die before measuring the claim path.
         await sleep(1000);
+        const cpu0 = processCpuMs(d.pid);
         const { lat, ids } = await claims(
           listener === 'gateway' ? gatewayPort : port,
           POOL - (POOL % conc),
           conc,
           client,
         );
+        daemonCpuMs += processCpuMs(d.pid) - cpu0;
         all.push(...lat);
         await releaseAll(port, ids);
       }
       all.sort((a, b) => a - b);
       console.log(
-        `claim over HTTP (loopback, keep-alive, ${listener === 'gateway' ? 'claim gateway' : 'API listener'}, ${client} client, refill delay ${REFILL_DELAY} ms), concurrency ${conc}, n=${all.length}: p50 ${pct(all, 50).toFixed(3)} ms  p95 ${pct(all, 95).toFixed(3)} ms  p99 ${pct(all, 99).toFixed(3)} ms`,
+        `claim over HTTP (loopback, keep-alive, ${listener === 'gateway' ? 'claim gateway' : 'API listener'}, ${client} client, refill delay ${REFILL_DELAY} ms), concurrency ${conc}, n=${all.length}: p50 ${pct(all, 50).toFixed(3)} ms  p95 ${pct(all, 95).toFixed(3)} ms  p99 ${pct(all, 99).toFixed(3)} ms; sandboxd CPU ${(daemonCpuMs / all.length).toFixed(3)} ms per claim`,
       );
     }
     const exec = { primed: await firstExecs(d, 10, true), unprimed: [] as number[] };

@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ensureTemplate, liveQemuPids, QemuMicrovmDriver, type Vm } from '../../src/vmm/index.js';
-import { machineIdleSettings } from '../machine.js';
+import { hostShLoopMs, machineIdleSettings, SH_LOOP, STUDY_SH_LOOP_MS } from '../machine.js';
 
 const N_LATENCY = Number(process.env.BENCH_N ?? 20);
 const N_DENSITY = Number(process.env.BENCH_DENSITY ?? 50);
@@ -40,6 +40,35 @@ try {
   const tpl = await ensureTemplate(driver, 'sandbox/minimal', {
     progress: (l) => process.stderr.write(`[build] ${l}\n`),
   });
+
+  // How fast this machine runs right now, on the loop spec/microvm-substrate.md timed when the targets were set:
+  // every figure below that TCG executes scales with it. Measured here and again at the end (the load moves).
+  const speed = async (when: string) => {
+    const vm = await plainDriver.clone(tpl);
+    try {
+      const xs: number[] = [];
+      for (let i = 0; i < 3; i++) {
+        let t = performance.now();
+        await vm.run(['sh', '-c', SH_LOOP]);
+        const loop = performance.now() - t;
+        t = performance.now();
+        await vm.run(['sh', '-c', 'i=0']);
+        xs.push(loop - (performance.now() - t));
+      }
+      const guest = pct(xs, 50);
+      const host = hostShLoopMs();
+      rows.push([
+        `machine speed ${when} (info): busybox sh 20k-iteration loop, guest / host`,
+        `${guest.toFixed(0)} / ${host.toFixed(0)} ms`,
+        `study: ${STUDY_SH_LOOP_MS.guest} / ${STUDY_SH_LOOP_MS.host} ms`,
+        `${(guest / STUDY_SH_LOOP_MS.guest).toFixed(1)}x / ${(host / STUDY_SH_LOOP_MS.host).toFixed(1)}x the study's time`,
+      ]);
+      process.stderr.write(`machine speed ${when}: sh loop guest ${guest.toFixed(0)} ms, host ${host.toFixed(0)} ms\n`);
+    } finally {
+      await vm.destroy();
+    }
+  };
+  await speed('at start');
 
   // Template cold boot (to agent answering): fresh boots into a throwaway template root.
   const coldRoot = mkdtempSync(join(tmpdir(), 'sbxc-'));
@@ -174,6 +203,8 @@ try {
   const parallelReadyMs = performance.now() - t1;
   await Promise.all(parallelVms.map((v) => v.destroy()));
   report(`${N_DENSITY} clones ready (${DENSITY_PARALLEL} in flight)`, parallelReadyMs / 1000, 's', 3);
+
+  await speed('at end');
 
   const load = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
   console.log(

@@ -11,6 +11,7 @@ import { Duplex } from 'node:stream';
 import { SandboxError } from '../errors.js';
 import {
   AGENT_MAGIC,
+  encodeExecPayload,
   encodeFrame,
   FrameDecoder,
   FrameType,
@@ -18,6 +19,7 @@ import {
   MAX_JSON,
   MAX_PAYLOAD,
   PROTOCOL_VERSION,
+  type ExecRequestArgs,
   type Frame,
 } from './protocol.js';
 
@@ -286,6 +288,18 @@ export class AgentFiles {
 }
 
 /** One connection to a guest agent. */
+/** A request's payload, checked against the agent's request limit. */
+function requestPayload(op: string, payload: Buffer): Buffer {
+  if (payload.length > MAX_JSON) {
+    throw new SandboxError(
+      'AGENT_FRAME_TOO_LARGE',
+      `${op} request is ${payload.length} bytes, over the ${MAX_JSON}-byte limit`,
+      { hint: 'send large data as file content, not as arguments' },
+    );
+  }
+  return payload;
+}
+
 export class AgentClient {
   readonly files: AgentFiles;
   info!: AgentInfo;
@@ -502,17 +516,18 @@ export class AgentClient {
     handlers: Omit<Pending, 'op' | 'resolve' | 'reject' | 'timer'> & { timeoutMs?: number; signal?: AbortSignal } = {},
   ): { id: number; done: Promise<Record<string, unknown>> } {
     if (this.closedErr) throw this.closedErr;
-    const payload = Buffer.from(JSON.stringify({ op, ...args }));
-    if (payload.length > MAX_JSON) {
-      throw new SandboxError(
-        'AGENT_FRAME_TOO_LARGE',
-        `${op} request is ${payload.length} bytes, over the ${MAX_JSON}-byte limit`,
-        {
-          hint: 'send large data as file content, not as arguments',
-        },
-      );
-    }
-    return this.open(op, FrameType.Req, payload, handlers);
+    return this.open(op, FrameType.Req, requestPayload(op, Buffer.from(JSON.stringify({ op, ...args }))), handlers);
+  }
+
+  /** An exec: the binary EXEC frame when the agent offers it (no JSON decoder in the guest), else the `exec` op. */
+  private startExec(
+    args: ExecRequestArgs,
+    handlers: Parameters<AgentClient['start']>[2],
+  ): { id: number; done: Promise<Record<string, unknown>> } {
+    const bin = this.info.features.includes('exec.bin') ? encodeExecPayload(args) : undefined;
+    if (!bin) return this.start('exec', { ...args }, handlers);
+    if (this.closedErr) throw this.closedErr;
+    return this.open('exec', FrameType.Exec, requestPayload('exec', bin), handlers);
   }
 
   /** Send one frame that opens operation `id` and track its answer (a Req, or the binary Hello). */
@@ -619,44 +634,41 @@ export class AgentClient {
       resolvePid = res;
       rejectPid = rej;
     });
-    const { id, done } = this.start(
-      'exec',
-      {
-        argv,
-        env: opts.env,
-        cwd: opts.cwd,
-        stdin: opts.stdin,
-        pty: opts.pty,
-        timeoutMs: opts.timeoutMs,
-        uid: opts.uid,
-        gid: opts.gid,
+    const args: ExecRequestArgs = {
+      argv,
+      env: opts.env,
+      cwd: opts.cwd,
+      stdin: opts.stdin,
+      pty: opts.pty,
+      timeoutMs: opts.timeoutMs,
+      uid: opts.uid,
+      gid: opts.gid,
+    };
+    const { id, done } = this.startExec(args, {
+      timeoutMs: opts.timeoutMs ? opts.timeoutMs + 10_000 : 0,
+      signal: opts.signal,
+      onEvent: (e) => {
+        if (e.type === 'started') resolvePid(Number(e.pid));
       },
-      {
-        timeoutMs: opts.timeoutMs ? opts.timeoutMs + 10_000 : 0,
-        signal: opts.signal,
-        onEvent: (e) => {
-          if (e.type === 'started') resolvePid(Number(e.pid));
-        },
-        onOut: (b) => {
-          opts.onStdout?.(b);
-          if (!collect) return;
-          if (outLen + b.length > max) truncated = true;
-          else {
-            out.push(b);
-            outLen += b.length;
-          }
-        },
-        onErr: (b) => {
-          opts.onStderr?.(b);
-          if (!collect) return;
-          if (errLen + b.length > max) truncated = true;
-          else {
-            err.push(b);
-            errLen += b.length;
-          }
-        },
+      onOut: (b) => {
+        opts.onStdout?.(b);
+        if (!collect) return;
+        if (outLen + b.length > max) truncated = true;
+        else {
+          out.push(b);
+          outLen += b.length;
+        }
       },
-    );
+      onErr: (b) => {
+        opts.onStderr?.(b);
+        if (!collect) return;
+        if (errLen + b.length > max) truncated = true;
+        else {
+          err.push(b);
+          errLen += b.length;
+        }
+      },
+    });
     const result = done.then(
       (res) => {
         const r: ExecResult = {

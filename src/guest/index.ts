@@ -15,6 +15,7 @@ export type {
 export {
   FrameDecoder,
   FrameType,
+  encodeExecPayload,
   encodeFrame,
   HOST_MAGIC,
   AGENT_MAGIC,
@@ -22,7 +23,7 @@ export {
   MAX_JSON,
   PROTOCOL_VERSION,
 } from './protocol.js';
-export type { Frame } from './protocol.js';
+export type { ExecRequestArgs, Frame } from './protocol.js';
 export { cachedArtifact, contentHash, guestCacheRoot, silentProgress, stderrProgress } from './build/cache.js';
 export type { Progress } from './build/cache.js';
 export { ensureKernel, kernelHash } from './build/kernel.js';

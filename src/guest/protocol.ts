@@ -26,6 +26,8 @@ export const FrameType = {
   In: 6,
   /** host -> guest: opens a session without JSON: u64 BE wall clock (ns) + seed bytes; answered by Res. */
   Hello: 7,
+  /** host -> guest: opens an exec without JSON (encodeExecPayload); agents with feature `exec.bin`. */
+  Exec: 8,
 } as const;
 export type FrameType = (typeof FrameType)[keyof typeof FrameType];
 
@@ -50,6 +52,57 @@ export function encodeFrame(type: FrameType, id: number, payload: Buffer): Buffe
   b.writeUInt8(type, 4);
   b.writeUInt32BE(id >>> 0, 5);
   payload.copy(b, HEADER_LEN);
+  return b;
+}
+
+/** The arguments of an exec request (the `exec` op's, and the EXEC frame's). */
+export interface ExecRequestArgs {
+  argv: readonly string[];
+  env?: Record<string, string>;
+  cwd?: string;
+  stdin?: boolean;
+  pty?: { cols: number; rows: number };
+  timeoutMs?: number;
+  uid?: number;
+  gid?: number;
+}
+
+const fitsU32 = (n: number) => Number.isInteger(n) && n >= 0 && n <= 0xffff_ffff;
+const fitsU16 = (n: number) => Number.isInteger(n) && n >= 0 && n <= 0xffff;
+
+/**
+ * The EXEC frame's payload (docs/agent-protocol.md): the guest starts a command without running its JSON decoder,
+ * which under TCG is cold code in every fresh clone. undefined when a value does not fit the binary layout (a
+ * fractional timeout, a negative uid, ...): the caller then sends the JSON `exec` op, which reports such values.
+ */
+export function encodeExecPayload(a: ExecRequestArgs): Buffer | undefined {
+  const env = Object.entries(a.env ?? {}).map(([k, v]) => `${k}=${v}`);
+  const timeoutMs = a.timeoutMs ?? 0;
+  const cols = a.pty?.cols ?? 0;
+  const rows = a.pty?.rows ?? 0;
+  if (![timeoutMs, a.uid ?? 0, a.gid ?? 0].every(fitsU32) || !fitsU16(cols) || !fitsU16(rows)) return undefined;
+  if (!fitsU16(a.argv.length) || !fitsU16(env.length)) return undefined;
+  const strs = [a.cwd ?? '', ...a.argv, ...env].map((x) => Buffer.from(x));
+  const size = 17 + 4 + strs.reduce((n, b) => n + 4 + b.length, 0);
+  const b = Buffer.allocUnsafe(size);
+  let o = b.writeUInt8(
+    (a.stdin ? 1 : 0) | (a.pty ? 2 : 0) | (a.uid !== undefined ? 4 : 0) | (a.gid !== undefined ? 8 : 0),
+    0,
+  );
+  o = b.writeUInt32BE(timeoutMs, o);
+  o = b.writeUInt32BE(a.uid ?? 0, o);
+  o = b.writeUInt32BE(a.gid ?? 0, o);
+  o = b.writeUInt16BE(cols, o);
+  o = b.writeUInt16BE(rows, o);
+  const put = (x: Buffer) => {
+    o = b.writeUInt32BE(x.length, o);
+    o += x.copy(b, o);
+  };
+  put(strs[0]!);
+  o = b.writeUInt16BE(a.argv.length, o);
+  for (const x of strs.slice(1, 1 + a.argv.length)) put(x);
+  o = b.writeUInt16BE(env.length, o);
+  for (const x of strs.slice(1 + a.argv.length)) put(x);
   return b;
 }
 

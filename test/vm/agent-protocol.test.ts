@@ -13,6 +13,7 @@ import { SandboxError } from '../../src/errors.js';
 import {
   AGENT_MAGIC,
   AgentClient,
+  encodeExecPayload,
   encodeFrame,
   ensureAgent,
   FrameDecoder,
@@ -45,6 +46,33 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
+  /** Send one hand-built frame on a fresh session and return the agent's JSON answer to `id`. */
+  function rawAnswer(frame: Buffer, id: number): Promise<Record<string, unknown>> {
+    return new Promise((resolve) => {
+      const s = connect(sock);
+      const dec = new FrameDecoder({ expectMagic: AGENT_MAGIC });
+      s.on('data', (d: Buffer) => {
+        for (const f of dec.push(d)) {
+          if (f.id === id) {
+            resolve(JSON.parse(f.payload.toString()) as Record<string, unknown>);
+            s.destroy();
+          }
+        }
+      });
+      s.write(HOST_MAGIC);
+      s.write(frame);
+    });
+  }
+
+  async function assertStillServes(): Promise<void> {
+    const c = await AgentClient.connect(sock);
+    try {
+      assert.equal((await c.run(['echo', 'still-fine'])).stdout.toString(), 'still-fine\n');
+    } finally {
+      c.close();
+    }
+  }
+
   it('decodes frames split at any byte boundary', () => {
     const frames = Buffer.concat([
       Buffer.from(AGENT_MAGIC),
@@ -75,25 +103,46 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
     header.writeUInt32BE(5 + MAX_PAYLOAD + 1, 0);
     header.writeUInt8(FrameType.Req, 4);
     header.writeUInt32BE(999_999, 5);
-    const res = await new Promise<string>((resolve) => {
-      const s = connect(sock);
-      const dec = new FrameDecoder({ expectMagic: AGENT_MAGIC });
-      s.on('data', (d: Buffer) => {
-        for (const f of dec.push(d)) {
-          if (f.id === 999_999) {
-            resolve(f.payload.toString());
-            s.destroy();
-          }
-        }
-      });
-      s.write(HOST_MAGIC);
-      s.write(Buffer.concat([header, Buffer.alloc(MAX_PAYLOAD + 1)]));
-    });
-    const body = JSON.parse(res) as { ok: boolean; code: string };
+    const body = await rawAnswer(Buffer.concat([header, Buffer.alloc(MAX_PAYLOAD + 1)]), 999_999);
     assert.deepEqual([body.ok, body.code], [false, 'EFRAMETOOLARGE']);
-    const c2 = await AgentClient.connect(sock);
-    assert.equal((await c2.run(['echo', 'still-fine'])).stdout.toString(), 'still-fine\n');
-    c2.close();
+    await assertStillServes();
+  });
+
+  it('execs through the binary EXEC frame with the arguments of the exec op, and through the op without it', async () => {
+    const c = await AgentClient.connect(sock);
+    try {
+      assert.ok(c.info.features.includes('exec.bin'), c.info.features.join(' '));
+      // The second round is what an agent that predates the frame gets: the JSON exec op.
+      for (const features of [c.info.features, ['exec']]) {
+        c.info.features = features;
+        const p = c.exec(['sh', '-c', 'printf "%s|%s|%s" "$FOO" "$(pwd)" "$(cat)"; exit 3'], {
+          env: { FOO: 'a=b c' },
+          cwd: dir,
+          stdin: true,
+          timeoutMs: 20_000,
+        });
+        p.write('from-stdin');
+        p.closeStdin();
+        const r = await p.wait();
+        assert.deepEqual([r.exitCode, r.stdout.toString()], [3, `a=b c|${dir}|from-stdin`], features.join(' '));
+      }
+    } finally {
+      c.close();
+    }
+  });
+
+  it('a malformed EXEC frame gets EINVAL and the agent stays usable', async () => {
+    const body = await rawAnswer(encodeFrame(FrameType.Exec, 999_998, Buffer.from([1, 0, 0])), 999_998);
+    assert.deepEqual([body.ok, body.code], [false, 'EINVAL']);
+    assert.match(String(body.message), /exec frame/);
+    await assertStillServes();
+  });
+
+  it('values the EXEC frame cannot carry go as the JSON exec op instead', () => {
+    assert.ok(encodeExecPayload({ argv: ['true'], timeoutMs: 1000, uid: 0, pty: { cols: 80, rows: 24 } }));
+    assert.equal(encodeExecPayload({ argv: ['true'], timeoutMs: 1.5 }), undefined);
+    assert.equal(encodeExecPayload({ argv: ['true'], uid: -1 }), undefined);
+    assert.equal(encodeExecPayload({ argv: ['true'], pty: { cols: 70_000, rows: 24 } }), undefined);
   });
 
   it('a hostile agent sending an oversized frame is cut off with a clear error', async () => {
