@@ -287,7 +287,6 @@ export class AgentFiles {
   }
 }
 
-/** One connection to a guest agent. */
 /** A request's payload, checked against the agent's request limit. */
 function requestPayload(op: string, payload: Buffer): Buffer {
   if (payload.length > MAX_JSON) {
@@ -300,6 +299,7 @@ function requestPayload(op: string, payload: Buffer): Buffer {
   return payload;
 }
 
+/** One connection to a guest agent. */
 export class AgentClient {
   readonly files: AgentFiles;
   info!: AgentInfo;
