@@ -48,17 +48,7 @@ export interface AgentConnectOptions {
   signal?: AbortSignal;
 }
 
-export interface ExecOptions {
-  env?: Record<string, string>;
-  cwd?: string;
-  /** Keep stdin open for `write()`; otherwise the process reads /dev/null. */
-  stdin?: boolean;
-  /** Run under a pseudo-terminal of this size (stdout and stderr are merged). */
-  pty?: { cols: number; rows: number };
-  /** The agent kills the process group (SIGKILL) after this long. */
-  timeoutMs?: number;
-  uid?: number;
-  gid?: number;
+export interface ExecOptions extends Omit<ExecRequestArgs, 'argv'> {
   onStdout?: (chunk: Buffer) => void;
   onStderr?: (chunk: Buffer) => void;
   /** Collect output into the result (capped at maxOutputBytes per stream). @default true */
@@ -623,11 +613,24 @@ export class AgentClient {
   exec(argv: readonly string[], opts: ExecOptions = {}): ExecProcess {
     const collect = opts.collect ?? true;
     const max = opts.maxOutputBytes ?? 64 << 20;
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    let outLen = 0;
-    let errLen = 0;
     let truncated = false;
+    /** One output stream: forwarded as it arrives, and collected up to `max` bytes. */
+    const sink = (forward: ((chunk: Buffer) => void) | undefined) => {
+      const chunks: Buffer[] = [];
+      let len = 0;
+      const push = (b: Buffer) => {
+        forward?.(b);
+        if (!collect) return;
+        if (len + b.length > max) truncated = true;
+        else {
+          chunks.push(b);
+          len += b.length;
+        }
+      };
+      return { chunks, push };
+    };
+    const out = sink(opts.onStdout);
+    const err = sink(opts.onStderr);
     let resolvePid!: (pid: number) => void;
     let rejectPid!: (e: Error) => void;
     const pid = new Promise<number>((res, rej) => {
@@ -650,32 +653,16 @@ export class AgentClient {
       onEvent: (e) => {
         if (e.type === 'started') resolvePid(Number(e.pid));
       },
-      onOut: (b) => {
-        opts.onStdout?.(b);
-        if (!collect) return;
-        if (outLen + b.length > max) truncated = true;
-        else {
-          out.push(b);
-          outLen += b.length;
-        }
-      },
-      onErr: (b) => {
-        opts.onStderr?.(b);
-        if (!collect) return;
-        if (errLen + b.length > max) truncated = true;
-        else {
-          err.push(b);
-          errLen += b.length;
-        }
-      },
+      onOut: out.push,
+      onErr: err.push,
     });
     const result = done.then(
       (res) => {
         const r: ExecResult = {
           exitCode: Number(res.exitCode),
           timedOut: Boolean(res.timedOut),
-          stdout: Buffer.concat(out),
-          stderr: Buffer.concat(err),
+          stdout: Buffer.concat(out.chunks),
+          stderr: Buffer.concat(err.chunks),
           truncated,
         };
         if (typeof res.signal === 'string') r.signal = res.signal;

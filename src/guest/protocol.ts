@@ -60,8 +60,11 @@ export interface ExecRequestArgs {
   argv: readonly string[];
   env?: Record<string, string>;
   cwd?: string;
+  /** Keep stdin open for `write()`; otherwise the process reads /dev/null. */
   stdin?: boolean;
+  /** Run under a pseudo-terminal of this size (stdout and stderr are merged). */
   pty?: { cols: number; rows: number };
+  /** The agent kills the process group (SIGKILL) after this long. */
   timeoutMs?: number;
   uid?: number;
   gid?: number;

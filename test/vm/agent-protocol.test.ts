@@ -131,6 +131,21 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
     }
   });
 
+  it('collects output up to maxOutputBytes per stream and still forwards all of it', async () => {
+    const c = await AgentClient.connect(sock);
+    try {
+      const seen: Buffer[] = [];
+      const r = await c.run(['sh', '-c', 'printf 0123456789abcdef; printf e >&2'], {
+        maxOutputBytes: 10,
+        onStdout: (b) => seen.push(b),
+      });
+      assert.deepEqual([r.truncated, r.stdout.toString(), r.stderr.toString()], [true, '', 'e']);
+      assert.equal(Buffer.concat(seen).toString(), '0123456789abcdef');
+    } finally {
+      c.close();
+    }
+  });
+
   it('a malformed EXEC frame gets EINVAL and the agent stays usable', async () => {
     const body = await rawAnswer(encodeFrame(FrameType.Exec, 999_998, Buffer.from([1, 0, 0])), 999_998);
     assert.deepEqual([body.ok, body.code], [false, 'EINVAL']);
