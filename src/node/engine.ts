@@ -29,9 +29,11 @@ export interface EngineOptions {
   /** Spare VMMs per template (see QemuDriverOptions.spareVmms); used when the engine makes its own driver. */
   spareVmms?: number;
   /**
-   * Run one command (`true`) in each warm VM once the refill is done, before a tenant gets it. Under TCG a fresh
-   * clone's QEMU has translated none of the guest's exec path yet, so its first command pays ~0.2 s for that;
-   * priming pays it in the background, and claims take primed VMs first. Default true.
+   * Run one command (`true`) and one JSON request (a stat of `/`) in each warm VM once the refill is done, before a
+   * tenant gets it. Under TCG a fresh clone's QEMU has translated none of the guest's exec path yet, so its first
+   * command pays ~0.2 s for that, and its first JSON request (files, port-forward, signals) ~25 ms more for the
+   * agent's JSON path, which exec no longer takes (binary EXEC frame); priming pays both in the background, and
+   * claims take primed VMs first. Default true.
    */
   primeWarmVms?: boolean;
   defaultTtlSeconds?: number;
@@ -396,6 +398,7 @@ export class NodeEngine extends EventEmitter {
     this.priming = true;
     void vm
       .run(['true'], { timeoutMs: 30_000 })
+      .then(() => vm.agent.files.stat('/'))
       .then(
         () => {
           this.primed.add(vm);
