@@ -212,9 +212,12 @@ s.listen(0, '127.0.0.1', () => console.log(s.address().port));`;
  * The floor: the same keep-alive POST (bare client) against a Node server that only answers `ok`, once in this
  * process and once in a child process (like sandboxd: the response then has to wake a process on the other core).
  */
-async function httpFloor(where: 'same process' | 'other process' | 'net server'): Promise<number> {
+async function httpFloor(
+  where: 'same process' | 'other process' | 'net server',
+): Promise<{ p50: number; serverCpuMs?: number }> {
   let port: number;
   let stop: () => Promise<void>;
+  let serverPid: number | undefined;
   if (where === 'same process') {
     const srv = createServer((req, res) => {
       req.resume();
@@ -227,6 +230,7 @@ async function httpFloor(where: 'same process' | 'other process' | 'net server')
     const child = spawn(process.execPath, ['-e', where === 'net server' ? NET_SERVER : OK_SERVER], {
       stdio: ['ignore', 'pipe', 'inherit'],
     });
+    serverPid = child.pid;
     port = await new Promise<number>((resolve, reject) => {
       child.stdout!.once('data', (b: Buffer) => resolve(Number(b.toString().trim())));
       child.once('exit', (code) => reject(new Error(`floor server exited with ${code}`)));
@@ -239,17 +243,22 @@ async function httpFloor(where: 'same process' | 'other process' | 'net server')
   const lat: number[] = [];
   const raw = await RawHttp.open(port);
   const body = JSON.stringify({ template: 'sandbox/minimal' });
+  const cpu0 = serverPid ? processCpuMs(serverPid) : 0;
   for (let i = 0; i < 2000; i++) {
     const t0 = performance.now();
     await raw.post('/v1/claim', body);
     lat.push(performance.now() - t0);
   }
+  const serverCpuMs = serverPid ? (processCpuMs(serverPid) - cpu0) / lat.length : undefined;
   raw.close();
   await stop();
-  return pct(
-    lat.sort((a, b) => a - b),
-    50,
-  );
+  return {
+    p50: pct(
+      lat.sort((a, b) => a - b),
+      50,
+    ),
+    serverCpuMs,
+  };
 }
 
 const FLOOR_SERVERS = {
@@ -259,10 +268,13 @@ const FLOOR_SERVERS = {
 } as const;
 
 async function floors(when: string): Promise<void> {
-  for (const where of Object.keys(FLOOR_SERVERS) as Array<keyof typeof FLOOR_SERVERS>)
+  for (const where of Object.keys(FLOOR_SERVERS) as Array<keyof typeof FLOOR_SERVERS>) {
+    const f = await httpFloor(where);
+    const cpu = f.serverCpuMs === undefined ? '' : `; server CPU ${f.serverCpuMs.toFixed(3)} ms per request`;
     console.log(
-      `floor ${when}: keep-alive POST (raw client) to ${FLOOR_SERVERS[where]} answering "ok", p50 ${(await httpFloor(where)).toFixed(3)} ms (n=2000)`,
+      `floor ${when}: keep-alive POST (raw client) to ${FLOOR_SERVERS[where]} answering "ok", p50 ${f.p50.toFixed(3)} ms (n=2000)${cpu}`,
     );
+  }
   const ms = (x: number | undefined) => (x === undefined ? 'n/a' : `${x.toFixed(3)} ms`);
   console.log(
     `machine floor ${when}: loopback TCP round trip between two processes with blocking sockets (python3), p50 ` +
