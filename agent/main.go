@@ -343,9 +343,17 @@ func (s *session) serve(r *bufio.Reader) bool {
 	}
 }
 
+// requestTooLarge answers a request (JSON or EXEC) over MaxJSON with EFRAMETOOLARGE.
+func (s *session) requestTooLarge(f Frame) bool {
+	if len(f.Payload) <= MaxJSON {
+		return false
+	}
+	s.sendJSON(TRes, f.ID, map[string]any{"ok": false, "code": "EFRAMETOOLARGE", "message": fmt.Sprintf("request over %d bytes", MaxJSON)})
+	return true
+}
+
 func (s *session) handleRequest(f Frame) {
-	if len(f.Payload) > MaxJSON {
-		s.sendJSON(TRes, f.ID, map[string]any{"ok": false, "code": "EFRAMETOOLARGE", "message": fmt.Sprintf("request over %d bytes", MaxJSON)})
+	if s.requestTooLarge(f) {
 		return
 	}
 	var req Request
@@ -420,8 +428,7 @@ func (s *session) handleRequest(f Frame) {
 
 // handleExec starts an exec from a binary EXEC frame: no JSON decoder on the path of every command.
 func (s *session) handleExec(f Frame) {
-	if len(f.Payload) > MaxJSON {
-		s.sendJSON(TRes, f.ID, map[string]any{"ok": false, "code": "EFRAMETOOLARGE", "message": fmt.Sprintf("request over %d bytes", MaxJSON)})
+	if s.requestTooLarge(f) {
 		return
 	}
 	req, err := decodeExec(f.Payload)

@@ -15,7 +15,7 @@ import {
   type ResourceType,
 } from '../src/kube/index.js';
 import type { ClaimObj, PoolObj, SandboxObj, TemplateObj } from '../src/operator/extensions/support.js';
-import { pidCpuMs } from '../src/vmm/index.js';
+import { processCpuMs } from './machine.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
@@ -223,10 +223,14 @@ export class OperatorProcess {
     );
   }
 
-  /** CPU time the operator process has used so far (user + system), in ms. */
+  /** CPU time the operator process has used so far (all threads), in ms. */
   cpuMs(): number {
     const pid = this.child?.pid;
-    return (pid === undefined ? undefined : pidCpuMs(pid)) ?? NaN;
+    try {
+      return pid === undefined ? NaN : processCpuMs(pid);
+    } catch {
+      return NaN; // exited
+    }
   }
 
   async kill(signal: NodeJS.Signals): Promise<void> {

@@ -31,7 +31,12 @@ export const SH_LOOP = 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done';
 /** What that study measured for SH_LOOP: the figures bench/vm's targets were set from were taken at this speed. */
 export const STUDY_SH_LOOP_MS = { host: 22, guest: 415 };
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
+/** The median of `xs` (the mean of the middle two for an even count). */
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
 
 /** SH_LOOP on this host, median of `runs` (ms): how fast the machine is right now, next to STUDY_SH_LOOP_MS.host. */
 export function hostShLoopMs(runs = 5): number {

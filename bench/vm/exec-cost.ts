@@ -9,14 +9,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ensureTemplate, QemuMicrovmDriver } from '../../src/vmm/index.js';
+import { median } from '../machine.js';
 
 const runRoot = mkdtempSync(join(tmpdir(), 'sbxe-'));
 const driver = new QemuMicrovmDriver({ runRoot });
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
 try {
   const tpl = await ensureTemplate(driver, 'sandbox/minimal', { progress: (l) => process.stderr.write(`${l}\n`) });
   const firsts: number[] = [];

@@ -5,7 +5,7 @@
 export { QemuMicrovmDriver, Vm } from './qemu-driver.js';
 export { QmpClient } from './qmp.js';
 export type { QmpEvent } from './qmp.js';
-export { liveQemuPids, pidAlive, pidCpuMs } from './process.js';
+export { liveQemuPids, pidAlive } from './process.js';
 export { hostHasHardwareKvm, hostTscKHz } from './host.js';
 export { resolveDriverOptions } from './options.js';
 export type { QemuDriverOptions, ResolvedDriverOptions } from './options.js';
