@@ -1,5 +1,5 @@
 // Lint rules: typed TypeScript rules plus the module boundaries of docs/architecture.md
-// (api <- kube <- operator/apiserver/node; node -> vmm -> guest).
+// (api <- kube <- operator/apiserver/sandboxd; sandboxd -> vmm -> guest).
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
@@ -29,10 +29,10 @@ export default tseslint.config(
       'no-constant-condition': ['error', { checkLoops: false }],
     },
   },
-  boundary('api', ['kube', 'operator', 'apiserver', 'node', 'vmm', 'guest', 'cluster', 'cli']),
-  boundary('kube', ['operator', 'apiserver', 'node', 'vmm', 'guest', 'cli']),
-  boundary('operator', ['apiserver', 'node', 'vmm', 'guest', 'cli']),
-  boundary('apiserver', ['operator', 'node', 'vmm', 'guest', 'cli']),
-  boundary('vmm', ['api', 'kube', 'operator', 'apiserver', 'node', 'cli', 'cluster']),
-  boundary('guest', ['api', 'kube', 'operator', 'apiserver', 'node', 'vmm', 'cli', 'cluster']),
+  boundary('api', ['kube', 'operator', 'apiserver', 'sandboxd', 'vmm', 'guest', 'cluster', 'cli']),
+  boundary('kube', ['operator', 'apiserver', 'sandboxd', 'vmm', 'guest', 'cli']),
+  boundary('operator', ['apiserver', 'sandboxd', 'vmm', 'guest', 'cli']),
+  boundary('apiserver', ['operator', 'sandboxd', 'vmm', 'guest', 'cli']),
+  boundary('vmm', ['api', 'kube', 'operator', 'apiserver', 'sandboxd', 'cli', 'cluster']),
+  boundary('guest', ['api', 'kube', 'operator', 'apiserver', 'sandboxd', 'vmm', 'cli', 'cluster']),
 );

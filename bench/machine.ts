@@ -54,7 +54,7 @@ export function hostShLoopMs(runs = 5): number {
  * Two processes exchanging a small request and answer over a loopback TCP socket with blocking calls, no runtime in
  * between (Python): the machine's round-trip floor for any node-local API, with the two processes on different vCPUs
  * (each answer wakes a halted vCPU), on the same one (no cross-vCPU wake-up) and where the scheduler puts them
- * (`any`, as bench/node's client and sandboxd run). p50 ms of 3000 round trips.
+ * (`any`, as bench/sandboxd's client and sandboxd run). p50 ms of 3000 round trips.
  */
 const PING_PONG = `
 import os, socket, sys, time

@@ -1,4 +1,4 @@
 #!/usr/bin/env node
 import { register } from 'tsx/esm/api';
 register();
-await import('../src/node/main.ts');
+await import('../src/sandboxd/main.ts');

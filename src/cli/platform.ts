@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { applyCrdDir, issueCert, startCluster, type ClusterHandle } from '../cluster/index.js';
 import { SandboxError } from '../errors.js';
 import { freePort } from '../net/free-port.js';
-import { defaultRunRoot } from '../node/engine.js';
+import { defaultRunRoot } from '../sandboxd/engine.js';
 import type { Logger } from '../log/logger.js';
 
 /**

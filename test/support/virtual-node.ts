@@ -9,8 +9,8 @@ import { join } from 'node:path';
 import { issueCert } from '../../src/cluster/index.js';
 import type { KubeClient } from '../../src/kube/index.js';
 import { createLogger } from '../../src/log/logger.js';
-import { NodeEngine } from '../../src/node/engine.js';
-import { startVirtualNodes, type VirtualNodes } from '../../src/node/vk/index.js';
+import { NodeEngine } from '../../src/sandboxd/engine.js';
+import { startVirtualNodes, type VirtualNodes } from '../../src/sandboxd/vk/index.js';
 import type { TestCluster } from './cluster.js';
 
 export const MINIMAL_KEY = { template: 'sandbox/minimal', net: 'none', size: 'small' } as const;

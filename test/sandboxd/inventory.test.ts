@@ -5,8 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { KubeClient, NodeInventories } from '../../src/kube/index.js';
-import { NodeEngine } from '../../src/node/engine.js';
-import { InventoryPublisher } from '../../src/node/inventory.js';
+import { NodeEngine } from '../../src/sandboxd/engine.js';
+import { InventoryPublisher } from '../../src/sandboxd/inventory.js';
 import { getTestCluster, type TestCluster } from '../support/cluster.js';
 import { eventually } from '../support/eventually.js';
 

@@ -1,12 +1,12 @@
 /**
- * bench/node — sandboxd, measured from outside the daemon (a separate process, HTTP on loopback, keep-alive):
+ * bench/sandboxd — sandboxd, measured from outside the daemon (a separate process, HTTP on loopback, keep-alive):
  *   1. pool refill rate: PUT /v1/pools from 0 to 50 warm microVMs, time until all 50 answer (VMs/s);
  *   2. node-local claim latency, POST /v1/claim served from the hot pool, p50/p95/p99 at concurrency 1 and 16, on
  *      the claim gateway (--claim-listen) and on the API listener, with sandboxd's own CPU per claim;
  *   3. the floors under them: Node servers that do nothing, and the machine's round trip between two processes with
  *      blocking sockets, on different vCPUs and on one (this VM's cross-vCPU wake-up is most of a round trip).
  *
- *   node --import tsx bench/node.ts [--rounds 4] [--pool 50]
+ *   node --import tsx bench/sandboxd.ts [--rounds 4] [--pool 50]
  */
 import { freePort } from '../src/net/free-port.js';
 import { spawn } from 'node:child_process';

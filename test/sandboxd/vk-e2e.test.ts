@@ -7,8 +7,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { KubeClient, Pods, SandboxClaims } from '../../src/kube/index.js';
-import type { NodeEngine } from '../../src/node/engine.js';
-import type { VirtualNodes } from '../../src/node/vk/index.js';
+import type { NodeEngine } from '../../src/sandboxd/engine.js';
+import type { VirtualNodes } from '../../src/sandboxd/vk/index.js';
 import { liveQemuPids } from '../../src/vmm/index.js';
 import { getTestCluster, type TestCluster } from '../support/cluster.js';
 import { eventually } from '../support/eventually.js';

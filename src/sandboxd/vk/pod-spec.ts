@@ -1,6 +1,6 @@
 /**
  * Pure functions between Pods and VMs: what a Pod asks for (pool key, lease) and the status that reports it.
- * Everything here is table-tested without a cluster (test/node/vk-unit.test.ts).
+ * Everything here is table-tested without a cluster (test/sandboxd/vk-unit.test.ts).
  */
 import { CocoonAnnotationKeys } from '../../api/keys.js';
 import { SandboxError } from '../../errors.js';

@@ -5,10 +5,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { defaultRunRoot, NodeEngine } from '../../src/node/engine.js';
+import { defaultRunRoot, NodeEngine } from '../../src/sandboxd/engine.js';
 import { connect } from 'node:net';
-import { ClaimGateway } from '../../src/node/claim-gateway.js';
-import { SandboxdApi } from '../../src/node/http-api.js';
+import { ClaimGateway } from '../../src/sandboxd/claim-gateway.js';
+import { SandboxdApi } from '../../src/sandboxd/http-api.js';
 import { eventually } from '../support/eventually.js';
 
 const ROOT = 'root-token-for-tests';

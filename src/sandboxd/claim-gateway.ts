@@ -1,7 +1,7 @@
 /**
  * The claim gateway: a second listener that serves exactly one request, `POST /v1/claim`, with the same body,
  * answers, auth and limits as the API (the handler is SandboxdApi.claim). It exists for latency: node:http's
- * request/response machinery alone costs ~0.28 ms per request on a 2-vCPU VM (bench/node's floor), above the
+ * request/response machinery alone costs ~0.28 ms per request on a 2-vCPU VM (bench/sandboxd's floor), above the
  * 0.2 ms a node-local claim is meant to take, while a socket answered directly costs ~0.11 ms. HTTP/1.1 parsing
  * is http-parser-js (docs/dependencies.md), not ours: keep-alive, pipelining (answers in order), chunked or
  * Content-Length bodies, header-size limit. Anything but POST /v1/claim gets a JSON 404/405 naming the API.

@@ -15,9 +15,9 @@ import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import { KubeClient, Pods } from '../../src/kube/index.js';
 import { createLogger } from '../../src/log/logger.js';
-import { NodeEngine } from '../../src/node/engine.js';
-import { startVirtualNodes } from '../../src/node/vk/index.js';
-import type { Pod } from '../../src/node/vk/types.js';
+import { NodeEngine } from '../../src/sandboxd/engine.js';
+import { startVirtualNodes } from '../../src/sandboxd/vk/index.js';
+import type { Pod } from '../../src/sandboxd/vk/types.js';
 import { pidAlive } from '../../src/vmm/index.js';
 
 interface DaemonConfig {
