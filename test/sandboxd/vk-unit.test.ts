@@ -8,8 +8,19 @@ import { describe, it } from 'node:test';
 import { constants as zc, createDeflate, createInflate } from 'node:zlib';
 import { exitStatus, parseExecQuery } from '../../src/sandboxd/vk/exec-stream.js';
 import { desiredNode, nodeProfile } from '../../src/sandboxd/vk/node-registration.js';
-import { failedStatus, runningStatus, statusDiffers, vmRequestFor, waitingStatus } from '../../src/sandboxd/vk/pod-spec.js';
-import { encodeHeaderBlock, parseHeaderBlock, SpdyServerConnection, type SpdyStream } from '../../src/sandboxd/vk/spdy.js';
+import {
+  failedStatus,
+  runningStatus,
+  statusDiffers,
+  vmRequestFor,
+  waitingStatus,
+} from '../../src/sandboxd/vk/pod-spec.js';
+import {
+  encodeHeaderBlock,
+  parseHeaderBlock,
+  SpdyServerConnection,
+  type SpdyStream,
+} from '../../src/sandboxd/vk/spdy.js';
 import { SPDY3_DICTIONARY } from '../../src/sandboxd/vk/spdy-dictionary.js';
 import type { Pod } from '../../src/sandboxd/vk/types.js';
 
