@@ -1,0 +1,94 @@
+/**
+ * A Sandbox's PersistentVolumeClaims, one per volume claim template: created when missing, adopted when unowned and
+ * adoptable, refused when someone else controls them. Never deleted by the controller.
+ */
+import { LabelKeys, SANDBOX_FIELD_OWNER, type PersistentVolumeClaimTemplate } from '../../api/index.js';
+import {
+  controllerOf,
+  isAlreadyExists,
+  PersistentVolumeClaims,
+  type Informer,
+  type KubeClient,
+} from '../../kube/index.js';
+import {
+  buildPvc,
+  cannotAdoptMessage,
+  foreignOwnerMessage,
+  isAdoptable,
+  nameHashOf,
+  pvcNameOf,
+  sandboxOwnerRef,
+} from './desired.js';
+import { Overlay } from './overlay.js';
+import { liveGet, refuse, type Pass } from './pass.js';
+import type { PersistentVolumeClaim, SandboxObject } from './types.js';
+
+export class PvcReconciler {
+  private readonly overlay = new Overlay<PersistentVolumeClaim>();
+
+  constructor(
+    private readonly client: KubeClient,
+    private readonly pvcs: Informer<PersistentVolumeClaim>,
+  ) {}
+
+  /** Drop the read-your-writes entries of a Sandbox that is gone. */
+  forget(sb: SandboxObject): void {
+    for (const vct of sb.spec.volumeClaimTemplates ?? [])
+      this.overlay.forget(`${sb.metadata.namespace}/${pvcNameOf(vct, sb.metadata.name ?? '')}`);
+  }
+
+  async reconcile(pass: Pass, vct: PersistentVolumeClaimTemplate): Promise<void> {
+    const { sb } = pass;
+    const name = pvcNameOf(vct, sb.metadata.name ?? '');
+    const key = `${sb.metadata.namespace}/${name}`;
+    let pvc = this.overlay.resolve(key, this.pvcs.get(key), { whenMissing: true });
+    if (!pvc) {
+      try {
+        pvc = await this.client.create(PersistentVolumeClaims, buildPvc(sb, vct), {
+          fieldManager: SANDBOX_FIELD_OWNER,
+        });
+        this.overlay.remember(key, pvc);
+        pass.log.info({ pvc: name }, 'pvc created');
+        return;
+      } catch (err) {
+        if (!isAlreadyExists(err)) {
+          pass.errors.push(`create PVC "${name}": ${(err as Error).message}`);
+          return;
+        }
+        pvc = await liveGet<PersistentVolumeClaim>(this.client, PersistentVolumeClaims, sb.metadata.namespace, name);
+        if (!pvc) {
+          pass.errors.push(`PVC "${name}" already exists but could not be read`);
+          return;
+        }
+      }
+    }
+    const ref = controllerOf(pvc);
+    if (ref?.uid === sb.metadata.uid) return;
+    if (ref) {
+      refuse(pass, foreignOwnerMessage('PVC', name, ref, sb.metadata.name ?? ''));
+      return;
+    }
+    if (!isAdoptable(pvc.metadata.labels, sb.metadata.name ?? '')) {
+      refuse(pass, cannotAdoptMessage('PVC', name));
+      return;
+    }
+    const patch = {
+      metadata: {
+        ownerReferences: [...(pvc.metadata.ownerReferences ?? []), sandboxOwnerRef(sb)],
+        labels: { [LabelKeys.sandboxNameHash]: nameHashOf(sb.metadata.name ?? '') },
+      },
+    };
+    const adopted = await this.client.patch<PersistentVolumeClaim>(
+      PersistentVolumeClaims,
+      sb.metadata.namespace,
+      name,
+      patch,
+      'merge',
+      {
+        fieldManager: SANDBOX_FIELD_OWNER,
+      },
+    );
+    this.overlay.remember(key, adopted);
+    pass.log.info({ pvc: name }, 'pvc adopted');
+  }
+}
