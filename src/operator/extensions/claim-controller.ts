@@ -34,13 +34,10 @@ import {
   SandboxTemplates,
   SandboxWarmPools,
   type KubeObject,
-  type Manager,
   type ReconcileRequest,
   type ReconcileResult,
 } from '../../kube/index.js';
-import type { Logger } from '../../log/logger.js';
-import { registerController } from '../build.js';
-import type { OperatorConfig } from '../options.js';
+import { registerController, type ControllerContext } from '../build.js';
 import { CandidateQueues } from './candidates.js';
 import { adoptWarm, offerCandidate } from './claim-adoption.js';
 import { ClaimBindings } from './claim-binding.js';
@@ -251,15 +248,7 @@ export class ClaimReconciler implements ClaimContext {
   }
 }
 
-export function registerClaimController({
-  manager,
-  config,
-  log,
-}: {
-  manager: Manager;
-  config: OperatorConfig;
-  log: Logger;
-}): ClaimReconciler {
+export function registerClaimController({ manager, config, log }: ControllerContext): ClaimReconciler {
   const scope = { namespace: config.watchNamespace };
   const claims = manager.informer<ClaimObj>(SandboxClaims, scope);
   const sandboxes = manager.informer<SandboxObj>(Sandboxes, scope);

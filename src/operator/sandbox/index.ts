@@ -98,10 +98,6 @@ export function gaugeLabels(sb: SandboxObject): SandboxesGaugeLabels {
   };
 }
 
-registerController(
-  SANDBOX_CONTROLLER_NAME,
-  false,
-  ({ manager, config }: { manager: Manager; config: OperatorConfig }) => {
-    setupSandboxController(manager, config);
-  },
-);
+registerController(SANDBOX_CONTROLLER_NAME, false, ({ manager, config }) => {
+  setupSandboxController(manager, config);
+});
