@@ -1,9 +1,11 @@
 /**
- * One reconcile pass of a Sandbox as its child steps (PVCs, Pod, Service) see it, and the two child operations they
- * all use: a live GET for an object the filtered caches cannot see, and a UID-guarded delete.
+ * One reconcile pass of a Sandbox as its child steps (PVCs, Pod, Service) see it, what each child step holds, and
+ * the two child operations they all use: a live GET for an object the filtered caches cannot see, and a UID-guarded
+ * delete.
  */
-import { isNotFound, type KubeClient, type ResourceType } from '../../kube/index.js';
+import { isNotFound, type Informer, type KubeClient, type ResourceType } from '../../kube/index.js';
 import type { Logger } from '../../log/logger.js';
+import { Overlay } from './overlay.js';
 import type { PersistentVolumeClaim, Pod, SandboxObject, Service } from './types.js';
 
 /** One reconcile pass: the Sandbox (freshest known copy) and the errors its children produced. */
@@ -20,6 +22,16 @@ export interface Pass {
 export function refuse(pass: Pass, message: string): void {
   pass.errors.push(message);
   pass.refusals++;
+}
+
+/** A child kind's reconciler: the client, the kind's filtered cache and the objects it wrote (read-your-writes). */
+export abstract class ChildReconciler<T extends Pod | Service | PersistentVolumeClaim> {
+  protected readonly overlay = new Overlay<T>();
+
+  constructor(
+    protected readonly client: KubeClient,
+    protected readonly cache: Informer<T>,
+  ) {}
 }
 
 export async function liveGet<T extends Pod | Service | PersistentVolumeClaim>(

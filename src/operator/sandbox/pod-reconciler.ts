@@ -23,8 +23,8 @@ import {
   sandboxOwnerRef,
   syncedPodMetadata,
 } from './desired.js';
-import { isNewer, Overlay } from './overlay.js';
-import { deleteChild, liveGet, refuse, type Pass } from './pass.js';
+import { isNewer } from './overlay.js';
+import { ChildReconciler, deleteChild, liveGet, refuse, type Pass } from './pass.js';
 import type { Pod, SandboxObject } from './types.js';
 
 /** Pods indexed by the UID of their controlling Sandbox. */
@@ -44,16 +44,16 @@ export interface PodOutcome {
 /** Sets (or with undefined, removes) the Sandbox's pod-name annotation, only if it differs. */
 export type PodNameAnnotator = (pass: Pass, podName: string | undefined) => Promise<void>;
 
-export class PodReconciler {
-  /** Pods we created or adopted, by Sandbox UID, until the pod cache has them. */
-  private readonly overlay = new Overlay<Pod>();
-
+/** Its overlay is keyed by Sandbox UID: the Pods we created or adopted, until the pod cache has them. */
+export class PodReconciler extends ChildReconciler<Pod> {
   constructor(
-    private readonly client: KubeClient,
-    private readonly pods: Informer<Pod>,
+    client: KubeClient,
+    pods: Informer<Pod>,
     private readonly defaultRuntime: RuntimeName,
     private readonly setPodNameAnnotation: PodNameAnnotator,
-  ) {}
+  ) {
+    super(client, pods);
+  }
 
   /** Drop the read-your-writes entry of a Sandbox (by UID) that is gone. */
   forget(sandboxUid: string): void {
@@ -69,7 +69,7 @@ export class PodReconciler {
   /** Pods controlled by this Sandbox (ownership by UID is authoritative), including one we just wrote. */
   ownedPods(sb: SandboxObject): Pod[] {
     const uid = sb.metadata.uid ?? '';
-    const cached = this.pods.byIndex(POD_OWNER_INDEX, uid);
+    const cached = this.cache.byIndex(POD_OWNER_INDEX, uid);
     const written = this.overlay.peek(uid);
     if (!written) return cached;
     const i = cached.findIndex((p) => p.metadata.uid === written.metadata.uid);
@@ -97,7 +97,7 @@ export class PodReconciler {
     }
 
     const name = podNameOf(sb);
-    let pod = this.pods.getByName(sb.metadata.namespace, name);
+    let pod = this.cache.getByName(sb.metadata.namespace, name);
     if (!pod) {
       let desired: Pod;
       try {
@@ -182,7 +182,7 @@ export class PodReconciler {
       return { pod: owned[0], owned: true, suspendedState: pass.errors.length ? 'PodStateUnknown' : 'PodTerminating' };
     }
     const name = podNameOf(sb);
-    const cached = this.pods.getByName(sb.metadata.namespace, name);
+    const cached = this.cache.getByName(sb.metadata.namespace, name);
     if (cached) {
       pass.log.info({ pod: name }, 'not deleting a pod this sandbox does not own');
       return { pod: cached, owned: false, suspendedState: 'PodNotOwned' };

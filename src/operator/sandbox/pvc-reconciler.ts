@@ -3,13 +3,7 @@
  * adoptable, refused when someone else controls them. Never deleted by the controller.
  */
 import { LabelKeys, SANDBOX_FIELD_OWNER, type PersistentVolumeClaimTemplate } from '../../api/index.js';
-import {
-  controllerOf,
-  isAlreadyExists,
-  PersistentVolumeClaims,
-  type Informer,
-  type KubeClient,
-} from '../../kube/index.js';
+import { controllerOf, isAlreadyExists, PersistentVolumeClaims } from '../../kube/index.js';
 import {
   buildPvc,
   cannotAdoptMessage,
@@ -19,18 +13,10 @@ import {
   pvcNameOf,
   sandboxOwnerRef,
 } from './desired.js';
-import { Overlay } from './overlay.js';
-import { liveGet, refuse, type Pass } from './pass.js';
+import { ChildReconciler, liveGet, refuse, type Pass } from './pass.js';
 import type { PersistentVolumeClaim, SandboxObject } from './types.js';
 
-export class PvcReconciler {
-  private readonly overlay = new Overlay<PersistentVolumeClaim>();
-
-  constructor(
-    private readonly client: KubeClient,
-    private readonly pvcs: Informer<PersistentVolumeClaim>,
-  ) {}
-
+export class PvcReconciler extends ChildReconciler<PersistentVolumeClaim> {
   /** Drop the read-your-writes entries of a Sandbox that is gone. */
   forget(sb: SandboxObject): void {
     for (const vct of sb.spec.volumeClaimTemplates ?? [])
@@ -41,7 +27,7 @@ export class PvcReconciler {
     const { sb } = pass;
     const name = pvcNameOf(vct, sb.metadata.name ?? '');
     const key = `${sb.metadata.namespace}/${name}`;
-    let pvc = this.overlay.resolve(key, this.pvcs.get(key), { whenMissing: true });
+    let pvc = this.overlay.resolve(key, this.cache.get(key), { whenMissing: true });
     if (!pvc) {
       try {
         pvc = await this.client.create(PersistentVolumeClaims, buildPvc(sb, vct), {

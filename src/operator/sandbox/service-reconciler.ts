@@ -3,16 +3,7 @@
  * deleted when `false`, adopted only when unowned, adoptable and headless, refused when someone else controls it.
  */
 import { SANDBOX_FIELD_OWNER } from '../../api/index.js';
-import {
-  controllerOf,
-  isAlreadyExists,
-  isNotFound,
-  keyOf,
-  mergePatch,
-  Services,
-  type Informer,
-  type KubeClient,
-} from '../../kube/index.js';
+import { controllerOf, isAlreadyExists, isNotFound, keyOf, mergePatch, Services } from '../../kube/index.js';
 import {
   buildService,
   cannotAdoptMessage,
@@ -21,8 +12,7 @@ import {
   repairedService,
   sandboxOwnerRef,
 } from './desired.js';
-import { Overlay } from './overlay.js';
-import { deleteChild, liveGet, refuse, type Pass } from './pass.js';
+import { ChildReconciler, deleteChild, liveGet, refuse, type Pass } from './pass.js';
 import type { SandboxObject, Service } from './types.js';
 
 export interface ServiceOutcome {
@@ -33,14 +23,7 @@ export interface ServiceOutcome {
   exists: boolean;
 }
 
-export class ServiceReconciler {
-  private readonly overlay = new Overlay<Service>();
-
-  constructor(
-    private readonly client: KubeClient,
-    private readonly services: Informer<Service>,
-  ) {}
-
+export class ServiceReconciler extends ChildReconciler<Service> {
   /** Drop the read-your-writes entry of a Sandbox (by key) that is gone. */
   forget(sandboxKey: string): void {
     this.overlay.forget(sandboxKey);
@@ -48,7 +31,7 @@ export class ServiceReconciler {
 
   cached(sb: SandboxObject): Service | undefined {
     const key = keyOf(sb);
-    return this.overlay.resolve(key, this.services.get(key), { whenMissing: true });
+    return this.overlay.resolve(key, this.cache.get(key), { whenMissing: true });
   }
 
   /**
