@@ -18,7 +18,7 @@ export const SANDBOX_BY_CONTROLLER_INDEX = 'ext:sandbox-by-controller-uid';
  */
 export const PREDECESSOR_SETTLE_MS = 5_000;
 
-/** Not now, and nothing to report: requeue without writing status. */
+/** Not now, and nothing to report: the pass writes nothing and requeues after `requeueMs`. */
 export class Deferred extends SandboxError {
   constructor(readonly requeueMs: number) {
     super('claim.deferred', 'deferred');

@@ -40,7 +40,7 @@ import {
 import { registerController, type ControllerContext } from '../build.js';
 import { CandidateQueues } from './candidates.js';
 import { adoptWarm, offerCandidate } from './claim-adoption.js';
-import { ClaimBindings } from './claim-binding.js';
+import { ClaimBindings, Deferred } from './claim-binding.js';
 import { createCold } from './claim-cold-create.js';
 import { Outcome, type ClaimContext, type ClaimDeps, type Resolved } from './claim-context.js';
 import { reconcileExpired } from './claim-expiry.js';
@@ -125,6 +125,9 @@ export class ClaimReconciler implements ClaimContext {
       resolved = r;
       outcome = { kind: 'sandbox', sandbox: r.sandbox };
     } catch (err) {
+      // Inside the restart settle window: no status, no annotations, no events (docs/extensions.md), only a requeue
+      // for when it ends.
+      if (err instanceof Deferred) return { requeueAfterMs: err.requeueMs };
       if (err instanceof ClaimInputError)
         outcome = { kind: 'error', reason: err.reason, message: err.message, keepSandboxStatus: true };
       else if (err instanceof Outcome) {
