@@ -151,7 +151,12 @@ export class PodReconciler extends ChildReconciler<Pod> {
     ) as Record<string, unknown> | undefined;
     if (!diff && !adopt) return pod;
     const metadata: Record<string, unknown> = { ...(diff ?? {}) };
-    if (adopt) metadata.ownerReferences = [...(pod.metadata.ownerReferences ?? []), sandboxOwnerRef(sb)];
+    if (adopt) {
+      // The list replaces the one we read, so the write is guarded by the version we read: an owner set since then
+      // makes it fail with 409 instead of being overwritten, and the next pass sees that owner and refuses.
+      metadata.ownerReferences = [...(pod.metadata.ownerReferences ?? []), sandboxOwnerRef(sb)];
+      metadata.resourceVersion = pod.metadata.resourceVersion;
+    }
     try {
       const updated = await this.client.patch<Pod>(
         Pods,

@@ -58,23 +58,27 @@ export class PvcReconciler extends ChildReconciler<PersistentVolumeClaim> {
       refuse(pass, cannotAdoptMessage('PVC', name));
       return;
     }
+    // Guarded like the Pod's adoption: the ownerReferences list replaces the one read at this resourceVersion.
     const patch = {
       metadata: {
+        resourceVersion: pvc.metadata.resourceVersion,
         ownerReferences: [...(pvc.metadata.ownerReferences ?? []), sandboxOwnerRef(sb)],
         labels: { [LabelKeys.sandboxNameHash]: nameHashOf(sb.metadata.name ?? '') },
       },
     };
-    const adopted = await this.client.patch<PersistentVolumeClaim>(
-      PersistentVolumeClaims,
-      sb.metadata.namespace,
-      name,
-      patch,
-      'merge',
-      {
-        fieldManager: SANDBOX_FIELD_OWNER,
-      },
-    );
-    this.overlay.remember(key, adopted);
-    pass.log.info({ pvc: name }, 'pvc adopted');
+    try {
+      const adopted = await this.client.patch<PersistentVolumeClaim>(
+        PersistentVolumeClaims,
+        sb.metadata.namespace,
+        name,
+        patch,
+        'merge',
+        { fieldManager: SANDBOX_FIELD_OWNER },
+      );
+      this.overlay.remember(key, adopted);
+      pass.log.info({ pvc: name }, 'pvc adopted');
+    } catch (err) {
+      pass.errors.push(`adopt PVC "${name}": ${(err as Error).message}`);
+    }
   }
 }
