@@ -1,6 +1,6 @@
 /** Named templates (`sandbox/base`, ...): build the guest image, then boot + snapshot it once. */
 import { ensureGuestImage, type GuestImageArtifact, type Progress } from '../guest/index.js';
-import type { QemuMicrovmDriver } from './qemu-driver.js';
+import type { QemuMicrovmDriver } from './vm-core.js';
 import type { Template, TemplateSpec } from './types.js';
 
 export function templateFromImage(img: GuestImageArtifact): TemplateSpec {
