@@ -34,15 +34,15 @@ import {
   contentHash,
   stderrProgress,
 } from '../guest/index.js';
-import { hostHasHardwareKvm, hostTscKHz, qemuVersion, unprivilegedUser } from './host.js';
+import { hostHasHardwareKvm, hostTscKHz, qemuVersion } from './host.js';
 import { migrateToFile } from './migration.js';
 import { resolveDriverOptions, type QemuDriverOptions, type ResolvedDriverOptions } from './options.js';
 import { adoptQemu, launchQemu, pidAlive, pidCpuMs, pidStartTicks, type QemuProcess } from './process.js';
 import { QmpClient } from './qmp.js';
+import { imageFromArgv, kernelCmdline, qemuArgv, type LaunchPlan, type MemBackend } from './qemu-argv.js';
 import {
   assertAllowed,
   type CloneOptions,
-  type HostForward,
   type NetworkLane,
   type Template,
   type TemplateSpec,
@@ -55,7 +55,6 @@ import type { Duplex } from 'node:stream';
 import type { Socket } from 'node:net';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const GUEST_HZ = 100; // CONFIG_HZ_100 in our kernel fragment
 
 function tailOf(file: string, label: string): string {
   try {
@@ -90,22 +89,6 @@ function newId(prefix = 'vm'): string {
 
 function slug(name: string): string {
   return name.replace(/[^a-zA-Z0-9._-]+/g, '_').replace(/^_+|_+$/g, '') || 'template';
-}
-
-type MemBackend = { kind: 'file'; path: string; share: boolean } | { kind: 'ram' };
-
-interface LaunchPlan {
-  id: string;
-  runDir: string;
-  accel: 'kvm' | 'tcg';
-  memoryMiB: number;
-  vcpus: number;
-  network: NetworkLane;
-  hostForwards: readonly HostForward[];
-  image: Template['image'];
-  cmdline: string;
-  mem: MemBackend;
-  incoming: boolean;
 }
 
 async function withDeadline<T>(p: Promise<T>, ms: number, err: () => SandboxError): Promise<T> {
@@ -175,76 +158,12 @@ export class QemuMicrovmDriver {
   }
 
   kernelCmdline(spec: { image: Template['image']; network: NetworkLane }, accel: 'kvm' | 'tcg'): string {
-    const parts = ['console=ttyS0', 'quiet', 'panic=-1', 'random.trust_cpu=on'];
-    if (accel === 'tcg') {
-      // Mandatory under TCG: without them 20-60 % of boots hang calibrating the TSC against the PIT.
-      const khz = this.tscKHz();
-      parts.push(`tsc_early_khz=${khz}`, `lpj=${Math.round((khz * 1000) / GUEST_HZ)}`, 'tsc=reliable');
-      // QEMU's emulated APIC bus runs at 1 GHz; our kernel's lapic_timer_period parameter (build-kernel.sh)
-      // then skips ~0.26 s of APIC timer calibration against the PIT.
-      parts.push(`lapic_timer_period=${1_000_000_000 / GUEST_HZ}`);
-    }
-    if (spec.image.rootfs) parts.push('sbx.root=/dev/vda', `sbx.rootfstype=${spec.image.rootfsType ?? 'ext4'}`);
-    if (spec.network === 'egress') parts.push('sbx.net=1');
-    return parts.join(' ');
+    return kernelCmdline(spec, accel, () => this.tscKHz());
   }
 
-  /** @internal The full QEMU argv for a plan. Template, clones and restores differ only in memory backend and -incoming. */
+  /** @internal The full QEMU argv for a plan. */
   buildArgv(plan: LaunchPlan): string[] {
-    const d = plan.runDir;
-    // process= sets the comm name, so `ps` shows which VM a QEMU is.
-    const a: string[] = ['-name', `sbx-${plan.id},process=sbx-${plan.id}`];
-    a.push('-M', 'microvm,acpi=off,memory-backend=mem0');
-    a.push('-accel', plan.accel, '-cpu', plan.accel === 'kvm' ? 'host' : 'max');
-    a.push('-m', `${plan.memoryMiB}M`, '-smp', String(plan.vcpus));
-    a.push('-nodefaults', '-no-user-config', '-display', 'none', '-no-reboot');
-    a.push('-chardev', `file,id=con,path=${join(d, 'console.log')}`, '-serial', 'chardev:con');
-    // Incoming VMs get their RAM from the snapshot; loading the kernel again would only cost heap
-    // (QEMU keeps ELF segments as ROM blobs: ~20 MB private memory per clone).
-    if (!plan.incoming) a.push('-kernel', plan.image.kernel, '-initrd', plan.image.initramfs, '-append', plan.cmdline);
-    if (plan.mem.kind === 'file') {
-      a.push(
-        '-object',
-        `memory-backend-file,id=mem0,size=${plan.memoryMiB}M,mem-path=${plan.mem.path},share=${plan.mem.share ? 'on' : 'off'}`,
-      );
-    } else {
-      a.push('-object', `memory-backend-ram,id=mem0,size=${plan.memoryMiB}M`);
-    }
-    // One port (the agent; id 0 is reserved for a console): the default 31 ports cost the guest ~60 ms of
-    // virtqueue setup at boot under TCG.
-    a.push('-device', 'virtio-serial-device,max_ports=2');
-    a.push('-chardev', `socket,id=agent,path=${join(d, 'agent.sock')},server=on,wait=off`);
-    a.push('-device', 'virtserialport,chardev=agent,name=sandbox.agent');
-    a.push(
-      '-chardev',
-      `socket,id=qmp,path=${join(d, 'qmp.sock')},server=on,wait=off`,
-      '-mon',
-      'chardev=qmp,mode=control',
-    );
-    if (plan.image.rootfs) {
-      a.push(
-        '-drive',
-        `file=${plan.image.rootfs},if=none,id=rootfs,format=raw,readonly=on`,
-        '-device',
-        'virtio-blk-device,drive=rootfs',
-      );
-    }
-    if (plan.network === 'egress') {
-      const fwd = plan.hostForwards.map((f) => `,hostfwd=tcp:127.0.0.1:${f.hostPort}-:${f.guestPort}`).join('');
-      a.push('-netdev', `user,id=n0${fwd}`, '-device', 'virtio-net-device,netdev=n0');
-    }
-    a.push('-object', 'rng-random,id=rng0,filename=/dev/urandom', '-device', 'virtio-rng-device,rng=rng0');
-    const runAs = this.options.runAs === null ? undefined : (this.options.runAs ?? unprivilegedUser());
-    // Hardening: seccomp sandbox; QEMU never spawns (migration goes to our sockets/fds); drop to an unprivileged user.
-    a.push(
-      '-sandbox',
-      `on,obsolete=deny,elevateprivileges=${runAs ? 'allow' : 'deny'},spawn=deny,resourcecontrol=deny`,
-    );
-    if (runAs) a.push('-runas', runAs);
-    if (plan.incoming) a.push('-incoming', 'defer');
-    // Diagnostics only (e.g. `-d in_asm -D {runDir}/tcg.log` to count what TCG translates; docs/vm.md).
-    for (const x of this.options.extraQemuArgs) a.push(x.replaceAll('{runDir}', d));
-    return a;
+    return qemuArgv(plan, this.options);
   }
 
   // ---------------------------------------------------------------- templates
@@ -1235,24 +1154,7 @@ export class Vm {
 
   /** Image and cmdline come from the argv the VM was launched with (its template may be gone). */
   private templateInfo(): { image: Template['image']; cmdline: string } {
-    const a = this.record.argv;
-    const val = (flag: string) => {
-      const i = a.indexOf(flag);
-      return i >= 0 ? a[i + 1] : undefined;
-    };
-    const drive = a.find((x) => x.startsWith('file=') && x.includes('id=rootfs'));
-    const rootfs = drive ? /^file=([^,]+)/.exec(drive)?.[1] : undefined;
-    const cmdline = val('-append') ?? '';
-    const image: Template['image'] = {
-      kernel: val('-kernel') ?? '',
-      initramfs: val('-initrd') ?? '',
-      hash: this.record.template.hash,
-    };
-    if (rootfs) {
-      image.rootfs = rootfs;
-      image.rootfsType = /sbx\.rootfstype=squashfs/.test(cmdline) ? 'squashfs' : 'ext4';
-    }
-    return { image, cmdline };
+    return imageFromArgv(this.record.argv, this.record.template.hash);
   }
 
   /**
