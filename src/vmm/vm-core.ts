@@ -35,10 +35,11 @@ import {
   stderrProgress,
 } from '../guest/index.js';
 import { hostHasHardwareKvm, hostTscKHz, qemuVersion } from './host.js';
-import { migrateToFile } from './migration.js';
+import { migrateToFile, waitIncoming } from './migration.js';
 import { resolveDriverOptions, type QemuDriverOptions, type ResolvedDriverOptions } from './options.js';
 import { adoptQemu, launchQemu, pidAlive, pidCpuMs, pidStartTicks, type QemuProcess } from './process.js';
 import { QmpClient } from './qmp.js';
+import { tailOf, unlessExited, withDeadline } from './waits.js';
 import { imageFromArgv, kernelCmdline, qemuArgv, type LaunchPlan, type MemBackend } from './qemu-argv.js';
 import {
   assertAllowed,
@@ -55,15 +56,6 @@ import type { Duplex } from 'node:stream';
 import type { Socket } from 'node:net';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-function tailOf(file: string, label: string): string {
-  try {
-    const t = readFileSync(file, 'utf8').trim();
-    return t ? `; ${label}: ${t.slice(-400)}` : '';
-  } catch {
-    return '';
-  }
-}
 
 /** Milliseconds spent in each named phase of a start, for the debug log (where a slow clone's time went). */
 class PhaseClock {
@@ -89,38 +81,6 @@ function newId(prefix = 'vm'): string {
 
 function slug(name: string): string {
   return name.replace(/[^a-zA-Z0-9._-]+/g, '_').replace(/^_+|_+$/g, '') || 'template';
-}
-
-async function withDeadline<T>(p: Promise<T>, ms: number, err: () => SandboxError): Promise<T> {
-  let t: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      p,
-      new Promise<T>((_, reject) => {
-        t = setTimeout(() => reject(err()), ms);
-      }),
-    ]);
-  } finally {
-    if (t) clearTimeout(t);
-  }
-}
-
-/** Reject as soon as the process exits (a crash mid-operation must not wait for a timeout). */
-function unlessExited<T>(proc: QemuProcess, p: Promise<T>, what: string, logFile: string): Promise<T> {
-  return Promise.race([
-    p,
-    proc.exited.then((how) => {
-      let tail = '';
-      try {
-        tail = readFileSync(logFile, 'utf8').trim().split('\n').slice(-3).join(' | ');
-      } catch {
-        /* no log */
-      }
-      throw new SandboxError('VM_PROCESS_EXITED', `QEMU exited (${how}) during ${what}${tail ? `: ${tail}` : ''}`, {
-        hint: `see ${logFile}; a crash here usually means a bad image or snapshot`,
-      });
-    }),
-  ]);
 }
 
 export class QemuMicrovmDriver {
@@ -741,26 +701,6 @@ export class QemuMicrovmDriver {
       await proc?.kill();
       rmSync(runDir, { recursive: true, force: true });
     }
-  }
-}
-
-/** Wait until an incoming migration has been loaded (runstate leaves `inmigrate`). */
-async function waitIncoming(qmp: QmpClient, timeoutMs: number): Promise<string> {
-  const deadline = Date.now() + timeoutMs;
-  for (let delay = 1; ; delay = Math.min(delay + 1, 10)) {
-    const st = await qmp.execute<{ status: string }>('query-status');
-    if (st.status !== 'inmigrate') {
-      if (st.status === 'running' || st.status === 'paused' || st.status === 'postmigrate') return st.status;
-      throw new SandboxError('VM_RESTORE_FAILED', `VM state load ended in runstate ${st.status}`, {
-        hint: 'the snapshot does not match this QEMU/device config; recreate the template',
-      });
-    }
-    if (Date.now() > deadline) {
-      throw new SandboxError('VM_RESTORE_TIMEOUT', `VM state did not load within ${timeoutMs} ms`, {
-        hint: 'the host may be overloaded; retry',
-      });
-    }
-    await sleep(delay);
   }
 }
 
