@@ -12,11 +12,9 @@ import {
   mkdirSync,
   openSync,
   closeSync,
-  readdirSync,
   readFileSync,
   rmSync,
   writeFileSync,
-  renameSync,
   statSync,
   chmodSync,
 } from 'node:fs';
@@ -37,8 +35,9 @@ import {
 import { hostHasHardwareKvm, hostTscKHz, qemuVersion } from './host.js';
 import { migrateToFile, waitIncoming } from './migration.js';
 import { resolveDriverOptions, type QemuDriverOptions, type ResolvedDriverOptions } from './options.js';
-import { adoptQemu, launchQemu, pidAlive, pidCpuMs, pidStartTicks, type QemuProcess } from './process.js';
+import { adoptQemu, launchQemu, pidCpuMs, pidStartTicks, type QemuProcess } from './process.js';
 import { QmpClient } from './qmp.js';
+import { killRecorded, newId, readRecords, writeRecord } from './run-records.js';
 import { tailOf, unlessExited, withDeadline } from './waits.js';
 import { imageFromArgv, kernelCmdline, qemuArgv, type LaunchPlan, type MemBackend } from './qemu-argv.js';
 import {
@@ -74,10 +73,6 @@ class PhaseClock {
 /** Label of a spare VMM's record until a clone takes it (so a restarted daemon can reap it). */
 const SPARE_LABEL = 'sbx.spare';
 const isSpare = (rec: VmRecord): boolean => rec.labels[SPARE_LABEL] === 'true';
-
-function newId(prefix = 'vm'): string {
-  return `${prefix}-${randomBytes(4).toString('hex')}`;
-}
 
 function slug(name: string): string {
   return name.replace(/[^a-zA-Z0-9._-]+/g, '_').replace(/^_+|_+$/g, '') || 'template';
@@ -504,17 +499,7 @@ export class QemuMicrovmDriver {
    * run dir is kept: removeStale() refuses a live VM).
    */
   async killRecorded(rec: VmRecord & { alive: boolean }): Promise<boolean> {
-    if (rec.pid !== undefined && rec.alive) {
-      try {
-        process.kill(rec.pid, 'SIGKILL');
-      } catch {
-        /* already gone */
-      }
-      for (let i = 0; i < 100 && pidAlive(rec.pid); i++) await sleep(20);
-      if (pidAlive(rec.pid)) return false;
-    }
-    rmSync(join(this.options.runRoot, rec.id), { recursive: true, force: true });
-    return true;
+    return killRecorded(rec, this.options.runRoot);
   }
 
   /** @internal */
@@ -533,28 +518,7 @@ export class QemuMicrovmDriver {
 
   /** Every VM with a run dir (including ones started by an earlier daemon), with liveness checked. */
   list(): (VmRecord & { alive: boolean })[] {
-    const out: (VmRecord & { alive: boolean })[] = [];
-    let names: string[] = [];
-    try {
-      names = readdirSync(this.options.runRoot);
-    } catch {
-      return out;
-    }
-    for (const name of names) {
-      const file = join(this.options.runRoot, name, 'vm.json');
-      if (!existsSync(file)) continue;
-      try {
-        const r = JSON.parse(readFileSync(file, 'utf8')) as VmRecord;
-        const alive =
-          r.pid !== undefined &&
-          pidAlive(r.pid) &&
-          (r.pidStartTicks === undefined || pidStartTicks(r.pid) === r.pidStartTicks);
-        out.push({ ...r, alive });
-      } catch {
-        /* half-written record: skip */
-      }
-    }
-    return out;
+    return readRecords(this.options.runRoot);
   }
 
   /** Re-attach to a VM that is still running (e.g. after a daemon restart), or to a hibernated one. */
@@ -779,14 +743,7 @@ export class Vm {
   }
 
   private persist(): void {
-    if (this._state === 'destroyed') return;
-    try {
-      const tmp = join(this.record.runDir, 'vm.json.tmp');
-      writeFileSync(tmp, JSON.stringify(this.record, null, 2));
-      renameSync(tmp, join(this.record.runDir, 'vm.json'));
-    } catch {
-      /* run dir gone (destroy raced) */
-    }
+    if (this._state !== 'destroyed') writeRecord(this.record);
   }
 
   /** Serialise lifecycle actions; each is checked against the state machine when it runs. */
