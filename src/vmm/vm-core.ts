@@ -7,17 +7,7 @@
  */
 import { freePort } from '../net/free-port.js';
 import { randomBytes } from 'node:crypto';
-import {
-  existsSync,
-  mkdirSync,
-  openSync,
-  closeSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-  statSync,
-  chmodSync,
-} from 'node:fs';
+import { existsSync, mkdirSync, openSync, closeSync, readFileSync, rmSync, statSync, chmodSync } from 'node:fs';
 import { join } from 'node:path';
 import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
@@ -28,15 +18,13 @@ import {
   type ExecResult,
   type AgentFiles,
   type Progress,
-  cachedArtifact,
-  contentHash,
-  stderrProgress,
 } from '../guest/index.js';
 import { hostHasHardwareKvm, hostTscKHz, qemuVersion } from './host.js';
 import { migrateToFile, waitIncoming } from './migration.js';
 import { resolveDriverOptions, type QemuDriverOptions, type ResolvedDriverOptions } from './options.js';
 import { adoptQemu, launchQemu, pidCpuMs, pidStartTicks, type QemuProcess } from './process.js';
 import { QmpClient } from './qmp.js';
+import { buildTemplate, loadTemplate, materialiseTemplate, templateHash } from './templates.js';
 import { killRecorded, newId, readRecords, writeRecord } from './run-records.js';
 import { tailOf, unlessExited, withDeadline } from './waits.js';
 import { imageFromArgv, kernelCmdline, qemuArgv, type LaunchPlan, type MemBackend } from './qemu-argv.js';
@@ -73,10 +61,6 @@ class PhaseClock {
 /** Label of a spare VMM's record until a clone takes it (so a restarted daemon can reap it). */
 const SPARE_LABEL = 'sbx.spare';
 const isSpare = (rec: VmRecord): boolean => rec.labels[SPARE_LABEL] === 'true';
-
-function slug(name: string): string {
-  return name.replace(/[^a-zA-Z0-9._-]+/g, '_').replace(/^_+|_+$/g, '') || 'template';
-}
 
 export class QemuMicrovmDriver {
   readonly options: ResolvedDriverOptions;
@@ -124,20 +108,7 @@ export class QemuMicrovmDriver {
   // ---------------------------------------------------------------- templates
 
   templateHash(spec: TemplateSpec, accel: 'kvm' | 'tcg'): string {
-    const network = spec.network ?? 'none';
-    return contentHash([
-      // Bump when buildArgv's devices change: a snapshot only loads into the same device layout.
-      'template-v2',
-      spec.name,
-      spec.image.hash,
-      String(spec.memoryMiB ?? 128),
-      String(spec.vcpus ?? 1),
-      network,
-      accel,
-      this.qemuVersion(),
-      this.kernelCmdline({ image: spec.image, network }, accel),
-      JSON.stringify(spec.warmup ?? []),
-    ]);
+    return templateHash(this, spec, accel);
   }
 
   /** Cold-boot the template once and snapshot it; cached on disk by content hash. */
@@ -148,7 +119,7 @@ export class QemuMicrovmDriver {
     let lastErr: unknown;
     for (const accel of this.candidateAccels()) {
       try {
-        const t = await this.createTemplateWith(spec, accel, opts);
+        const t = await buildTemplate(this, spec, accel, opts);
         this.resolvedAccel = accel;
         return t;
       } catch (err) {
@@ -163,164 +134,14 @@ export class QemuMicrovmDriver {
     throw lastErr;
   }
 
-  private async createTemplateWith(
-    spec: TemplateSpec,
-    accel: 'kvm' | 'tcg',
-    opts: { progress?: Progress; bootTimeoutMs?: number },
-  ): Promise<Template> {
-    const progress = opts.progress ?? stderrProgress;
-    for (const f of [spec.image.kernel, spec.image.initramfs, ...(spec.image.rootfs ? [spec.image.rootfs] : [])]) {
-      if (!existsSync(f)) {
-        throw new SandboxError('VM_IMAGE_MISSING', `guest image file ${f} does not exist`, {
-          hint: 'rebuild the guest image (ensureGuestImage) or fix the path',
-        });
-      }
-    }
-    const hash = this.templateHash(spec, accel);
-    const dir = await cachedArtifact(
-      slug(spec.name),
-      hash,
-      async (tmp) => {
-        progress(`template ${spec.name}: cold boot (${accel})`);
-        const t = await this.bootAndSnapshot(spec, accel, tmp, hash, opts.bootTimeoutMs ?? 90_000);
-        writeFileSync(join(tmp, 'template.json'), JSON.stringify({ ...t, dir: undefined }, null, 2));
-        progress(`template ${spec.name}: booted in ${t.bootMs} ms, snapshotted`);
-      },
-      { progress, root: this.options.templateRoot },
-    );
-    return this.loadTemplate(dir);
-  }
-
   loadTemplate(dir: string): Template {
-    let t: Template;
-    try {
-      t = JSON.parse(readFileSync(join(dir, 'template.json'), 'utf8')) as Template;
-    } catch (err) {
-      throw new SandboxError('TEMPLATE_INVALID', `no valid template in ${dir}`, {
-        cause: err,
-        hint: 'remove the directory and create the template again',
-      });
-    }
-    return { ...t, dir, memFile: join(dir, 'mem'), stateFile: join(dir, 'state') };
+    return loadTemplate(dir);
   }
 
   /** Remove a template's files (clones already running keep their mapping). */
   deleteTemplate(t: Template): void {
     for (const vm of this.spares.get(t.dir)?.ready.splice(0) ?? []) void vm.destroy().catch(() => undefined);
     rmSync(t.dir, { recursive: true, force: true });
-  }
-
-  private async bootAndSnapshot(
-    spec: TemplateSpec,
-    accel: 'kvm' | 'tcg',
-    outDir: string,
-    hash: string,
-    bootTimeoutMs: number,
-  ): Promise<Template> {
-    const network = spec.network ?? 'none';
-    const memoryMiB = spec.memoryMiB ?? 128;
-    const vcpus = spec.vcpus ?? 1;
-    const cmdline = this.kernelCmdline({ image: spec.image, network }, accel);
-    const id = newId('tpl');
-    const runDir = join(this.options.runRoot, id);
-    mkdirSync(runDir, { recursive: true });
-    const memFile = join(outDir, 'mem');
-    const argv = this.buildArgv({
-      id,
-      runDir,
-      accel,
-      memoryMiB,
-      vcpus,
-      network,
-      hostForwards: [],
-      image: spec.image,
-      cmdline,
-      mem: { kind: 'file', path: memFile, share: true },
-      incoming: false,
-    });
-    const logFile = join(runDir, 'qemu.log');
-    const started = performance.now();
-    const proc = launchQemu(this.options.qemuBinary, argv, { logFile });
-    let qmp: QmpClient | undefined;
-    let agent: AgentClient | undefined;
-    try {
-      qmp = await unlessExited(
-        proc,
-        QmpClient.connect(join(runDir, 'qmp.sock'), { timeoutMs: 10_000 }),
-        'template boot',
-        logFile,
-      );
-      agent = await unlessExited(
-        proc,
-        AgentClient.connect(join(runDir, 'agent.sock'), { connectTimeoutMs: bootTimeoutMs }),
-        'template boot',
-        logFile,
-      ).catch((err: unknown) => {
-        let consoleTail = '';
-        try {
-          consoleTail = readFileSync(join(runDir, 'console.log'), 'utf8').slice(-600);
-        } catch {
-          /* none */
-        }
-        throw new SandboxError(
-          'VM_BOOT_FAILED',
-          `template ${spec.name} did not boot: ${(err as Error).message}${consoleTail ? `\nconsole: ${consoleTail}` : ''}${tailOf(logFile, 'qemu.log')}${proc.alive ? '' : ' (QEMU exited)'}`,
-          {
-            cause: err,
-            hint: 'check the kernel/initramfs; under TCG the TSC arguments must be present',
-          },
-        );
-      });
-      const bootMs = Math.round(performance.now() - started);
-      for (const cmd of spec.warmup ?? []) {
-        const r = await agent.run(cmd, { timeoutMs: 120_000 });
-        if (r.exitCode !== 0) {
-          throw new SandboxError(
-            'TEMPLATE_WARMUP_FAILED',
-            `warmup ${cmd.join(' ')} exited ${r.exitCode}: ${r.stderr.toString().slice(0, 500)}`,
-            { hint: 'fix the template warmup command' },
-          );
-        }
-      }
-      await agent.sync();
-      // Snapshot with the host still connected: the agent sits in a plain read() of its port, and a clone
-      // (whose host dials before the state loads) wakes straight from it on the first bytes, with no
-      // port-open event or signal to handle first. Closed only after QEMU has quit.
-      await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: true }] });
-      await qmp.execute('stop');
-      await unlessExited(
-        proc,
-        migrateToFile(qmp, join(outDir, 'state'), this.options.runRoot, { what: `template ${spec.name} snapshot` }),
-        'template snapshot',
-        logFile,
-      );
-      await qmp.execute('quit').catch(() => undefined);
-      await withDeadline(
-        proc.exited,
-        10_000,
-        () => new SandboxError('VM_STOP_TIMEOUT', 'template QEMU did not exit after quit'),
-      );
-      return {
-        name: spec.name,
-        hash,
-        dir: outDir,
-        memFile,
-        stateFile: join(outDir, 'state'),
-        memoryMiB,
-        vcpus,
-        network,
-        accel,
-        image: spec.image,
-        cmdline,
-        createdAt: new Date().toISOString(),
-        bootMs,
-      };
-    } finally {
-      agent?.close();
-      qmp?.close();
-      await proc.kill();
-      rmSync(runDir, { recursive: true, force: true });
-    }
   }
 
   // ---------------------------------------------------------------- clones
@@ -583,88 +404,6 @@ export class QemuMicrovmDriver {
     const argv = this.buildArgv(plan);
     const proc = launchQemu(this.options.qemuBinary, argv, { logFile: join(plan.runDir, 'qemu.log'), extraFds });
     return { proc, argv };
-  }
-
-  /** @internal Materialise a full-state file into a new template (shared RAM file + device state). */
-  async materialiseTemplate(
-    name: string,
-    from: VmRecord,
-    fullState: string,
-    image: Template['image'],
-    cmdline: string,
-  ): Promise<Template> {
-    const hash = randomBytes(8).toString('hex');
-    const dir = join(this.options.templateRoot, `${slug(name)}-${hash}`);
-    mkdirSync(dir, { recursive: true });
-    const id = newId('mat');
-    const runDir = join(this.options.runRoot, id);
-    mkdirSync(runDir, { recursive: true });
-    const plan: LaunchPlan = {
-      id,
-      runDir,
-      accel: from.accel,
-      memoryMiB: from.memoryMiB,
-      vcpus: from.vcpus,
-      network: from.network,
-      hostForwards: [],
-      image,
-      cmdline,
-      mem: { kind: 'file', path: join(dir, 'mem'), share: true },
-      incoming: true,
-    };
-    const fd = openSync(fullState, 'r');
-    let proc: QemuProcess | undefined;
-    let qmp: QmpClient | undefined;
-    const logFile = join(runDir, 'qemu.log');
-    try {
-      proc = this.launch(plan, [fd]).proc;
-      closeSync(fd);
-      qmp = await unlessExited(proc, QmpClient.connect(join(runDir, 'qmp.sock')), 'checkpoint', logFile);
-      await qmp.execute('migrate-incoming', { uri: 'fd:3' });
-      await unlessExited(proc, waitIncoming(qmp, 60_000), 'checkpoint load', logFile);
-      await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: true }] });
-      await unlessExited(
-        proc,
-        migrateToFile(qmp, join(dir, 'state'), this.options.runRoot, { what: 'checkpoint' }),
-        'checkpoint',
-        logFile,
-      );
-      await qmp.execute('quit').catch(() => undefined);
-      await withDeadline(
-        proc.exited,
-        10_000,
-        () => new SandboxError('VM_STOP_TIMEOUT', 'checkpoint QEMU did not exit'),
-      );
-      const t: Template = {
-        name,
-        hash,
-        dir,
-        memFile: join(dir, 'mem'),
-        stateFile: join(dir, 'state'),
-        memoryMiB: from.memoryMiB,
-        vcpus: from.vcpus,
-        network: from.network,
-        accel: from.accel,
-        image,
-        cmdline,
-        createdAt: new Date().toISOString(),
-        bootMs: 0,
-      };
-      writeFileSync(join(dir, 'template.json'), JSON.stringify({ ...t, dir: undefined }, null, 2));
-      return t;
-    } catch (err) {
-      rmSync(dir, { recursive: true, force: true });
-      throw err;
-    } finally {
-      try {
-        closeSync(fd);
-      } catch {
-        /* closed */
-      }
-      qmp?.close();
-      await proc?.kill();
-      rmSync(runDir, { recursive: true, force: true });
-    }
   }
 }
 
@@ -1080,7 +819,7 @@ export class Vm {
         this._agent?.setTime().catch(() => undefined);
       }
       const { image, cmdline } = this.templateInfo();
-      return await this.driver.materialiseTemplate(name, this.record, file, image, cmdline);
+      return await materialiseTemplate(this.driver, name, this.record, file, image, cmdline);
     } finally {
       rmSync(file, { force: true });
       if (wasRunning && this.qmp && !this.qmp.closed) {
