@@ -25,6 +25,7 @@ import { resolveDriverOptions, type QemuDriverOptions, type ResolvedDriverOption
 import { adoptQemu, launchQemu, pidCpuMs, pidStartTicks, type QemuProcess } from './process.js';
 import { QmpClient } from './qmp.js';
 import { buildTemplate, loadTemplate, materialiseTemplate, templateHash } from './templates.js';
+import { isSpare, SPARE_LABEL, SparePool } from './spares.js';
 import { killRecorded, newId, readRecords, writeRecord } from './run-records.js';
 import { tailOf, unlessExited, withDeadline } from './waits.js';
 import { imageFromArgv, kernelCmdline, qemuArgv, type LaunchPlan, type MemBackend } from './qemu-argv.js';
@@ -58,14 +59,11 @@ class PhaseClock {
   }
 }
 
-/** Label of a spare VMM's record until a clone takes it (so a restarted daemon can reap it). */
-const SPARE_LABEL = 'sbx.spare';
-const isSpare = (rec: VmRecord): boolean => rec.labels[SPARE_LABEL] === 'true';
-
 export class QemuMicrovmDriver {
   readonly options: ResolvedDriverOptions;
   private readonly log: Logger;
   private readonly vms = new Map<string, Vm>();
+  private readonly spares: SparePool;
   private tsc: number | undefined;
   private resolvedAccel: 'kvm' | 'tcg' | undefined;
   private qemuVer: string | undefined;
@@ -73,6 +71,7 @@ export class QemuMicrovmDriver {
   constructor(opts: QemuDriverOptions & { logger?: Logger } = {}) {
     this.options = resolveDriverOptions(opts);
     this.log = opts.logger ?? silentLogger;
+    this.spares = new SparePool(this.options.spareVmms, (t) => this.startSpare(t), this.log);
     mkdirSync(this.options.runRoot, { recursive: true, mode: 0o755 });
     chmodSync(this.options.runRoot, 0o755);
   }
@@ -140,7 +139,7 @@ export class QemuMicrovmDriver {
 
   /** Remove a template's files (clones already running keep their mapping). */
   deleteTemplate(t: Template): void {
-    for (const vm of this.spares.get(t.dir)?.ready.splice(0) ?? []) void vm.destroy().catch(() => undefined);
+    this.spares.dropTemplate(t);
     rmSync(t.dir, { recursive: true, force: true });
   }
 
@@ -167,7 +166,7 @@ export class QemuMicrovmDriver {
     }
     const readyTimeoutMs = opts.readyTimeoutMs ?? 15_000;
     // A spare has its own id and no host forwards (both are fixed when QEMU starts).
-    const spare = opts.id === undefined && !opts.hostForwards?.length ? this.takeSpare(template) : undefined;
+    const spare = opts.id === undefined && !opts.hostForwards?.length ? this.spares.take(template) : undefined;
     let vm: Vm;
     let start: () => Promise<void>;
     if (spare) {
@@ -193,7 +192,7 @@ export class QemuMicrovmDriver {
     } finally {
       // Replacements start once this clone is up: spawning QEMU blocks the event loop for milliseconds, which
       // would otherwise land on this clone's handshake.
-      this.refillSpares(template);
+      this.spares.refill(template);
     }
   }
 
@@ -247,49 +246,9 @@ export class QemuMicrovmDriver {
 
   // ---------------------------------------------------------------- spare VMMs
 
-  /** Loaded, paused spares per template dir, and how many are being started. */
-  private readonly spares = new Map<string, { ready: Vm[]; starting: number }>();
-  /** Bumped by destroySpares(): a spare that finishes starting under an older epoch is destroyed. */
-  private spareEpoch = 0;
-  /** Set by close(): no spare starts again (a clone finishing during shutdown must not start one). */
-  private sparesClosed = false;
-
   /** Spares of a template that are loaded and ready to be taken. */
   readySpares(template: Template): number {
-    return this.spares.get(template.dir)?.ready.length ?? 0;
-  }
-
-  private takeSpare(template: Template): Vm | undefined {
-    const ready = this.spares.get(template.dir)?.ready;
-    while (ready?.length) {
-      const vm = ready.shift()!;
-      if (vm.state === 'starting' && vm.pid !== undefined) return vm;
-      void vm.destroy().catch(() => undefined);
-    }
-    return undefined;
-  }
-
-  private refillSpares(template: Template): void {
-    if (this.options.spareVmms === 0 || this.sparesClosed) return;
-    let entry = this.spares.get(template.dir);
-    if (!entry) this.spares.set(template.dir, (entry = { ready: [], starting: 0 }));
-    const epoch = this.spareEpoch;
-    while (entry.ready.length + entry.starting < this.options.spareVmms) {
-      entry.starting++;
-      const e = entry;
-      void this.startSpare(template)
-        .then(
-          async (vm) => {
-            if (epoch !== this.spareEpoch || !existsSync(template.stateFile)) await vm.destroy();
-            else e.ready.push(vm);
-          },
-          (err: unknown) => {
-            // A spare destroyed while it started (destroySpares/close) is not a failure worth a warning.
-            if (epoch === this.spareEpoch) this.log.warn({ err, template: template.name }, 'spare VMM failed to start');
-          },
-        )
-        .finally(() => e.starting--);
-    }
+    return this.spares.ready(template);
   }
 
   private async startSpare(template: Template): Promise<Vm> {
@@ -387,14 +346,13 @@ export class QemuMicrovmDriver {
 
   /** Stop making spares for good and destroy the ones there are; VMs keep running (call before exiting). */
   async close(): Promise<void> {
-    this.sparesClosed = true;
+    this.spares.close();
     await this.destroySpares();
   }
 
   /** Destroy the spare VMMs (ready and starting) and stop refilling them until the next clone. */
   async destroySpares(): Promise<void> {
-    this.spareEpoch++;
-    this.spares.clear();
+    this.spares.reset();
     const spares = [...this.vms.values()].filter((vm) => isSpare(vm.record));
     await Promise.all(spares.map((vm) => vm.destroy().catch(() => undefined)));
   }
