@@ -19,7 +19,7 @@ import {
 import { migrateToFile, waitIncoming } from './migration.js';
 import type { QemuProcess } from './process.js';
 import type { LaunchPlan } from './qemu-argv.js';
-import type { QemuMicrovmDriver } from './vm-core.js';
+import type { QemuMicrovmDriver } from './qemu-driver.js';
 import { QmpClient } from './qmp.js';
 import { newId } from './run-records.js';
 import type { Template, TemplateSpec, VmRecord } from './types.js';
