@@ -3,7 +3,7 @@
  * No Kubernetes imports; src/guest provides the agent client and the image builds.
  */
 export { QemuMicrovmDriver } from './qemu-driver.js';
-export { Vm } from './vm-core.js';
+export { Vm } from './vm.js';
 export { QmpClient } from './qmp.js';
 export type { QmpEvent } from './qmp.js';
 export { liveQemuPids, pidAlive } from './process.js';

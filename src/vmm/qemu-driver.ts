@@ -2,7 +2,7 @@
  * The QEMU `-M microvm` driver. Templates are cold-booted once with RAM in a shared file and snapshotted
  * with `x-ignore-shared` (only device state is written); clones map that file copy-on-write
  * (`share=off`) and load the device state, so a clone costs ~tens of ms and only the pages it dirties.
- * Each VM is a `Vm` object (vm-core.ts); the driver creates them, keeps those it manages, and adopts
+ * Each VM is a `Vm` object (vm.ts, vm-core.ts); the driver creates them, keeps those it manages, and adopts
  * the ones an earlier process left running (run-records.ts).
  */
 import { chmodSync, existsSync, mkdirSync, rmSync } from 'node:fs';
@@ -19,7 +19,7 @@ import { killRecorded, newId, readRecords } from './run-records.js';
 import { isSpare, SPARE_LABEL, SparePool } from './spares.js';
 import { buildTemplate, loadTemplate, templateHash } from './templates.js';
 import type { CloneOptions, NetworkLane, Template, TemplateSpec, VmRecord } from './types.js';
-import { Vm } from './vm-core.js';
+import { Vm } from './vm.js';
 
 export class QemuMicrovmDriver {
   readonly options: ResolvedDriverOptions;

@@ -6,7 +6,7 @@
 import { existsSync } from 'node:fs';
 import type { Logger } from '../log/logger.js';
 import type { Template, VmRecord } from './types.js';
-import type { Vm } from './vm-core.js';
+import type { Vm } from './vm.js';
 
 /** Label of a spare VMM's record until a clone takes it (so a restarted daemon can reap it). */
 export const SPARE_LABEL = 'sbx.spare';

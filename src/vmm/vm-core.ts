@@ -1,31 +1,23 @@
 /**
- * One microVM: a serial mailbox over an explicit state machine (types.ts), owning one QEMU process, its QMP
- * connection and its agent connection, and a run dir that `destroy` removes entirely.
+ * The core of a microVM (`VmCore`, which `Vm` in vm.ts extends): a serial mailbox over an explicit state machine
+ * (types.ts), owning one QEMU process, its QMP connection and its agent connection, and a run dir that `destroy`
+ * removes entirely. It starts from a state file (or re-attaches to a running QEMU), pauses, resumes, is destroyed,
+ * reports stats, and reaches the agent for exec, files and TCP.
  */
-import { randomBytes } from 'node:crypto';
-import { closeSync, existsSync, openSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, rmSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import type { Duplex } from 'node:stream';
 import { SandboxError } from '../errors.js';
 import { AgentClient, type AgentFiles, type ExecOptions, type ExecProcess, type ExecResult } from '../guest/index.js';
 import type { Logger } from '../log/logger.js';
-import { migrateToFile, waitIncoming } from './migration.js';
+import { waitIncoming } from './migration.js';
 import { pidCpuMs, pidStartTicks, type QemuProcess } from './process.js';
-import { imageFromArgv, type LaunchPlan, type MemBackend } from './qemu-argv.js';
+import type { LaunchPlan } from './qemu-argv.js';
 import type { QemuMicrovmDriver } from './qemu-driver.js';
 import { QmpClient } from './qmp.js';
 import { writeRecord } from './run-records.js';
-import { materialiseTemplate } from './templates.js';
-import {
-  assertAllowed,
-  type CloneOptions,
-  type Template,
-  type VmAction,
-  type VmRecord,
-  type VmState,
-  type VmStats,
-} from './types.js';
+import { assertAllowed, type VmAction, type VmRecord, type VmState, type VmStats } from './types.js';
 import { tailOf, unlessExited, withDeadline } from './waits.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -44,23 +36,21 @@ class PhaseClock {
   }
 }
 
-/**
- * One microVM. Lifecycle operations go through a serial mailbox and the state machine; exec/files go
- * straight to the agent (the agent multiplexes) after a state check.
- */
-export class Vm {
-  private _state: VmState;
-  private proc: QemuProcess | undefined;
-  private qmp: QmpClient | undefined;
-  private _agent: AgentClient | undefined;
+/** The part of a Vm (vm.ts) that does not save its state; abstract, only Vm is made. */
+export abstract class VmCore {
+  protected _state: VmState;
+  protected proc: QemuProcess | undefined;
+  protected qmp: QmpClient | undefined;
+  protected _agent: AgentClient | undefined;
   private mailbox: Promise<unknown> = Promise.resolve();
   private readonly startedAt = Date.now();
-  private expectingExit = false;
+  /** Set before QEMU is stopped on purpose, so its exit does not mark the VM failed. */
+  protected expectingExit = false;
   /** Why the VM failed (QEMU exit status and log tails), once it has. */
   failure: string | undefined;
 
   constructor(
-    private readonly driver: QemuMicrovmDriver,
+    protected readonly driver: QemuMicrovmDriver,
     readonly record: VmRecord,
     private readonly log: Logger,
   ) {
@@ -110,7 +100,7 @@ export class Vm {
     return this.agent.connectTcp(port, host);
   }
 
-  private setState(s: VmState): void {
+  protected setState(s: VmState): void {
     if (this._state === s) return;
     this.log.info({ from: this._state, to: s }, 'vm state');
     this._state = s;
@@ -118,11 +108,11 @@ export class Vm {
     this.persist();
   }
 
-  private persist(): void {
+  protected persist(): void {
     if (this._state !== 'destroyed') writeRecord(this.record);
   }
 
-  /** Serialise lifecycle actions; each is checked against the state machine when it runs. */
+  /** A refusal also says why the VM failed, once it has. */
   private check(action: VmAction): void {
     try {
       assertAllowed(this.id, this._state, action);
@@ -133,7 +123,8 @@ export class Vm {
     }
   }
 
-  private act<T>(action: VmAction, fn: () => Promise<T>): Promise<T> {
+  /** Serialise lifecycle actions; each is checked against the state machine when it runs. */
+  protected act<T>(action: VmAction, fn: () => Promise<T>): Promise<T> {
     const run = async () => {
       this.check(action);
       return fn();
@@ -318,7 +309,7 @@ export class Vm {
     this.persist();
   }
 
-  private requireQmp(): QmpClient {
+  protected requireQmp(): QmpClient {
     if (!this.qmp || this.qmp.closed) {
       throw new SandboxError('VM_PROCESS_EXITED', `QEMU of VM ${this.id} is not reachable`, {
         hint: 'the VM crashed; destroy it',
@@ -341,155 +332,6 @@ export class Vm {
       this.setState('running');
       // The guest clock stood still while paused; fix it without delaying the caller.
       this._agent?.setTime().catch(() => undefined);
-    });
-  }
-
-  /** Save the full VM state to disk and stop QEMU: the VM's memory is freed. */
-  hibernate(): Promise<void> {
-    return this.act('hibernate', async () => {
-      const qmp = this.requireQmp();
-      const proc = this.proc!;
-      const file = join(this.record.runDir, 'hibernate.state');
-      if (this._state === 'running') await this._agent?.sync().catch(() => undefined);
-      await qmp.execute('stop');
-      await qmp.execute('migrate-set-capabilities', {
-        capabilities: [{ capability: 'x-ignore-shared', state: false }],
-      });
-      await unlessExited(
-        proc,
-        migrateToFile(qmp, file, this.record.runDir, { what: `hibernate ${this.id}` }),
-        'hibernate',
-        join(this.record.runDir, 'qemu.log'),
-      );
-      this.expectingExit = true;
-      this._agent?.close();
-      this._agent = undefined;
-      await qmp.execute('quit').catch(() => undefined);
-      qmp.close();
-      this.qmp = undefined;
-      await withDeadline(
-        proc.exited,
-        10_000,
-        () => new SandboxError('VM_STOP_TIMEOUT', 'QEMU did not exit after hibernate'),
-      ).catch(() => proc.kill());
-      this.proc = undefined;
-      this.record.pid = undefined;
-      this.record.pidStartTicks = undefined;
-      this.record.hibernateFile = file;
-      for (const s of ['qmp.sock', 'agent.sock']) rmSync(join(this.record.runDir, s), { force: true });
-      this.setState('hibernated');
-    });
-  }
-
-  /** Bring a hibernated VM back (anonymous RAM filled from the saved state). */
-  restore(opts: { readyTimeoutMs?: number } = {}): Promise<void> {
-    return this.act('restore', async () => {
-      const file = this.record.hibernateFile;
-      if (!file || !existsSync(file)) {
-        throw new SandboxError('VM_STATE_MISSING', `hibernated state of VM ${this.id} is missing`, {
-          hint: 'the VM cannot be restored; destroy it',
-        });
-      }
-      const plan = this.planFor({ kind: 'ram' });
-      try {
-        await this.startFromState(plan, file, { ignoreShared: false, readyTimeoutMs: opts.readyTimeoutMs ?? 30_000 });
-      } catch (err) {
-        this.expectingExit = true;
-        this._agent?.close();
-        this.qmp?.close();
-        await this.proc?.kill();
-        this.proc = undefined;
-        this._state = 'hibernated';
-        throw err;
-      }
-      rmSync(file, { force: true });
-      this.record.hibernateFile = undefined;
-      this.persist();
-    });
-  }
-
-  private planFor(mem: MemBackend): LaunchPlan {
-    const tpl = this.templateInfo();
-    return {
-      id: this.id,
-      runDir: this.record.runDir,
-      accel: this.record.accel,
-      memoryMiB: this.record.memoryMiB,
-      vcpus: this.record.vcpus,
-      network: this.record.network,
-      hostForwards: this.record.hostForwards,
-      image: tpl.image,
-      cmdline: tpl.cmdline,
-      mem,
-      incoming: true,
-    };
-  }
-
-  /** Image and cmdline come from the argv the VM was launched with (its template may be gone). */
-  private templateInfo(): { image: Template['image']; cmdline: string } {
-    return imageFromArgv(this.record.argv, this.record.template.hash);
-  }
-
-  /**
-   * Snapshot the running VM into a new template (its RAM and files, including the copy-on-write layer).
-   * The VM is paused for the duration of the save, then continues.
-   */
-  checkpoint(name = `${this.record.template.name}@${this.id}`): Promise<Template> {
-    return this.act('checkpoint', () => this.checkpointNow(name));
-  }
-
-  private async checkpointNow(name: string): Promise<Template> {
-    const qmp = this.requireQmp();
-    const wasRunning = this._state === 'running';
-    const file = join(this.record.runDir, `checkpoint-${randomBytes(3).toString('hex')}.state`);
-    try {
-      if (wasRunning) {
-        await this._agent?.sync().catch(() => undefined);
-        await qmp.execute('stop');
-      }
-      await qmp.execute('migrate-set-capabilities', {
-        capabilities: [{ capability: 'x-ignore-shared', state: false }],
-      });
-      await migrateToFile(qmp, file, this.record.runDir, { what: `checkpoint ${this.id}` });
-      if (wasRunning) {
-        await qmp.execute('cont');
-        this._agent?.setTime().catch(() => undefined);
-      }
-      const { image, cmdline } = this.templateInfo();
-      return await materialiseTemplate(this.driver, name, this.record, file, image, cmdline);
-    } finally {
-      rmSync(file, { force: true });
-      if (wasRunning && this.qmp && !this.qmp.closed) {
-        const st = await this.qmp.execute<{ status: string }>('query-status').catch(() => undefined);
-        if (st && st.status !== 'running') await this.qmp.execute('cont').catch(() => undefined);
-      }
-    }
-  }
-
-  /** Fork n children that start from this VM's current state (files included); the parent keeps running. */
-  fork(n: number, opts: Omit<CloneOptions, 'id'> = {}): Promise<Vm[]> {
-    if (!Number.isInteger(n) || n < 1 || n > 64) {
-      return Promise.reject(
-        new SandboxError('INVALID_ARGUMENT', `fork count ${n} must be 1..64`, {
-          hint: 'fork fewer children at a time',
-        }),
-      );
-    }
-    return this.act('fork', async () => {
-      const tpl = await this.checkpointNow(`${this.record.template.name}@fork-${this.id}`);
-      const children: Vm[] = [];
-      try {
-        for (let i = 0; i < n; i++) {
-          children.push(await this.driver.clone(tpl, { ...opts, labels: { ...opts.labels, forkedFrom: this.id } }));
-        }
-        return children;
-      } catch (err) {
-        await Promise.all(children.map((c) => c.destroy().catch(() => undefined)));
-        throw err;
-      } finally {
-        // Children keep their private mapping of the RAM file; nothing else needs it.
-        this.driver.deleteTemplate(tpl);
-      }
     });
   }
 
@@ -534,11 +376,5 @@ export class Vm {
       /* exited meanwhile */
     }
     return s;
-  }
-
-  /** Size of the hibernated state on disk, if hibernated. */
-  hibernatedBytes(): number | undefined {
-    const f = this.record.hibernateFile;
-    return f && existsSync(f) ? statSync(f).size : undefined;
   }
 }
