@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { SandboxError } from '../../errors.js';
 import type { Logger } from '../../log/logger.js';
 import type { WebhookCertStore } from './cert-store.js';
-import { generateEcdsaP256, issueCertificate, privateKeyPem, publicKeyOf } from './x509.js';
+import { generateEcdsaP256, issueCertificate, privateKeyPem, publicKeyOf } from '../../pki/x509.js';
 import { createPrivateKey } from 'node:crypto';
 
 export const CA_COMMON_NAME = 'sandbox-conversion-webhook-ca';
