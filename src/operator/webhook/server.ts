@@ -1,6 +1,7 @@
 /**
  * The HTTPS server of the conversion webhook: `POST /convert` (ConversionReview v1/v1beta1), `GET /healthz`.
- * No client certificates are required (spec §11). Certificates can be swapped at run time (`setCertificate`).
+ * No client certificates are required (spec §11). `setCertificate` swaps the serving certificate at run time
+ * (cert-rotation.ts): new handshakes get the new one, open connections keep theirs.
  */
 import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -29,6 +30,7 @@ export interface ConversionWebhookServerOptions {
 export interface ConversionWebhookServer {
   /** The bound port (useful with `port: 0`). */
   readonly port: number;
+  /** Throws (and keeps serving the current one) when the pair does not load. */
   setCertificate(tls: TlsMaterial): void;
   close(): Promise<void>;
 }
@@ -104,16 +106,14 @@ export async function startConversionWebhookServer(
     else log.warn({ ...fields, reason: result.message }, 'conversion review failed');
   };
 
-  const server: Server = createServer(
-    { cert: opts.tls.certPem, key: opts.tls.keyPem, minVersion: 'TLSv1.2' },
-    (req, res) => {
-      handle(req, res).catch((err: unknown) => {
-        log.error({ err }, 'conversion webhook request failed');
-        if (!res.headersSent) send(res, 500, JSON.stringify({ error: 'internal error' }));
-        else res.destroy();
-      });
-    },
-  );
+  const secureContext = (tls: TlsMaterial) => ({ cert: tls.certPem, key: tls.keyPem, minVersion: 'TLSv1.2' as const });
+  const server: Server = createServer(secureContext(opts.tls), (req, res) => {
+    handle(req, res).catch((err: unknown) => {
+      log.error({ err }, 'conversion webhook request failed');
+      if (!res.headersSent) send(res, 500, JSON.stringify({ error: 'internal error' }));
+      else res.destroy();
+    });
+  });
   server.on('tlsClientError', (err) => log.debug({ err }, 'webhook TLS handshake failed'));
 
   await new Promise<void>((resolve, reject) => {
@@ -129,7 +129,7 @@ export async function startConversionWebhookServer(
   return {
     port,
     setCertificate(tls: TlsMaterial): void {
-      server.setSecureContext({ cert: tls.certPem, key: tls.keyPem, minVersion: 'TLSv1.2' });
+      server.setSecureContext(secureContext(tls));
     },
     close(): Promise<void> {
       return new Promise((resolve) => {
