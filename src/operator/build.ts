@@ -64,6 +64,7 @@ export async function buildOperator(config: OperatorConfig, log: Logger, client?
         const hook = await startWebhook({
           port: config.webhookPort,
           host: config.webhookHost,
+          maxBodyBytes: config.webhookMaxBodyBytes,
           certDir: config.webhookCertDir,
           manageCerts: config.manageWebhookCerts,
           serviceName: config.webhookServiceName,

@@ -4,7 +4,11 @@
  */
 import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { request } from 'node:https';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import { silentLogger } from '../../src/log/logger.js';
@@ -15,6 +19,7 @@ import {
   handleConversionReview,
   injectCaBundle,
   startConversionWebhookServer,
+  startWebhook,
   unfitReason,
 } from '../../src/operator/webhook/index.js';
 import * as arb from './arbitraries.js';
@@ -212,6 +217,97 @@ describe('conversion webhook HTTPS server', () => {
       );
     } finally {
       await server.close();
+    }
+  });
+});
+
+describe('conversion webhook exposure', () => {
+  const bundle = generateBundle({
+    serviceName: 'svc',
+    namespace: 'ns',
+    clusterDomain: 'cluster.local',
+    extraSans: ['127.0.0.1'],
+  });
+
+  it('refuses a body over 32 MiB with a Failure review, streamed or declared, and keeps serving', async () => {
+    const server = await startConversionWebhookServer({
+      port: 0,
+      host: '127.0.0.1',
+      tls: bundle,
+      logger: silentLogger,
+    });
+    try {
+      const small = JSON.stringify(review([], 'agents.x-k8s.io/v1alpha1'));
+      // Valid JSON (trailing blanks), one byte over the cap: today's 128 MiB limit would have parsed it.
+      const over = small + ' '.repeat(32 * 1024 * 1024 + 1 - small.length);
+      const sendOver = (chunked: boolean) =>
+        new Promise<{ status: number; body: string }>((resolve, reject) => {
+          const req = request(
+            {
+              host: '127.0.0.1',
+              port: server.port,
+              path: '/convert',
+              method: 'POST',
+              ca: bundle.caPem,
+              headers: chunked ? { 'transfer-encoding': 'chunked' } : { 'content-length': over.length },
+            },
+            (res) => {
+              const chunks: Buffer[] = [];
+              res.on('data', (c: Buffer) => chunks.push(c));
+              res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
+            },
+          );
+          req.on('error', reject);
+          for (let i = 0; i < over.length; i += 1 << 20) req.write(over.slice(i, i + (1 << 20)));
+          req.end();
+        });
+      for (const chunked of [false, true]) {
+        const r = await sendOver(chunked);
+        assert.equal(r.status, 200);
+        const result = (JSON.parse(r.body) as { response: { result: { status: string; message: string } } }).response
+          .result;
+        assert.equal(result.status, 'Failure', `chunked=${chunked}`);
+        assert.match(result.message, /request body exceeds 33554432 bytes.*--webhook-max-body-bytes/);
+      }
+      const ok = await post(server.port, bundle.caPem, small);
+      assert.equal(
+        (JSON.parse(ok.body) as { response: { result: { status: string } } }).response.result.status,
+        'Success',
+      );
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('listens only on the address of its webhook URL, the one the apiserver dials', async () => {
+    const certDir = await mkdtemp(join(tmpdir(), 'sbx-webhook-bind-'));
+    const hook = await startWebhook({
+      port: 0,
+      certDir,
+      manageCerts: true,
+      serviceName: 'svc',
+      namespace: 'ns',
+      clusterDomain: 'cluster.local',
+      webhookUrl: (port) => `https://127.0.0.1:${port}/convert`,
+      extensions: false,
+      store: new MemoryStore(),
+      logger: silentLogger,
+    });
+    const dial = (host: string) =>
+      new Promise<string>((resolve) => {
+        const s = connect({ host, port: hook.port }, () => {
+          s.destroy();
+          resolve('connected');
+        });
+        s.on('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? err.message));
+      });
+    try {
+      assert.equal(await dial('127.0.0.1'), 'connected');
+      // Another address of this host (all of 127/8 is local): not listened on.
+      assert.equal(await dial('127.0.0.2'), 'ECONNREFUSED');
+    } finally {
+      await hook.close();
+      await rm(certDir, { recursive: true, force: true });
     }
   });
 });

@@ -24,7 +24,13 @@ import { CONVERT_PATH, startConversionWebhookServer, type ConversionWebhookServe
 export interface WebhookOptions {
   /** `--webhook-port` (9443); 0 picks a free port. */
   port: number;
+  /**
+   * Listen address. Default: the host of `webhookUrl`, the one address the apiserver dials; without a URL (the
+   * Service, in a pod whose only other address is loopback) every interface.
+   */
   host?: string;
+  /** Largest ConversionReview accepted (`--webhook-max-body-bytes`; server.ts says why 32 MiB). */
+  maxBodyBytes?: number;
   /** `--webhook-cert-dir`. */
   certDir: string;
   /** `--manage-webhook-certs`: create/load the Secret and patch CRDs; false leaves both to cert-manager. */
@@ -73,15 +79,16 @@ export async function startWebhook(opts: WebhookOptions): Promise<WebhookHandle>
   const urlFor = (port: number): string | undefined =>
     typeof opts.webhookUrl === 'function' ? opts.webhookUrl(port) : opts.webhookUrl;
   const probeUrl = urlFor(opts.port === 0 ? 1 : opts.port);
+  let urlHost: string | undefined;
   if (probeUrl !== undefined) {
-    let host: string;
     try {
-      host = new URL(probeUrl).hostname.replace(/^\[|\]$/g, '');
+      urlHost = new URL(probeUrl).hostname.replace(/^\[|\]$/g, '');
     } catch (err) {
       throw new SandboxError('InvalidWebhookUrl', `invalid webhook URL ${JSON.stringify(probeUrl)}`, { cause: err });
     }
-    extraSans.push(host);
+    extraSans.push(urlHost);
   }
+  const listenHost = opts.host || urlHost;
   const id: WebhookIdentity = {
     serviceName: opts.serviceName,
     namespace: opts.namespace,
@@ -109,7 +116,8 @@ export async function startWebhook(opts: WebhookOptions): Promise<WebhookHandle>
 
   const server: ConversionWebhookServer = await startConversionWebhookServer({
     port: opts.port,
-    ...(opts.host !== undefined ? { host: opts.host } : {}),
+    ...(listenHost ? { host: listenHost } : {}),
+    ...(opts.maxBodyBytes !== undefined ? { maxBodyBytes: opts.maxBodyBytes } : {}),
     tls,
     logger: log,
   });
