@@ -163,37 +163,44 @@ describe('handleConversionReview', () => {
   });
 });
 
-function post(port: number, ca: string, body: string, path = '/convert', method = 'POST') {
+/** One request; the body goes out in 1 MiB writes (so a large one is streamed when `headers` say chunked). */
+function post(
+  port: number,
+  ca: string,
+  body: string,
+  path = '/convert',
+  method = 'POST',
+  headers: Record<string, string | number> = {},
+) {
   return new Promise<{ status: number; body: string }>((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, path, method, ca, servername: 'svc.ns.svc' }, (res) => {
+    const req = request({ host: '127.0.0.1', port, path, method, ca, servername: 'svc.ns.svc', headers }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
     });
     req.on('error', reject);
-    req.end(body);
+    for (let i = 0; i < body.length; i += 1 << 20) req.write(body.slice(i, i + (1 << 20)));
+    req.end();
   });
 }
 
+const serving = generateBundle({
+  serviceName: 'svc',
+  namespace: 'ns',
+  clusterDomain: 'cluster.local',
+  extraSans: ['127.0.0.1'],
+});
+const startServer = () =>
+  startConversionWebhookServer({ port: 0, host: '127.0.0.1', tls: serving, logger: silentLogger });
+
 describe('conversion webhook HTTPS server', () => {
   it('serves /convert over TLS trusted through the generated CA, and survives garbage', async () => {
-    const bundle = generateBundle({
-      serviceName: 'svc',
-      namespace: 'ns',
-      clusterDomain: 'cluster.local',
-      extraSans: ['127.0.0.1'],
-    });
-    const server = await startConversionWebhookServer({
-      port: 0,
-      host: '127.0.0.1',
-      tls: bundle,
-      logger: silentLogger,
-    });
+    const server = await startServer();
     try {
       const objects = wire(fc.sample(arb.sandboxClaimV1alpha1, { numRuns: 5, seed: 5 }));
       const ok = await post(
         server.port,
-        bundle.caPem,
+        serving.caPem,
         JSON.stringify(review(objects, 'extensions.agents.x-k8s.io/v1beta1')),
       );
       assert.equal(ok.status, 200);
@@ -201,18 +208,18 @@ describe('conversion webhook HTTPS server', () => {
       assert.equal(parsed.response.result.status, 'Success');
       assert.equal(parsed.response.convertedObjects.length, 5);
 
-      const garbage = await post(server.port, bundle.caPem, '{"apiVersion": "apiextensions.k8s.io/v1", kind');
+      const garbage = await post(server.port, serving.caPem, '{"apiVersion": "apiextensions.k8s.io/v1", kind');
       assert.equal(garbage.status, 200);
       const g = JSON.parse(garbage.body) as { response: { result: { status: string; message: string } } };
       assert.equal(g.response.result.status, 'Failure');
       assert.match(g.response.result.message, /not valid JSON/);
 
-      assert.equal((await post(server.port, bundle.caPem, '', '/healthz', 'GET')).body, 'ok');
-      assert.equal((await post(server.port, bundle.caPem, '', '/other')).status, 404);
-      assert.equal((await post(server.port, bundle.caPem, '', '/convert', 'GET')).status, 405);
+      assert.equal((await post(server.port, serving.caPem, '', '/healthz', 'GET')).body, 'ok');
+      assert.equal((await post(server.port, serving.caPem, '', '/other')).status, 404);
+      assert.equal((await post(server.port, serving.caPem, '', '/convert', 'GET')).status, 405);
       // Still alive after all of that.
       assert.equal(
-        (await post(server.port, bundle.caPem, JSON.stringify(review([], 'agents.x-k8s.io/v1alpha1')))).status,
+        (await post(server.port, serving.caPem, JSON.stringify(review([], 'agents.x-k8s.io/v1alpha1')))).status,
         200,
       );
     } finally {
@@ -222,44 +229,15 @@ describe('conversion webhook HTTPS server', () => {
 });
 
 describe('conversion webhook exposure', () => {
-  const bundle = generateBundle({
-    serviceName: 'svc',
-    namespace: 'ns',
-    clusterDomain: 'cluster.local',
-    extraSans: ['127.0.0.1'],
-  });
-
   it('refuses a body over 32 MiB with a Failure review, streamed or declared, and keeps serving', async () => {
-    const server = await startConversionWebhookServer({
-      port: 0,
-      host: '127.0.0.1',
-      tls: bundle,
-      logger: silentLogger,
-    });
+    const server = await startServer();
     try {
       const small = JSON.stringify(review([], 'agents.x-k8s.io/v1alpha1'));
-      // Valid JSON (trailing blanks), one byte over the cap: today's 128 MiB limit would have parsed it.
+      // Valid JSON (trailing blanks), one byte over the cap: the old 128 MiB limit would have parsed it.
       const over = small + ' '.repeat(32 * 1024 * 1024 + 1 - small.length);
       const sendOver = (chunked: boolean) =>
-        new Promise<{ status: number; body: string }>((resolve, reject) => {
-          const req = request(
-            {
-              host: '127.0.0.1',
-              port: server.port,
-              path: '/convert',
-              method: 'POST',
-              ca: bundle.caPem,
-              headers: chunked ? { 'transfer-encoding': 'chunked' } : { 'content-length': over.length },
-            },
-            (res) => {
-              const chunks: Buffer[] = [];
-              res.on('data', (c: Buffer) => chunks.push(c));
-              res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
-            },
-          );
-          req.on('error', reject);
-          for (let i = 0; i < over.length; i += 1 << 20) req.write(over.slice(i, i + (1 << 20)));
-          req.end();
+        post(server.port, serving.caPem, over, '/convert', 'POST', {
+          ...(chunked ? { 'transfer-encoding': 'chunked' } : { 'content-length': over.length }),
         });
       for (const chunked of [false, true]) {
         const r = await sendOver(chunked);
@@ -269,7 +247,7 @@ describe('conversion webhook exposure', () => {
         assert.equal(result.status, 'Failure', `chunked=${chunked}`);
         assert.match(result.message, /request body exceeds 33554432 bytes.*--webhook-max-body-bytes/);
       }
-      const ok = await post(server.port, bundle.caPem, small);
+      const ok = await post(server.port, serving.caPem, small);
       assert.equal(
         (JSON.parse(ok.body) as { response: { result: { status: string } } }).response.result.status,
         'Success',
