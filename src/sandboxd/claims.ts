@@ -12,12 +12,21 @@ export interface SandboxRecord {
   key: PoolKey;
   vmId: string;
   claimRef?: string;
+  /** The tenant that claimed it (tenant token); only that tenant lists it. Absent for operator claims. */
+  tenant?: string;
   claimedAt: string;
   deadline: string;
   hibernated: boolean;
   fromCheckpoint?: string;
   /** How the claim was served: warm pop or on-demand clone. */
   source: 'warm' | 'provisioned' | 'fork' | 'checkpoint';
+}
+
+/** What the claimant chose: lease (default and cap from the engine), claimRef, and who it is. */
+export interface ClaimOptions {
+  ttlSeconds?: number;
+  claimRef?: string;
+  tenant?: string;
 }
 
 /**
@@ -50,13 +59,8 @@ export class ClaimRecords {
   }
 
   /** A new record for `vmId` (fresh id and token, lease from `ttlSeconds`), added to the table. */
-  add(
-    vmId: string,
-    key: PoolKey,
-    source: SandboxRecord['source'],
-    ttlSeconds: number | undefined,
-    claimRef?: string,
-  ): SandboxRecord {
+  add(vmId: string, key: PoolKey, source: SandboxRecord['source'], opts: ClaimOptions): SandboxRecord {
+    const { ttlSeconds, claimRef, tenant } = opts;
     const now = Date.now();
     const rec: SandboxRecord = {
       id: `sb_${random.take(8).toString('hex')}`,
@@ -68,6 +72,7 @@ export class ClaimRecords {
       hibernated: false,
       source,
       ...(claimRef ? { claimRef } : {}),
+      ...(tenant ? { tenant } : {}),
     };
     this.restore(rec);
     return rec;
