@@ -50,22 +50,24 @@ async function main(): Promise<number> {
 
   process.stderr.write(`starting the shared control plane for ${files.length} test files...\n`);
   const t0 = Date.now();
-  const cluster = await startCluster({
-    cacheDir: env.cacheDir,
-    binDir: env.binDir,
-    simulatedNodes: 2,
-    progress: (l) => process.stderr.write(`${l}\n`),
-  });
-  process.stderr.write(
-    `control plane Ready in ${(cluster.readyMs / 1000).toFixed(2)} s (kube-apiserver /readyz; ${((Date.now() - t0) / 1000).toFixed(2)} s with controllers and simulated nodes)\n`,
-  );
-  await installCrds(cluster.kubectl);
-  const infoPath = join(cluster.dataDir, 'test-cluster.json');
-  const { kubectl: _k, processes: _p, stop: _s, ...info } = cluster;
-  await writeFile(infoPath, JSON.stringify(info));
-
+  let cluster: Awaited<ReturnType<typeof startCluster>> | undefined;
   let code = 1;
+  // Everything after startCluster (CRDs, the info file, the tests) inside the try: a failed CRD install still tears
+  // the cluster down. startCluster itself cleans up what it started when it fails.
   try {
+    cluster = await startCluster({
+      cacheDir: env.cacheDir,
+      binDir: env.binDir,
+      simulatedNodes: 2,
+      progress: (l) => process.stderr.write(`${l}\n`),
+    });
+    process.stderr.write(
+      `control plane Ready in ${(cluster.readyMs / 1000).toFixed(2)} s (kube-apiserver /readyz; ${((Date.now() - t0) / 1000).toFixed(2)} s with controllers and simulated nodes)\n`,
+    );
+    await installCrds(cluster.kubectl);
+    const infoPath = join(cluster.dataDir, 'test-cluster.json');
+    const { kubectl: _k, processes: _p, stop: _s, ...info } = cluster;
+    await writeFile(infoPath, JSON.stringify(info));
     code = await new Promise<number>((resolve) => {
       const child = spawn(
         process.execPath,
@@ -81,16 +83,18 @@ async function main(): Promise<number> {
       );
       child.on('exit', (c, sig) => resolve(c ?? (sig ? 1 : 0)));
     });
+  } catch (err) {
+    process.stderr.write(`test run failed before the tests: ${errorMessage(err)}\n`);
   } finally {
-    await cluster.stop();
+    await cluster?.stop();
   }
 
   // Nothing this run started may outlive it.
   await sleep(200);
   const leftovers = await processesOfRun(runId);
-  const clusterAlive = cluster.pids.filter(isAlive);
+  const clusterAlive = (cluster?.pids ?? []).filter(isAlive);
   // Only this run's namespace: other work on the machine may create its own meanwhile.
-  const netnsLeft = (await listClusterNamespaces()).filter((n) => n === cluster.netns);
+  const netnsLeft = (await listClusterNamespaces()).filter((n) => n === cluster?.netns);
   if (leftovers.length || clusterAlive.length || netnsLeft.length) {
     process.stderr.write(
       `leak check FAILED: ${leftovers.length} processes still running${leftovers.map((p) => `\n  ${p.pid} ${p.cmd.slice(0, 160)}`).join('')}` +
