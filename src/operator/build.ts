@@ -71,7 +71,7 @@ export async function buildOperator(config: OperatorConfig, log: Logger, client?
           clusterDomain: config.clusterDomain,
           webhookUrl: config.webhookUrl,
           extensions: config.extensions,
-          store: config.manageWebhookCerts ? KubeWebhookCertStore.fromKubeconfig(config.kubeconfig) : undefined,
+          store: config.manageWebhookCerts ? new KubeWebhookCertStore(kube) : undefined,
           logger: log,
         });
         webhookReady = true;

@@ -14,6 +14,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { ALL_RESOURCES, crdNameOf, CONVERTIBLE_RESOURCES, deprecationWarningOf } from '../../src/api/index.js';
+import { KubeClient } from '../../src/kube/index.js';
 import { silentLogger } from '../../src/log/logger.js';
 import { KubeWebhookCertStore, startWebhook, type WebhookHandle } from '../../src/operator/webhook/index.js';
 import { createTestNamespace, getTestCluster, type TestCluster } from '../support/cluster.js';
@@ -31,6 +32,7 @@ describe('agent-sandbox CRDs + conversion webhook on the real control plane', ()
   let cluster: TestCluster;
   let ns: { name: string; cleanup(): Promise<void> };
   let webhook: WebhookHandle | undefined;
+  let client: KubeClient | undefined;
   let certDir: string;
   const originalConversion = new Map<string, Obj>();
 
@@ -72,6 +74,7 @@ describe('agent-sandbox CRDs + conversion webhook on the real control plane', ()
       originalConversion.set(crdNameOf(r), (crd['spec'] as Obj)['conversion'] as Obj);
     }
     certDir = await mkdtemp(join(tmpdir(), 'sbx-webhook-'));
+    client = await KubeClient.fromKubeconfig(cluster.kubeconfigPath);
     const host = cluster.hostAddress.includes(':') ? `[${cluster.hostAddress}]` : cluster.hostAddress;
     webhook = await startWebhook({
       port: 0,
@@ -83,7 +86,7 @@ describe('agent-sandbox CRDs + conversion webhook on the real control plane', ()
       clusterDomain: cluster.clusterDomain,
       webhookUrl: (port) => `https://${host}:${port}/convert`,
       extensions: true,
-      store: KubeWebhookCertStore.fromKubeconfig(cluster.kubeconfigPath),
+      store: new KubeWebhookCertStore(client),
       logger: silentLogger,
     });
     assert.deepEqual([...webhook.patchedCrds].sort(), CONVERTIBLE_RESOURCES.map(crdNameOf).sort());
@@ -111,6 +114,7 @@ describe('agent-sandbox CRDs + conversion webhook on the real control plane', ()
       }
     }
     await webhook?.close();
+    client?.close();
     if (certDir) await rm(certDir, { recursive: true, force: true });
     await ns?.cleanup();
   });

@@ -10,9 +10,8 @@ import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SandboxError } from '../../errors.js';
 import type { Logger } from '../../log/logger.js';
+import { covers, createCertificateAuthority, issueCertificate, keyMatches } from '../../pki/index.js';
 import type { WebhookCertStore } from './cert-store.js';
-import { generateEcdsaP256, issueCertificate, privateKeyPem, publicKeyOf } from './x509.js';
-import { createPrivateKey } from 'node:crypto';
 
 export const CA_COMMON_NAME = 'sandbox-conversion-webhook-ca';
 export const DEFAULT_CERT_SECRET = 'sandbox-webhook-certs';
@@ -40,28 +39,15 @@ export function serviceSans(id: WebhookIdentity): string[] {
 
 /** A fresh CA + serving certificate for `id`. */
 export function generateBundle(id: WebhookIdentity, now = new Date()): CertificateBundle {
-  const ca = generateEcdsaP256();
-  const notAfter = new Date(now.getTime() + VALIDITY_MS);
-  const notBefore = new Date(now.getTime() - 5 * 60 * 1000);
-  const caPem = issueCertificate({
-    commonName: CA_COMMON_NAME,
-    publicKey: ca.publicKey,
-    signingKey: ca.privateKey,
-    isCa: true,
-    notBefore,
-    notAfter,
-  });
-  const leaf = generateEcdsaP256();
-  const certPem = issueCertificate({
-    commonName: `${id.serviceName}.${id.namespace}.svc`,
-    publicKey: leaf.publicKey,
-    issuer: { commonName: CA_COMMON_NAME, privateKey: ca.privateKey, publicKey: ca.publicKey },
-    isCa: false,
+  const validity = { validityMs: VALIDITY_MS, now };
+  const ca = createCertificateAuthority({ commonName: CA_COMMON_NAME }, validity);
+  const leaf = issueCertificate(ca, {
+    subject: { commonName: `${id.serviceName}.${id.namespace}.svc` },
+    usages: ['server'],
     subjectAltNames: serviceSans(id),
-    notBefore,
-    notAfter,
+    ...validity,
   });
-  return { caPem, certPem, keyPem: privateKeyPem(leaf.privateKey) };
+  return { caPem: ca.certPem, certPem: leaf.certPem, keyPem: leaf.keyPem };
 }
 
 /** Why a bundle cannot be used for `id` (undefined when it can). */
@@ -75,13 +61,9 @@ export function unfitReason(
     const ca = new X509Certificate(bundle.caPem);
     const cert = new X509Certificate(bundle.certPem);
     if (!cert.verify(ca.publicKey)) return 'serving certificate not signed by ca.crt';
-    const key = createPrivateKey(bundle.keyPem);
-    if (!publicKeyOf(key).equals(cert.publicKey)) return 'tls.key does not match tls.crt';
+    if (!keyMatches({ certPem: bundle.certPem, keyPem: bundle.keyPem })) return 'tls.key does not match tls.crt';
     if (new Date(cert.validTo).getTime() - now.getTime() < RENEW_BEFORE_MS) return 'expires within 30 days';
-    for (const san of serviceSans(id)) {
-      const ok = /^[\d.]+$|:/.test(san) ? cert.checkIP(san) !== undefined : cert.checkHost(san) !== undefined;
-      if (!ok) return `does not cover ${san}`;
-    }
+    for (const san of serviceSans(id)) if (!covers(cert, san)) return `does not cover ${san}`;
   } catch (err) {
     return `unparsable: ${(err as Error).message}`;
   }
