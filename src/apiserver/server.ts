@@ -16,18 +16,17 @@ import { handleResource, type RestStorage } from './resource-handler.js';
 import { forbidden, pathNotFound, toStatusFailure, unauthorized } from './status.js';
 import type { Authenticator, Authorizer, RequestInfo, UserInfo } from './types.js';
 
-/** A non-resource route (discovery, OpenAPI): answers GET/HEAD with status, headers and a body. */
-export type DocumentRoute = (
-  path: string,
-  headers: IncomingMessage['headers'],
-  query: URLSearchParams,
-) => { status: number; headers: Record<string, string>; body: string | Buffer } | undefined;
+/** A non-resource route (discovery, OpenAPI): answers a GET/HEAD, or undefined when the path is not its own. */
+export type DocumentRoute = (req: {
+  url: string;
+  accept: string | undefined;
+  ifNoneMatch: string | undefined;
+}) => { status: number; headers: Record<string, string>; body?: string } | undefined;
 
 export interface ApiServerOptions {
   tls: SecureContextOptions;
-  authenticators: readonly Authenticator[];
-  /** Anonymous requests get this user when allowed (`--allow-anonymous`), else 401. */
-  anonymous: UserInfo | undefined;
+  /** The delegated chain (front proxy, client certs, tokens; anonymous only when configured). */
+  authenticator: Authenticator;
   authorizer: Authorizer;
   requestInfo(method: string, url: URL): RequestInfo;
   storages: ReadonlyMap<string, RestStorage<unknown>>;
@@ -83,14 +82,10 @@ export class ApiServer {
   }
 
   private async authenticate(req: IncomingMessage): Promise<UserInfo> {
-    for (const a of this.o.authenticators) {
-      const r = await a.authenticate(req);
-      if (r === undefined) continue;
-      if ('failure' in r) throw unauthorized(r.failure);
-      return r.user;
-    }
-    if (this.o.anonymous) return this.o.anonymous;
-    throw unauthorized();
+    const r = await this.o.authenticator.authenticate(req);
+    if (r === undefined) throw unauthorized();
+    if ('failure' in r) throw unauthorized(r.failure);
+    return r.user;
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -143,7 +138,7 @@ export class ApiServer {
     }
     if (req.method === 'GET' || req.method === 'HEAD') {
       for (const route of this.o.documents) {
-        const doc = route(url.pathname, req.headers, url.searchParams);
+        const doc = route({ url: req.url ?? '/', accept: req.headers.accept, ifNoneMatch: req.headers['if-none-match'] });
         if (!doc) continue;
         res.writeHead(doc.status, doc.headers);
         res.end(req.method === 'HEAD' ? undefined : doc.body);
