@@ -83,6 +83,8 @@ export class NodeEngine extends EventEmitter {
   private readonly log: Logger;
   private readonly opts: Required<Omit<EngineOptions, 'driver' | 'logger' | 'runRoot'>>;
   private reaper: NodeJS.Timeout | undefined;
+  /** Claims whose VM is still being cloned; they count against maxClaims like the ones in the table. */
+  private pending = 0;
   readonly counters = { claims: 0, warmHits: 0, provisioned: 0, releases: 0, reaps: 0, forks: 0 };
 
   constructor(opts: EngineOptions) {
@@ -114,7 +116,7 @@ export class NodeEngine extends EventEmitter {
       onWarm: (key) => this.emit('warm', key),
     });
     this.claims = new ClaimRecords(this.opts);
-    this.checkpoints = new Checkpoints(this.driver);
+    this.checkpoints = new Checkpoints(this.driver, join(this.opts.dataDir, 'checkpoints'), this.log);
     this.state = new StateFile(join(this.opts.dataDir, 'state.json'), () => this.stateJson(), this.log);
   }
 
@@ -160,12 +162,13 @@ export class NodeEngine extends EventEmitter {
         reaped++;
       }
     }
+    const checkpoints = this.checkpoints.restore(saved.checkpoints);
     for (const target of saved.targets) this.pools.ensurePool(target.key, target.warm);
     this.reaper = setInterval(() => void this.reapExpired(), 1000);
     this.reaper.unref();
     this.state.schedule();
     this.pools.refillAll();
-    this.log.info({ adopted, reaped, claims: this.claims.size }, 'engine started');
+    this.log.info({ adopted, reaped, claims: this.claims.size, checkpoints }, 'engine started');
     return { adopted, reaped };
   }
 
@@ -232,6 +235,21 @@ export class NodeEngine extends EventEmitter {
     return this.opts.maxClaims;
   }
 
+  /** Whether `n` more claims fit under maxClaims, counting the ones still being cloned. */
+  hasRoom(n = 1): boolean {
+    return this.claims.size + this.pending + n <= this.opts.maxClaims;
+  }
+
+  /** Hold `n` claim slots while `make` runs (a clone takes tens of ms, and other claims arrive meanwhile). */
+  private async reserving<T>(n: number, make: () => Promise<T>): Promise<T> {
+    this.pending += n;
+    try {
+      return await make();
+    } finally {
+      this.pending -= n;
+    }
+  }
+
   /**
    * Hand over a running VM. Warm hit: pop from memory and answer (the refill and the state write happen after).
    * Miss: clone one now (tens of ms) unless `provisionOnMiss` is false.
@@ -241,7 +259,7 @@ export class NodeEngine extends EventEmitter {
     if (warm) return warm;
     this.assertKnownTemplate(req.key.template);
     if (req.provisionOnMiss === false) throw new SandboxError('warm-miss', `no warm sandbox for ${keyString(req.key)}`);
-    const vm = await this.pools.provision(req.key);
+    const vm = await this.reserving(1, () => this.pools.provision(req.key));
     this.counters.provisioned++;
     if (req.primeAfter) this.pools.primeLater(vm);
     const record = this.record(vm, req.key, 'provisioned', req.ttlSeconds, req.claimRef);
@@ -254,7 +272,7 @@ export class NodeEngine extends EventEmitter {
    * a record for a VM popped from the pool, or undefined when the pool has none (then claim() provisions).
    */
   claimWarm(req: ClaimRequest): SandboxRecord | undefined {
-    if (this.claims.size >= this.opts.maxClaims)
+    if (!this.hasRoom())
       throw new SandboxError(
         'at-capacity',
         `node ${this.opts.nodeName} is at capacity (${this.opts.maxClaims} claims)`,
@@ -359,9 +377,11 @@ export class NodeEngine extends EventEmitter {
     this.assertNotEgress(rec, 'fork');
     if (!Number.isInteger(count) || count < 1 || count > 16)
       throw new SandboxError('bad-request', `count: must be 1..16 (got ${count})`);
-    if (this.claims.size + count > this.opts.maxClaims)
+    if (!this.hasRoom(count))
       throw new SandboxError('at-capacity', `forking ${count} would exceed ${this.opts.maxClaims} claims`);
-    const children = await this.vm(id).fork(count, { labels: { [LABEL_NODE]: this.opts.nodeName } });
+    const children = await this.reserving(count, () =>
+      this.vm(id).fork(count, { labels: { [LABEL_NODE]: this.opts.nodeName } }),
+    );
     this.counters.forks += children.length;
     return children.map((vm) => this.record(vm, rec.key, 'fork', ttlSeconds));
   }
@@ -372,8 +392,10 @@ export class NodeEngine extends EventEmitter {
     const rec = this.mustGet(id);
     this.assertNotEgress(rec, 'checkpoint');
     const template = await this.vm(id).checkpoint(name ? `${name}@${id}` : undefined);
-    const ck = this.checkpoints.add(id, rec.key, template, name);
-    this.state.schedule();
+    const ck = await this.checkpoints.add(id, rec.key, template, name);
+    // Written before the answer (a checkpoint takes seconds; the write is nothing next to it), so a checkpoint
+    // the API has answered for is never lost to a crash, and its directory never looks orphaned at the next start.
+    await this.state.flush();
     return ck;
   }
 
@@ -390,9 +412,10 @@ export class NodeEngine extends EventEmitter {
   async claimCheckpoint(id: string, ttlSeconds?: number): Promise<SandboxRecord> {
     const ck = this.checkpoints.get(id);
     if (!ck) throw new SandboxError('not-found', `checkpoint ${id} not found`);
-    if (this.claims.size >= this.opts.maxClaims)
-      throw new SandboxError('at-capacity', `node ${this.opts.nodeName} is at capacity`);
-    const vm = await this.driver.clone(ck.template, { labels: { [LABEL_NODE]: this.opts.nodeName } });
+    if (!this.hasRoom()) throw new SandboxError('at-capacity', `node ${this.opts.nodeName} is at capacity`);
+    const vm = await this.reserving(1, () =>
+      this.driver.clone(ck.template, { labels: { [LABEL_NODE]: this.opts.nodeName } }),
+    );
     const rec = this.record(vm, ck.key, 'checkpoint', ttlSeconds);
     rec.fromCheckpoint = id;
     return rec;
@@ -408,6 +431,7 @@ export class NodeEngine extends EventEmitter {
       node: this.opts.nodeName,
       claims: this.claims.all(),
       targets: this.pools.targets(),
+      checkpoints: this.checkpoints.list(),
     });
   }
 }

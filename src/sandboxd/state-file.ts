@@ -1,17 +1,20 @@
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { rename, writeFile } from 'node:fs/promises';
+import { SandboxError } from '../errors.js';
 import type { Logger } from '../log/logger.js';
+import type { CheckpointRecord } from './checkpoints.js';
 import type { SandboxRecord } from './claims.js';
 import type { PoolKey } from './pool-key.js';
 
 /**
- * The engine's state on disk (`<dataDir>/state.json`, 0600): the claim table and the warm targets, so a restarted
- * daemon re-attaches its claims and refills its pools. Written whole (tmp + rename), never on the claim path.
+ * The engine's state on disk (`<dataDir>/state.json`, 0600): the claim table, the warm targets and the checkpoints,
+ * so a restarted daemon re-attaches its claims, refills its pools and still serves its checkpoints. Written whole (tmp + rename), never on the claim path.
  */
 
 export interface SavedState {
   claims: SandboxRecord[];
   targets: Array<{ key: PoolKey; warm: number }>;
+  checkpoints: CheckpointRecord[];
 }
 
 export class StateFile {
@@ -25,16 +28,28 @@ export class StateFile {
     private readonly log: Logger,
   ) {}
 
+  /**
+   * The saved state; empty when there is no file yet. An unreadable one is an error, not an empty state: start()
+   * destroys VMs and removes checkpoint directories that no saved record accounts for.
+   */
   read(): SavedState {
+    let text: string;
     try {
-      const s = JSON.parse(readFileSync(this.path, 'utf8')) as {
-        claims?: SandboxRecord[];
-        targets?: Array<{ key: PoolKey; warm: number }>;
-      };
-      return { claims: s.claims ?? [], targets: s.targets ?? [] };
-    } catch {
-      return { claims: [], targets: [] };
+      text = readFileSync(this.path, 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { claims: [], targets: [], checkpoints: [] };
+      throw new SandboxError('sandboxd.state', `cannot read ${this.path}: ${(err as Error).message}`, { cause: err });
     }
+    let s: Partial<SavedState>;
+    try {
+      s = JSON.parse(text) as Partial<SavedState>;
+    } catch (err) {
+      throw new SandboxError('sandboxd.state', `${this.path} is not valid JSON: ${(err as Error).message}`, {
+        cause: err,
+        hint: 'it is written whole (tmp + rename), so something else changed it; move it aside to start with no claims or checkpoints (their VMs and snapshots are then removed)',
+      });
+    }
+    return { claims: s.claims ?? [], targets: s.targets ?? [], checkpoints: s.checkpoints ?? [] };
   }
 
   /**
