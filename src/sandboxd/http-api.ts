@@ -209,7 +209,7 @@ export class SandboxdApi {
       const peers = this.opts.peers?.withWarm(key) ?? [];
       if (peers.length) return { answer: { redirect: peers.slice(0, 3) } };
     }
-    if (e.claimedCount >= e.maxClaims) {
+    if (!e.hasRoom()) {
       const peers = this.opts.peers?.withWarm(key) ?? [];
       if (!noRedirect && peers.length) return { answer: { redirect: peers.slice(0, 3) } };
       throw new HttpError(429, `node at capacity (${e.maxClaims} claims)`);
@@ -393,9 +393,7 @@ export class SandboxdApi {
       claimed: claims.length,
       hibernated: claims.filter((c) => c.hibernated).length,
       archived: 0,
-      ...(e.claimedCount >= e.maxClaims
-        ? { at_capacity: true, at_capacity_reason: `max_claims ${e.maxClaims} reached` }
-        : {}),
+      ...(!e.hasRoom() ? { at_capacity: true, at_capacity_reason: `max_claims ${e.maxClaims} reached` } : {}),
       peers: this.opts.peers?.addresses() ?? [],
     };
   }

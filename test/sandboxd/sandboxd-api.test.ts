@@ -1,34 +1,21 @@
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { defaultRunRoot, NodeEngine } from '../../src/sandboxd/engine.js';
 import { connect } from 'node:net';
 import { ClaimGateway } from '../../src/sandboxd/claim-gateway.js';
 import { SandboxdApi } from '../../src/sandboxd/http-api.js';
 import { eventually } from '../support/eventually.js';
+import { call as callApi, SandboxdProcess } from '../support/sandboxd-daemon.js';
 
 const ROOT = 'root-token-for-tests';
 const TENANT = 'tenant-token-for-tests';
 const KEY = { template: 'sandbox/minimal', net: 'none', size: 'small' } as const;
 
-async function call(base: string, method: string, path: string, body?: unknown, token: string | null = ROOT) {
-  const res = await fetch(`${base}${path}`, {
-    method,
-    headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), 'content-type': 'application/json' },
-    body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
-  });
-  const text = await res.text();
-  let json: Record<string, unknown> = {};
-  try {
-    json = text ? (JSON.parse(text) as Record<string, unknown>) : {};
-  } catch {
-    json = { raw: text };
-  }
-  return { status: res.status, json };
+function call(base: string, method: string, path: string, body?: unknown, token: string | null = ROOT) {
+  return callApi(base, method, path, body, token);
 }
 
 describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
@@ -285,77 +272,45 @@ function rawExchange(port: number, bytes: string, until?: (got: string) => boole
 
 describe('sandboxd survives kill -9: claimed VMs keep running and are re-adopted', () => {
   it('claimed VMs come back after a restart with their state, unclaimed ones are replaced, nothing leaks after shutdown', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'sbxd-restart-'));
-    const tokenFile = join(dir, 'token');
-    await writeFile(tokenFile, ROOT);
-    const bin = fileURLToPath(new URL('../../bin/sandboxd.mjs', import.meta.url));
-    const port = 20000 + Math.floor(Math.random() * 20000);
-    const args = [
-      '--node-name',
-      'restart-node',
-      '--listen',
-      `127.0.0.1:${port}`,
-      '--data-dir',
-      join(dir, 'data'),
-      '--token-file',
-      tokenFile,
-      '--log-level',
-      'warn',
-    ];
-    const base = `http://127.0.0.1:${port}`;
-    const logs: string[] = [];
-    const startDaemon = (extra: string[]) => {
-      const child = spawn(process.execPath, [bin, ...args, ...extra], { stdio: ['ignore', 'ignore', 'pipe'] });
-      child.stderr.on('data', (d: Buffer) => logs.push(d.toString()));
-      return child;
-    };
-    const ready = () =>
-      eventually(async () => (await fetch(`${base}/healthz`)).status, {
-        timeoutMs: 60_000,
-        until: (s) => s === 200,
-        what: 'sandboxd',
-      });
-    let daemon = startDaemon(['--pools', 'sandbox/minimal=2']);
+    const daemon = await SandboxdProcess.create('restart-node', ROOT);
+    const logs = daemon.logs;
     try {
-      await ready();
-      await eventually(async () => (await call(base, 'GET', '/v1/info')).json, {
+      await daemon.start(['--pools', 'sandbox/minimal=2']);
+      await eventually(async () => (await call(daemon.base, 'GET', '/v1/info')).json, {
         timeoutMs: 120_000,
         until: (j) => (j.pools as Array<{ warm: number }>)?.[0]?.warm === 2,
         what: 'warm pool',
       });
-      const claim = await call(base, 'POST', '/v1/claim', {
+      const claim = await call(daemon.base, 'POST', '/v1/claim', {
         template: 'sandbox/minimal',
         claim_ref: 'ns/survivor',
         ttl_seconds: 600,
       });
       assert.equal(claim.status, 200);
       const id = claim.json.id as string;
-      await call(base, 'POST', `/v1/sandboxes/${id}/exec`, { argv: ['sh', '-c', 'echo kept > /tmp/marker'] });
+      await call(daemon.base, 'POST', `/v1/sandboxes/${id}/exec`, { argv: ['sh', '-c', 'echo kept > /tmp/marker'] });
       // The claim table is written off the claim path: wait until it names the claim, then crash.
-      await eventually(() => readFile(join(dir, 'data', 'state.json'), 'utf8').catch(() => ''), {
+      await eventually(() => readFile(join(daemon.dataDir, 'state.json'), 'utf8').catch(() => ''), {
         until: (state) => state.includes(id),
         what: 'the claim in the state file',
       });
 
-      daemon.kill('SIGKILL');
-      await new Promise((r) => daemon.once('exit', r));
-      daemon = startDaemon(['--destroy-on-exit']);
-      await ready();
-      const again = await call(base, 'POST', `/v1/sandboxes/${id}/exec`, { argv: ['cat', '/tmp/marker'] });
+      await daemon.kill();
+      await daemon.start(['--destroy-on-exit']);
+      const again = await call(daemon.base, 'POST', `/v1/sandboxes/${id}/exec`, { argv: ['cat', '/tmp/marker'] });
       assert.equal(again.status, 200, `${JSON.stringify(again.json)}\n${logs.join('')}`);
       assert.equal(again.json.stdout, 'kept\n', 'the same VM, with its state, after the restart');
-      const info = await eventually(async () => (await call(base, 'GET', '/v1/info')).json, {
+      const info = await eventually(async () => (await call(daemon.base, 'GET', '/v1/info')).json, {
         timeoutMs: 60_000,
         until: (j) => (j.pools as Array<{ warm: number }>)?.[0]?.warm === 2,
         what: 'the pool to refill after the restart',
       });
       assert.equal(info.claimed, 1);
     } finally {
-      daemon.kill('SIGTERM');
-      await new Promise((r) => (daemon.exitCode !== null ? r(null) : daemon.once('exit', r)));
+      await daemon.stop();
     }
-    const left = await readdir(defaultRunRoot(join(dir, 'data'))).catch(() => []);
+    const left = await readdir(defaultRunRoot(daemon.dataDir)).catch(() => []);
     assert.deepEqual(left, [], 'no VM run dir left after --destroy-on-exit');
-    await rm(dir, { recursive: true, force: true });
+    await daemon.remove();
   });
 });
