@@ -40,6 +40,7 @@ export class ApiServer {
   readonly server: Server;
   private readonly requests: Counter<string>;
   private readonly latency: Histogram<string>;
+  private readonly watchStarts: Counter<string>;
 
   constructor(private readonly o: ApiServerOptions) {
     this.server = createServer(
@@ -53,6 +54,12 @@ export class ApiServer {
       name: 'apiserver_request_total',
       help: 'Requests served, by verb, resource, subresource and HTTP code',
       labelNames: ['verb', 'resource', 'subresource', 'code'],
+      registers: [o.registry],
+    });
+    this.watchStarts = new Counter({
+      name: 'sandbox_apiserver_watch_starts_total',
+      help: 'Watches started, by client: system identities (controllers) by name, everyone else as "other"',
+      labelNames: ['client'],
       registers: [o.registry],
     });
     this.latency = new Histogram({
@@ -105,6 +112,7 @@ export class ApiServer {
           url.pathname,
           decision.reason,
         );
+      if (info.verb === 'watch') this.watchStarts.inc({ client: user.name.startsWith('system:') ? user.name : 'other' });
       await this.route(info, req, res, url);
     } catch (err) {
       const failure = toStatusFailure(err);

@@ -65,6 +65,8 @@ export interface ClaimRequest {
   claimRef?: string;
   /** Provision a dedicated VM when the pool is empty (default true). */
   provisionOnMiss?: boolean;
+  /** The Kubernetes object the claim is (sandbox-apiserver's creates); stored and returned in rows. */
+  object?: unknown;
   /**
    * Prime a provisioned VM after handing it out (see EngineOptions.primeWarmVms), for holders that keep a VM idle
    * until someone else uses it, like a virtual-kubelet pod in a warm pool. Off for API tenants, who would see a
@@ -113,7 +115,10 @@ export class NodeEngine extends EventEmitter {
       refillConcurrency: this.opts.refillConcurrency,
       refillDelayMs: this.opts.refillDelayMs,
       primeWarmVms: this.opts.primeWarmVms,
-      onWarm: (key) => this.emit('warm', key),
+      onWarm: (key) => {
+        this.emit('warm', key);
+        this.emit('pools');
+      },
     });
     this.claims = new ClaimRecords(this.opts);
     this.checkpoints = new Checkpoints(this.driver, join(this.opts.dataDir, 'checkpoints'), this.log);
@@ -211,6 +216,7 @@ export class NodeEngine extends EventEmitter {
   setTargets(targets: Array<{ key: PoolKey; warm: number }>): void {
     this.pools.setTargets(targets);
     this.state.schedule();
+    this.emit('pools');
   }
 
   poolStatus(): PoolStatus[] {
@@ -262,7 +268,7 @@ export class NodeEngine extends EventEmitter {
     const vm = await this.reserving(1, () => this.pools.provision(req.key));
     this.counters.provisioned++;
     if (req.primeAfter) this.pools.primeLater(vm);
-    const record = this.record(vm, req.key, 'provisioned', req.ttlSeconds, req.claimRef);
+    const record = this.record(vm, req.key, 'provisioned', req.ttlSeconds, req.claimRef, req.object);
     this.pools.refillSoon(req.key);
     return record;
   }
@@ -280,7 +286,9 @@ export class NodeEngine extends EventEmitter {
     const vm = this.pools.take(req.key);
     if (!vm) return undefined;
     this.counters.warmHits++;
-    return this.record(vm, req.key, 'warm', req.ttlSeconds, req.claimRef);
+    const rec = this.record(vm, req.key, 'warm', req.ttlSeconds, req.claimRef, req.object);
+    this.emit('pools');
+    return rec;
   }
 
   private record(
@@ -289,8 +297,9 @@ export class NodeEngine extends EventEmitter {
     source: SandboxRecord['source'],
     ttlSeconds: number | undefined,
     claimRef?: string,
+    object?: unknown,
   ): SandboxRecord {
-    const rec = this.claims.add(vm.id, key, source, ttlSeconds, claimRef);
+    const rec = this.claims.add(vm.id, key, source, ttlSeconds, claimRef, object);
     this.counters.claims++;
     this.state.schedule();
     this.emit('claimed', rec);
@@ -303,6 +312,11 @@ export class NodeEngine extends EventEmitter {
 
   byRef(claimRef: string): SandboxRecord | undefined {
     return this.claims.byRef(claimRef);
+  }
+
+  /** The version of the latest change to the claim table (the change feed's snapshot version). */
+  get changeCounter(): number {
+    return this.claims.changeCounter;
   }
 
   list(filter: { claimRef?: string } = {}): SandboxRecord[] {
@@ -331,6 +345,7 @@ export class NodeEngine extends EventEmitter {
   async release(id: string): Promise<void> {
     const rec = this.mustGet(id);
     this.claims.delete(rec);
+    rec.rv = this.claims.nextChange();
     this.counters.releases++;
     this.state.schedule();
     this.emit('released', rec);
@@ -341,6 +356,7 @@ export class NodeEngine extends EventEmitter {
     const rec = this.mustGet(id);
     this.claims.extend(rec, ttlSeconds);
     this.state.schedule();
+    this.emit('changed', rec);
     return rec;
   }
 
@@ -361,7 +377,9 @@ export class NodeEngine extends EventEmitter {
     if (rec.hibernated) return;
     await this.vm(id).hibernate();
     rec.hibernated = true;
+    this.claims.touch(rec);
     this.state.schedule();
+    this.emit('changed', rec);
   }
 
   async wake(id: string): Promise<void> {
@@ -369,7 +387,9 @@ export class NodeEngine extends EventEmitter {
     if (!rec.hibernated) return;
     await this.vm(id).restore();
     rec.hibernated = false;
+    this.claims.touch(rec);
     this.state.schedule();
+    this.emit('changed', rec);
   }
 
   async fork(id: string, count: number, ttlSeconds?: number): Promise<SandboxRecord[]> {
@@ -418,6 +438,8 @@ export class NodeEngine extends EventEmitter {
     );
     const rec = this.record(vm, ck.key, 'checkpoint', ttlSeconds);
     rec.fromCheckpoint = id;
+    this.claims.touch(rec);
+    this.emit('changed', rec);
     return rec;
   }
 

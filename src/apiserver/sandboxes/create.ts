@@ -144,7 +144,7 @@ export class SandboxCreator {
     const name = meta.name || (meta.generateName ? generateName(meta.generateName) : '');
     const causes: StatusCause[] = result.errors.map((e) => ({ reason: e.reason, field: e.field, message: e.message }));
     if (!meta.name && !meta.generateName)
-      throw invalid('Sandbox', SANDBOXES.group, '', [
+      throw badRequest('Sandbox has neither metadata.name nor metadata.generateName', [
         { reason: 'FieldValueRequired', field: 'metadata.name', message: 'Required value: name or generateName is required' },
       ]);
     causes.push(...nameCauses(name, meta.name ? 'metadata.name' : 'metadata.generateName'));
