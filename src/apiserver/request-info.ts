@@ -15,14 +15,14 @@ const SPECIAL_VERBS = new Set(['proxy', 'watch']);
 const SPECIAL_VERBS_NO_SUBRESOURCES = new Set(['proxy']);
 const NAMESPACE_SUBRESOURCES = new Set(['status', 'finalize']);
 
-const METHOD_VERBS: Record<string, string> = {
-  POST: 'create',
-  GET: 'get',
-  HEAD: 'get',
-  PUT: 'update',
-  PATCH: 'patch',
-  DELETE: 'delete',
-};
+const METHOD_VERBS = new Map([
+  ['POST', 'create'],
+  ['GET', 'get'],
+  ['HEAD', 'get'],
+  ['PUT', 'update'],
+  ['PATCH', 'patch'],
+  ['DELETE', 'delete'],
+]);
 
 function badRequest(message: string): SandboxError {
   return new SandboxError('apiserver.badRequest', message, {
@@ -175,7 +175,7 @@ export function parseRequestInfo(method: string, url: URL): RequestInfo {
     if (parts.length < 2) throw badRequest(`cannot tell the resource from ${path}`);
     verb = parts[0]!;
     parts = parts.slice(1);
-  } else verb = METHOD_VERBS[method] ?? '';
+  } else verb = METHOD_VERBS.get(method) ?? '';
 
   let namespace = '';
   if (parts[0] === 'namespaces' && parts.length > 1) {
