@@ -81,7 +81,8 @@ export interface PoolKeySource {
  * shape, not the request (tiers: src/sandboxd/pool-key.ts).
  */
 function sizeOf(c: ContainerLike | undefined): PoolSize {
-  const pick = (name: string) => parseQuantity(c?.resources?.requests?.[name]) || parseQuantity(c?.resources?.limits?.[name]) || 0;
+  const pick = (name: string) =>
+    parseQuantity(c?.resources?.requests?.[name]) || parseQuantity(c?.resources?.limits?.[name]) || 0;
   const cpu = pick('cpu');
   const mem = pick('memory');
   if (cpu > 4 || mem > 8 * 2 ** 30) return 'large';

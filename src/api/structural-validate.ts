@@ -40,7 +40,11 @@ function walk(schema: JsonSchemaProps, v: unknown, path: string, out: Structural
   if (schema['x-kubernetes-int-or-string']) {
     const t = typeOf(v);
     if (t !== 'integer' && t !== 'string')
-      out.errors.push({ field: path, reason: 'FieldValueTypeInvalid', message: `Invalid value: "${t}": ${path} in body must be of type integer-or-string` });
+      out.errors.push({
+        field: path,
+        reason: 'FieldValueTypeInvalid',
+        message: `Invalid value: "${t}": ${path} in body must be of type integer-or-string`,
+      });
     return;
   }
   const expected = schema.type as string | undefined;
@@ -61,23 +65,51 @@ function walk(schema: JsonSchemaProps, v: unknown, path: string, out: Structural
     });
   if (typeof v === 'string') {
     if (typeof schema.maxLength === 'number' && v.length > schema.maxLength)
-      out.errors.push({ field: path, reason: 'FieldValueTooLong', message: `Too long: may not be more than ${schema.maxLength} bytes` });
+      out.errors.push({
+        field: path,
+        reason: 'FieldValueTooLong',
+        message: `Too long: may not be more than ${schema.maxLength} bytes`,
+      });
     if (typeof schema.minLength === 'number' && v.length < schema.minLength)
-      out.errors.push({ field: path, reason: 'FieldValueInvalid', message: `Invalid value: ${JSON.stringify(v)}: ${path} in body should be at least ${schema.minLength} chars long` });
+      out.errors.push({
+        field: path,
+        reason: 'FieldValueInvalid',
+        message: `Invalid value: ${JSON.stringify(v)}: ${path} in body should be at least ${schema.minLength} chars long`,
+      });
     if (typeof schema.pattern === 'string' && !new RegExp(schema.pattern, 'u').test(v))
-      out.errors.push({ field: path, reason: 'FieldValueInvalid', message: `Invalid value: ${JSON.stringify(v)}: ${path} in body should match '${schema.pattern}'` });
+      out.errors.push({
+        field: path,
+        reason: 'FieldValueInvalid',
+        message: `Invalid value: ${JSON.stringify(v)}: ${path} in body should match '${schema.pattern}'`,
+      });
     if (schema.format === 'date-time' && !DATE_TIME.test(v))
-      out.errors.push({ field: path, reason: 'FieldValueInvalid', message: `Invalid value: ${JSON.stringify(v)}: ${path} in body must be of type date-time` });
+      out.errors.push({
+        field: path,
+        reason: 'FieldValueInvalid',
+        message: `Invalid value: ${JSON.stringify(v)}: ${path} in body must be of type date-time`,
+      });
   }
   if (typeof v === 'number') {
     if (typeof schema.minimum === 'number' && v < schema.minimum)
-      out.errors.push({ field: path, reason: 'FieldValueInvalid', message: `Invalid value: ${v}: ${path} in body should be greater than or equal to ${schema.minimum}` });
+      out.errors.push({
+        field: path,
+        reason: 'FieldValueInvalid',
+        message: `Invalid value: ${v}: ${path} in body should be greater than or equal to ${schema.minimum}`,
+      });
     if (typeof schema.maximum === 'number' && v > schema.maximum)
-      out.errors.push({ field: path, reason: 'FieldValueInvalid', message: `Invalid value: ${v}: ${path} in body should be less than or equal to ${schema.maximum}` });
+      out.errors.push({
+        field: path,
+        reason: 'FieldValueInvalid',
+        message: `Invalid value: ${v}: ${path} in body should be less than or equal to ${schema.maximum}`,
+      });
   }
   if (Array.isArray(v)) {
     if (typeof schema.maxItems === 'number' && v.length > schema.maxItems)
-      out.errors.push({ field: path, reason: 'FieldValueTooMany', message: `Too many: ${v.length}: must have at most ${schema.maxItems} items` });
+      out.errors.push({
+        field: path,
+        reason: 'FieldValueTooMany',
+        message: `Too many: ${v.length}: must have at most ${schema.maxItems} items`,
+      });
     const items = schema.items as JsonSchemaProps | undefined;
     if (items) v.forEach((item, i) => walk(items, item, `${path}[${i}]`, out));
     return;

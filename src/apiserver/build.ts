@@ -9,7 +9,12 @@ import { Gauge, Registry } from 'prom-client';
 import type { ObjectMeta } from '../api/meta.js';
 import { Informer, KubeClient, Namespaces, NodeInventories } from '../kube/index.js';
 import type { Logger } from '../log/logger.js';
-import { AuthenticationConfigSource, delegatedAuthenticator, HEALTH_PATHS, SubjectAccessReviewAuthorizer } from './auth/index.js';
+import {
+  AuthenticationConfigSource,
+  delegatedAuthenticator,
+  HEALTH_PATHS,
+  SubjectAccessReviewAuthorizer,
+} from './auth/index.js';
 import { createDiscoveryHandler } from './discovery.js';
 import { HealthChecks } from './health.js';
 import { createOpenApiHandler } from './openapi.js';
@@ -36,10 +41,15 @@ export interface SandboxApiServer {
 
 type NamespaceObj = { metadata: ObjectMeta; status?: { phase?: string } };
 
-export async function buildApiServer(config: ApiServerConfig, log: Logger, client?: KubeClient): Promise<SandboxApiServer> {
+export async function buildApiServer(
+  config: ApiServerConfig,
+  log: Logger,
+  client?: KubeClient,
+): Promise<SandboxApiServer> {
   const registry = new Registry();
   const kube =
-    client ?? (await KubeClient.fromKubeconfig(config.kubeconfig, { userAgent: 'sandbox-apiserver', registry, qps: -1 }));
+    client ??
+    (await KubeClient.fromKubeconfig(config.kubeconfig, { userAgent: 'sandbox-apiserver', registry, qps: -1 }));
   const inventories = new Informer<InventoryObj>(kube, NodeInventories, { logger: log, registry });
   const namespaces = new Informer<NamespaceObj>(kube, Namespaces, { logger: log, registry });
   const store = new SandboxStore(log.child({ component: 'store' }), new EventLog(config.watchCacheEvents));
@@ -59,7 +69,10 @@ export async function buildApiServer(config: ApiServerConfig, log: Logger, clien
     log.child({ component: 'sandboxes' }),
   );
   const storages = new Map<string, RestStorage<unknown>>([
-    [`${sandboxes.descriptor.group}/${sandboxes.descriptor.version}/${sandboxes.descriptor.plural}`, sandboxes as RestStorage<unknown>],
+    [
+      `${sandboxes.descriptor.group}/${sandboxes.descriptor.version}/${sandboxes.descriptor.plural}`,
+      sandboxes as RestStorage<unknown>,
+    ],
   ]);
   const descriptors = [...storages.values()].map((s) => s.descriptor);
 
@@ -90,12 +103,23 @@ export async function buildApiServer(config: ApiServerConfig, log: Logger, clien
     log,
   );
   const health = new HealthChecks();
-  health.add('informer-sync', () => (inventories.hasSynced && namespaces.hasSynced ? undefined : 'NodeInventory or Namespace cache not synced'), ['/readyz']);
-  health.add('authentication-config', () => (authnConfig.ready ? undefined : 'extension-apiserver-authentication not loaded'), ['/readyz']);
-  health.add('node-feeds', () => (fleet.allSynced() ? undefined : 'waiting for a first answer from every node'), ['/readyz']);
+  health.add(
+    'informer-sync',
+    () => (inventories.hasSynced && namespaces.hasSynced ? undefined : 'NodeInventory or Namespace cache not synced'),
+    ['/readyz'],
+  );
+  let authnLoaded = false;
+  health.add(
+    'authentication-config',
+    () => (authnLoaded ? undefined : 'extension-apiserver-authentication not loaded'),
+    ['/readyz'],
+  );
+  health.add('node-feeds', () => (fleet.allSynced() ? undefined : 'waiting for a first answer from every node'), [
+    '/readyz',
+  ]);
   const discovery = createDiscoveryHandler(descriptors);
   const openapi = createOpenApiHandler(descriptors);
-  const tls = () => ({ cert: cert.current.certPem, key: cert.current.keyPem, ca: authnConfig.caBundle || undefined });
+  const tls = () => ({ cert: cert.current.certPem, key: cert.current.keyPem, ca: authnConfig.caBundle() || undefined });
   const server = new ApiServer({
     tls: tls(),
     authenticator,
@@ -110,8 +134,22 @@ export async function buildApiServer(config: ApiServerConfig, log: Logger, clien
   authnConfig.onChange(() => server.setSecureContext(tls()));
   cert.watch(() => server.setSecureContext(tls()));
 
-  new Gauge({ name: 'sandbox_apiserver_sandboxes', help: 'Sandboxes served', registers: [registry], collect() { this.set(store.size); } });
-  new Gauge({ name: 'sandbox_apiserver_watchers', help: 'Open watches', registers: [registry], collect() { this.set(store.log.watchers); } });
+  new Gauge({
+    name: 'sandbox_apiserver_sandboxes',
+    help: 'Sandboxes served',
+    registers: [registry],
+    collect() {
+      this.set(store.size);
+    },
+  });
+  new Gauge({
+    name: 'sandbox_apiserver_watchers',
+    help: 'Open watches',
+    registers: [registry],
+    collect() {
+      this.set(store.log.watchers);
+    },
+  });
   new Gauge({
     name: 'sandbox_apiserver_nodes',
     help: 'Nodes by feed state',
@@ -134,8 +172,17 @@ export async function buildApiServer(config: ApiServerConfig, log: Logger, clien
     fleet,
     registry,
     run: async (signal) => {
-      const tasks = [inventories.start(signal), namespaces.start(signal), authnConfig.start(signal)];
-      await new Promise<void>((r) => (signal.aborted ? r() : signal.addEventListener('abort', () => r(), { once: true })));
+      const tasks = [
+        inventories.start(signal),
+        namespaces.start(signal),
+        authnConfig.start(signal).then(() => {
+          authnLoaded = true;
+          server.setSecureContext(tls());
+        }),
+      ];
+      await new Promise<void>((r) =>
+        signal.aborted ? r() : signal.addEventListener('abort', () => r(), { once: true }),
+      );
       cert.stop();
       fleet.stop();
       await server.close();

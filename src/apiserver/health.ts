@@ -49,8 +49,7 @@ export class HealthChecks {
     const failed = results.filter((r) => r.why !== undefined);
     const verbose = url.searchParams.has('verbose') || failed.length > 0;
     const lines = results.map((r) => (r.why === undefined ? `[+]${r.name} ok` : `[-]${r.name} failed: ${r.why}`));
-    if (failed.length)
-      reply(res, 500, `${lines.join('\n')}\n${endpoint.slice(1)} check failed\n`);
+    if (failed.length) reply(res, 500, `${lines.join('\n')}\n${endpoint.slice(1)} check failed\n`);
     else reply(res, 200, verbose ? `${lines.join('\n')}\n${endpoint.slice(1)} check passed\n` : 'ok');
   }
 }

@@ -8,7 +8,12 @@ import { badRequest, tooLarge, unsupportedMediaType, type StatusFailure } from '
 
 export const MAX_BODY_BYTES = 1 << 20;
 
-export function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+export function sendJson(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
   const payload = JSON.stringify(body);
   res.writeHead(status, {
     'content-type': 'application/json',
@@ -31,7 +36,7 @@ export function sendStatus(res: ServerResponse, failure: StatusFailure): void {
 /** RFC 7234 warning values, as kube-apiserver sends them (`299 - "text"`); kubectl prints them. */
 export function warningHeader(warnings: readonly string[]): Record<string, string | string[]> {
   if (!warnings.length) return {};
-  return { warning: warnings.map((w) => `299 - ${JSON.stringify(w.replace(/[\r\n]/g, ' '))}` ) };
+  return { warning: warnings.map((w) => `299 - ${JSON.stringify(w.replace(/[\r\n]/g, ' '))}`) };
 }
 
 /** The JSON request body (undefined when empty); 413 past the cap, 415 for anything but JSON, 400 when malformed. */

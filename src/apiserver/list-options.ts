@@ -64,7 +64,8 @@ export function parseListOptions(q: URLSearchParams, fieldsAllowed: readonly str
   }
   const rv = opts.resourceVersion;
   if (opts.resourceVersionMatch) {
-    if (!rv) cause('resourceVersionMatch', 'Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided');
+    if (!rv)
+      cause('resourceVersionMatch', 'Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided');
     if (opts.continueToken)
       cause('resourceVersionMatch', 'Forbidden: resourceVersionMatch is forbidden when continue is provided');
     if (opts.resourceVersionMatch === 'Exact' && rv === '0')
@@ -73,11 +74,20 @@ export function parseListOptions(q: URLSearchParams, fieldsAllowed: readonly str
   if (opts.watch) {
     if (opts.sendInitialEvents !== undefined) {
       if (opts.resourceVersionMatch !== 'NotOlderThan')
-        cause('resourceVersionMatch', 'Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan');
+        cause(
+          'resourceVersionMatch',
+          'Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan',
+        );
       if (!opts.allowWatchBookmarks)
-        cause('allowWatchBookmarks', 'Forbidden: allowWatchBookmarks must be set to true when sendInitialEvents is set');
+        cause(
+          'allowWatchBookmarks',
+          'Forbidden: allowWatchBookmarks must be set to true when sendInitialEvents is set',
+        );
     } else if (opts.resourceVersionMatch) {
-      cause('resourceVersionMatch', 'Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided');
+      cause(
+        'resourceVersionMatch',
+        'Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided',
+      );
     }
   } else if (opts.sendInitialEvents !== undefined) {
     cause('sendInitialEvents', 'Forbidden: sendInitialEvents is forbidden for list');

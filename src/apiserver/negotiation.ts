@@ -8,9 +8,7 @@
 import { notAcceptable } from './status.js';
 
 export type Shape =
-  | { kind: 'object' }
-  | { kind: 'table'; version: 'v1' | 'v1beta1' }
-  | { kind: 'partial'; version: 'v1' | 'v1beta1' };
+  { kind: 'object' } | { kind: 'table'; version: 'v1' | 'v1beta1' } | { kind: 'partial'; version: 'v1' | 'v1beta1' };
 
 /** What the response holds: one object (get, create, delete, and every watch event), or a list. */
 export type Target = 'object' | 'list' | 'watch';
@@ -53,7 +51,11 @@ function shapeOf(m: MediaRange, target: Target): Shape | undefined {
   return undefined;
 }
 
-export const OFFERED = ['application/json', 'application/json;as=Table;v=v1;g=meta.k8s.io', 'application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io'];
+export const OFFERED = [
+  'application/json',
+  'application/json;as=Table;v=v1;g=meta.k8s.io',
+  'application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io',
+];
 
 /** The first acceptable shape in the client's order of preference (q-values first), or 406. */
 export function negotiate(accept: string | undefined, target: Target): Shape {

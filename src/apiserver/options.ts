@@ -36,7 +36,8 @@ const seconds = (flag: string) => (v: string) => {
 };
 const int = (flag: string, min: number) => (v: string) => {
   const n = Number(v);
-  if (!Number.isInteger(n) || n < min) throw new SandboxError('apiserver.flags', `--${flag}: "${v}" is not an integer >= ${min}`);
+  if (!Number.isInteger(n) || n < min)
+    throw new SandboxError('apiserver.flags', `--${flag}: "${v}" is not an integer >= ${min}`);
   return n;
 };
 
@@ -48,19 +49,57 @@ export function apiServerCommand(): Command {
     .option('--secure-port <port>', 'HTTPS port', int('secure-port', 0), 6443)
     .option('--tls-cert-file <path>', 'serving certificate (PEM); re-read when it changes (cert-manager)')
     .option('--tls-private-key-file <path>', 'its private key (PEM)')
-    .option('--cert-dir <dir>', 'where a self-managed serving certificate and its CA (ca.crt) are kept', './apiserver.local.config/certificates')
-    .option('--service-name <name>', 'the Service the APIService names (the serving certificate covers <name>.<namespace>.svc)', 'sandbox-apiserver')
+    .option(
+      '--cert-dir <dir>',
+      'where a self-managed serving certificate and its CA (ca.crt) are kept',
+      './apiserver.local.config/certificates',
+    )
+    .option(
+      '--service-name <name>',
+      'the Service the APIService names (the serving certificate covers <name>.<namespace>.svc)',
+      'sandbox-apiserver',
+    )
     .option('--service-namespace <ns>', "the Service's namespace", 'sandbox-system')
     .option('--cluster-domain <domain>', 'cluster DNS domain (certificate SANs)', 'cluster.local')
     .option('--tls-sans <list>', 'extra DNS names or IPs for a self-managed certificate, comma separated', '')
-    .option('--kubeconfig <path>', 'kubeconfig for NodeInventory, TokenReview and SubjectAccessReview (default: in-cluster or $KUBECONFIG)')
+    .option(
+      '--kubeconfig <path>',
+      'kubeconfig for NodeInventory, TokenReview and SubjectAccessReview (default: in-cluster or $KUBECONFIG)',
+    )
     .option('--sandboxd-token-file <path>', "file holding the fleet's sandboxd root token (whitespace trimmed)")
-    .addOption(new Option('--allow-anonymous [bool]', 'serve requests without credentials as system:anonymous (development only)').default(false).argParser(bool))
-    .option('--authentication-token-webhook-cache-ttl <d>', 'how long TokenReview answers are reused', seconds('authentication-token-webhook-cache-ttl'), 10_000)
-    .option('--authorization-webhook-cache-authorized-ttl <d>', 'how long an allow is reused', seconds('authorization-webhook-cache-authorized-ttl'), 10_000)
-    .option('--authorization-webhook-cache-unauthorized-ttl <d>', 'how long a deny is reused', seconds('authorization-webhook-cache-unauthorized-ttl'), 10_000)
+    .addOption(
+      new Option(
+        '--allow-anonymous [bool]',
+        'serve requests without credentials as system:anonymous (development only)',
+      )
+        .default(false)
+        .argParser(bool),
+    )
+    .option(
+      '--authentication-token-webhook-cache-ttl <d>',
+      'how long TokenReview answers are reused',
+      seconds('authentication-token-webhook-cache-ttl'),
+      10_000,
+    )
+    .option(
+      '--authorization-webhook-cache-authorized-ttl <d>',
+      'how long an allow is reused',
+      seconds('authorization-webhook-cache-authorized-ttl'),
+      10_000,
+    )
+    .option(
+      '--authorization-webhook-cache-unauthorized-ttl <d>',
+      'how long a deny is reused',
+      seconds('authorization-webhook-cache-unauthorized-ttl'),
+      10_000,
+    )
     .option('--node-timeout <d>', 'bound on every call to a sandboxd node', seconds('node-timeout'), 10_000)
-    .option('--watch-cache-events <n>', 'changes kept for watches to resume from (older: 410, the client relists)', int('watch-cache-events', 1000), 100_000)
+    .option(
+      '--watch-cache-events <n>',
+      'changes kept for watches to resume from (older: 410, the client relists)',
+      int('watch-cache-events', 1000),
+      100_000,
+    )
     .option('--log-level <level>', 'log level (debug, info, warn, error)', 'info');
 }
 
@@ -89,7 +128,9 @@ interface RawOptions {
 export function toApiServerConfig(o: RawOptions): ApiServerConfig {
   const problems: string[] = [];
   if (!!o.tlsCertFile !== !!o.tlsPrivateKeyFile)
-    problems.push('--tls-cert-file and --tls-private-key-file go together (or omit both for a self-managed certificate)');
+    problems.push(
+      '--tls-cert-file and --tls-private-key-file go together (or omit both for a self-managed certificate)',
+    );
   let token: string | undefined;
   if (o.sandboxdTokenFile) {
     try {
@@ -110,7 +151,10 @@ export function toApiServerConfig(o: RawOptions): ApiServerConfig {
     serviceName: o.serviceName,
     serviceNamespace: o.serviceNamespace,
     clusterDomain: o.clusterDomain,
-    tlsSans: o.tlsSans.split(',').map((s) => s.trim()).filter(Boolean),
+    tlsSans: o.tlsSans
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean),
     kubeconfig: o.kubeconfig,
     sandboxdToken: token,
     allowAnonymous: o.allowAnonymous,

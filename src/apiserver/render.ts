@@ -43,9 +43,7 @@ function columnDefinitions<T>(r: Renderer<T>) {
 function row<T>(r: Renderer<T>, item: T, include: 'None' | 'Metadata' | 'Object', version: string, now: number) {
   return {
     cells: r.columns.map((c) => c.cell(item, now)),
-    ...(include === 'None'
-      ? {}
-      : { object: include === 'Object' ? r.toObject(item) : partial(r, item, version) }),
+    ...(include === 'None' ? {} : { object: include === 'Object' ? r.toObject(item) : partial(r, item, version) }),
   };
 }
 

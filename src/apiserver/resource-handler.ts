@@ -51,7 +51,11 @@ function dryRunOf(q: URLSearchParams): boolean {
   if (values.length === 0) return false;
   if (values.every((v) => v === 'All')) return true;
   throw invalid('DryRun', '', '', [
-    { reason: 'FieldValueNotSupported', field: 'dryRun', message: `Unsupported value: "${values.join(',')}": supported values: "All"` },
+    {
+      reason: 'FieldValueNotSupported',
+      field: 'dryRun',
+      message: `Unsupported value: "${values.join(',')}": supported values: "All"`,
+    },
   ]);
 }
 
@@ -137,9 +141,7 @@ export async function handleResource<T>(
       return sendJson(res, 201, created.object, warningHeader(warnings) as Record<string, string>);
     }
     case 'delete': {
-      const body = (await readJsonBody(req)) as
-        | { preconditions?: { uid?: string }; dryRun?: string[] }
-        | undefined;
+      const body = (await readJsonBody(req)) as { preconditions?: { uid?: string }; dryRun?: string[] } | undefined;
       const dryRun = dryRunOf(q) || (Array.isArray(body?.dryRun) && body!.dryRun.includes('All'));
       const obj = await storage.delete(info.namespace, info.name, { uid: body?.preconditions?.uid, dryRun });
       return sendJson(res, 200, obj);

@@ -108,11 +108,14 @@ export class ApiServer {
         throw forbidden(
           user.name,
           info.verb,
-          info.isResourceRequest ? { group: info.apiGroup, resource: info.resource + (info.subresource ? `/${info.subresource}` : '') } : undefined,
+          info.isResourceRequest
+            ? { group: info.apiGroup, resource: info.resource + (info.subresource ? `/${info.subresource}` : '') }
+            : undefined,
           url.pathname,
           decision.reason,
         );
-      if (info.verb === 'watch') this.watchStarts.inc({ client: user.name.startsWith('system:') ? user.name : 'other' });
+      if (info.verb === 'watch')
+        this.watchStarts.inc({ client: user.name.startsWith('system:') ? user.name : 'other' });
       await this.route(info, req, res, url);
     } catch (err) {
       const failure = toStatusFailure(err);
@@ -146,7 +149,11 @@ export class ApiServer {
     }
     if (req.method === 'GET' || req.method === 'HEAD') {
       for (const route of this.o.documents) {
-        const doc = route({ url: req.url ?? '/', accept: req.headers.accept, ifNoneMatch: req.headers['if-none-match'] });
+        const doc = route({
+          url: req.url ?? '/',
+          accept: req.headers.accept,
+          ifNoneMatch: req.headers['if-none-match'],
+        });
         if (!doc) continue;
         res.writeHead(doc.status, doc.headers);
         res.end(req.method === 'HEAD' ? undefined : doc.body);

@@ -47,7 +47,10 @@ function read(path: string): string {
 /** Why a self-managed certificate must be replaced, or undefined when it can be served. */
 function unfit(dir: string, id: ServingIdentity, renewBeforeMs: number): string | undefined {
   try {
-    const pair = { certPem: readFileSync(join(dir, 'tls.crt'), 'utf8'), keyPem: readFileSync(join(dir, 'tls.key'), 'utf8') };
+    const pair = {
+      certPem: readFileSync(join(dir, 'tls.crt'), 'utf8'),
+      keyPem: readFileSync(join(dir, 'tls.key'), 'utf8'),
+    };
     const ca = new X509Certificate(readFileSync(join(dir, 'ca.crt'), 'utf8'));
     const cert = new X509Certificate(pair.certPem);
     if (!cert.verify(ca.publicKey)) return 'not signed by ca.crt';
@@ -66,7 +69,10 @@ function writeAtomic(path: string, content: string, mode: number): void {
   renameSync(`${path}.tmp`, path);
 }
 
-function ensureSelfManaged(src: Extract<CertSource, { kind: 'self-managed' }>, log: Logger): PemPair & { caPem: string } {
+function ensureSelfManaged(
+  src: Extract<CertSource, { kind: 'self-managed' }>,
+  log: Logger,
+): PemPair & { caPem: string } {
   const renewBefore = src.renewBeforeMs ?? RENEW_BEFORE_MS;
   mkdirSync(src.dir, { recursive: true, mode: 0o700 });
   const why = unfit(src.dir, src.identity, renewBefore);
@@ -119,7 +125,9 @@ export class ServingCertificate {
     this.timer = setInterval(() => {
       try {
         const stamp = this.fileStamp();
-        const renew = this.src.kind === 'self-managed' && unfit(this.src.dir, this.src.identity, this.src.renewBeforeMs ?? RENEW_BEFORE_MS);
+        const renew =
+          this.src.kind === 'self-managed' &&
+          unfit(this.src.dir, this.src.identity, this.src.renewBeforeMs ?? RENEW_BEFORE_MS);
         if (stamp === this.stamp && !renew) return;
         this.pair = this.load();
         this.stamp = this.fileStamp();
@@ -149,7 +157,9 @@ export class ServingCertificate {
 
   private fileStamp(): string {
     const files =
-      this.src.kind === 'files' ? [this.src.certFile, this.src.keyFile] : [join(this.src.dir, 'tls.crt'), join(this.src.dir, 'tls.key')];
+      this.src.kind === 'files'
+        ? [this.src.certFile, this.src.keyFile]
+        : [join(this.src.dir, 'tls.crt'), join(this.src.dir, 'tls.key')];
     return files.map((f) => `${statSync(f).mtimeMs}:${statSync(f).size}`).join('|');
   }
 }

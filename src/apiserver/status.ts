@@ -102,7 +102,8 @@ export const notFound = (r: QualifiedResource, name: string) =>
     kind: r.resource,
   });
 
-export const pathNotFound = (path: string) => new StatusFailure(404, 'NotFound', `the server could not find the requested resource (${path})`);
+export const pathNotFound = (path: string) =>
+  new StatusFailure(404, 'NotFound', `the server could not find the requested resource (${path})`);
 
 export const methodNotAllowed = (method: string, what: string) =>
   new StatusFailure(405, 'MethodNotAllowed', `${method} is not supported on ${what}`);
@@ -134,7 +135,11 @@ export const tooLarge = (limit: number) =>
   new StatusFailure(413, 'RequestEntityTooLarge', `the request body is larger than ${limit} bytes`);
 
 export const unsupportedMediaType = (type: string) =>
-  new StatusFailure(415, 'UnsupportedMediaType', `the body of the request was in an unknown format: ${type}; send application/json`);
+  new StatusFailure(
+    415,
+    'UnsupportedMediaType',
+    `the body of the request was in an unknown format: ${type}; send application/json`,
+  );
 
 /** 422 with field causes (apimachinery errors.NewInvalid). */
 export function invalid(kind: string, group: string, name: string, causes: StatusCause[]) {

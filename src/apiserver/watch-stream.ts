@@ -55,7 +55,12 @@ export class WatchStream<T> {
     o.res.on('close', () => this.close());
     this.timers.push(setTimeout(() => this.close(), o.timeoutMs));
     if (o.bookmarks)
-      this.timers.push(setInterval(() => this.lastRv && this.write('BOOKMARK', this.o.bookmark(this.lastRv, false)), BOOKMARK_INTERVAL_MS));
+      this.timers.push(
+        setInterval(
+          () => this.lastRv && this.write('BOOKMARK', this.o.bookmark(this.lastRv, false)),
+          BOOKMARK_INTERVAL_MS,
+        ),
+      );
     for (const t of this.timers) t.unref();
   }
 
@@ -112,7 +117,14 @@ export class WatchStream<T> {
     const { shape, renderer, query } = this.o;
     const object =
       shape.kind === 'table'
-        ? table(renderer, [item], shape, query, { resourceVersion: renderer.metadataOf(item).resourceVersion ?? '' }, this.first)
+        ? table(
+            renderer,
+            [item],
+            shape,
+            query,
+            { resourceVersion: renderer.metadataOf(item).resourceVersion ?? '' },
+            this.first,
+          )
         : renderOne(renderer, item, shape, query);
     this.first = false;
     return this.write(type, object);

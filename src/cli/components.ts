@@ -58,9 +58,13 @@ export class Components {
   async assertRunning(c: Component): Promise<void> {
     if (c.child.exitCode === null && c.child.signalCode === null) return;
     const tail = (await readFile(c.logPath, 'utf8').catch(() => '')).trimEnd().split('\n').slice(-10).join('\n');
-    throw new SandboxError('platform.component-died', `${c.name} exited (${c.child.exitCode ?? c.child.signalCode}). Last log lines:\n${tail}`, {
-      hint: `see ${c.logPath}`,
-    });
+    throw new SandboxError(
+      'platform.component-died',
+      `${c.name} exited (${c.child.exitCode ?? c.child.signalCode}). Last log lines:\n${tail}`,
+      {
+        hint: `see ${c.logPath}`,
+      },
+    );
   }
 
   /** Poll until `path` exists (a file the component writes when it starts). */
@@ -68,10 +72,18 @@ export class Components {
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
       await this.assertRunning(c);
-      if (await readFile(path).then(() => true, () => false)) return;
+      if (
+        await readFile(path).then(
+          () => true,
+          () => false,
+        )
+      )
+        return;
       await sleep(100);
     }
-    throw new SandboxError('platform.not-ready', `${c.name} did not write ${path} within ${timeoutMs} ms`, { hint: `see ${c.logPath}` });
+    throw new SandboxError('platform.not-ready', `${c.name} did not write ${path} within ${timeoutMs} ms`, {
+      hint: `see ${c.logPath}`,
+    });
   }
 
   /** Poll `url` until it answers 200; `ca` for an HTTPS endpoint with its own CA. */
@@ -91,6 +103,8 @@ export class Components {
       if (ok) return;
       await sleep(200);
     }
-    throw new SandboxError('platform.not-ready', `${c.name} not ready after ${timeoutMs} ms`, { hint: `see ${c.logPath}` });
+    throw new SandboxError('platform.not-ready', `${c.name} not ready after ${timeoutMs} ms`, {
+      hint: `see ${c.logPath}`,
+    });
   }
 }

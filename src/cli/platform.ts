@@ -3,7 +3,13 @@ import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { applyCrdDir, issueCert, startCluster, type ClusterHandle } from '../cluster/index.js';
-import { APISERVICE_NAME, applyAggregatedRbac, registerAggregatedApi, SANDBOX_CRD, serviceAccountKubeconfig } from '../cluster/aggregated.js';
+import {
+  APISERVICE_NAME,
+  applyAggregatedRbac,
+  registerAggregatedApi,
+  SANDBOX_CRD,
+  serviceAccountKubeconfig,
+} from '../cluster/aggregated.js';
 import { freePort } from '../net/free-port.js';
 import { defaultRunRoot } from '../sandboxd/engine.js';
 import type { Logger } from '../log/logger.js';
@@ -80,7 +86,9 @@ export async function startPlatform(opts: PlatformOptions): Promise<Platform> {
   };
   try {
     const aggregated = opts.layout === 'aggregated';
-    opts.progress(`installing the agent-sandbox CRDs${aggregated ? ` (all but ${SANDBOX_CRD}: the aggregated layout serves sandboxes)` : ''}`);
+    opts.progress(
+      `installing the agent-sandbox CRDs${aggregated ? ` (all but ${SANDBOX_CRD}: the aggregated layout serves sandboxes)` : ''}`,
+    );
     await applyCrdDir(cluster.kubectl, join(REPO, 'deploy', 'crds'), aggregated ? [SANDBOX_CRD] : []);
     await cluster.kubectl(['create', 'namespace', 'sandbox-system']);
     const tokenFile = join(opts.dataDir, 'sandboxd.token');
@@ -162,7 +170,9 @@ async function startSandboxdNodes(
         `--kubelet-client-ca=${cluster.pki.ca.cert}`,
       );
     }
-    opts.progress(`starting sandboxd ${node} (microVM templates are built on first use; the first start takes minutes)`);
+    opts.progress(
+      `starting sandboxd ${node} (microVM templates are built on first use; the first start takes minutes)`,
+    );
     const d = components.launch(`sandboxd-${node}`, 'sandboxd', [
       `--node-name=${node}`,
       `--listen=${host}:${port}`,

@@ -87,9 +87,13 @@ export async function registerAggregatedApi(kubectl: Kubectl, r: Registration, t
     last = out;
     await sleep(200);
   }
-  throw new SandboxError('cluster.apiservice', `APIService ${APISERVICE_NAME} not Available after ${timeoutMs} ms: ${last}`, {
-    hint: 'check that sandbox-apiserver listens on the registered address and that /readyz passes',
-  });
+  throw new SandboxError(
+    'cluster.apiservice',
+    `APIService ${APISERVICE_NAME} not Available after ${timeoutMs} ms: ${last}`,
+    {
+      hint: 'check that sandbox-apiserver listens on the registered address and that /readyz passes',
+    },
+  );
 }
 
 /**
@@ -106,7 +110,12 @@ export async function serviceAccountKubeconfig(
   const config = {
     apiVersion: 'v1',
     kind: 'Config',
-    clusters: [{ name: 'sbx', cluster: { server: opts.server, 'certificate-authority-data': Buffer.from(opts.caPem).toString('base64') } }],
+    clusters: [
+      {
+        name: 'sbx',
+        cluster: { server: opts.server, 'certificate-authority-data': Buffer.from(opts.caPem).toString('base64') },
+      },
+    ],
     users: [{ name: opts.name, user: { token } }],
     contexts: [{ name: 'sbx', context: { cluster: 'sbx', user: opts.name, namespace: opts.namespace } }],
     'current-context': 'sbx',

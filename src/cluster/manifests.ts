@@ -8,7 +8,12 @@ type Kubectl = (args: string[], input?: string) => Promise<string>;
  * `skip` names CRDs (`<plural>.<group>`) to leave out: the aggregated layout serves sandboxes without a CRD.
  */
 export async function applyCrdDir(kubectl: Kubectl, dir: string, skip: readonly string[] = []): Promise<string[]> {
-  const crdName = (f: string) => f.replace(/\.yaml$/, '').split('_').reverse().join('.');
+  const crdName = (f: string) =>
+    f
+      .replace(/\.yaml$/, '')
+      .split('_')
+      .reverse()
+      .join('.');
   const files = (await readdir(dir).catch(() => [] as string[]))
     .filter((f) => f.endsWith('.yaml') && !skip.includes(crdName(f)))
     .sort();

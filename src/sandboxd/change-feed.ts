@@ -40,7 +40,8 @@ export class ChangeFeed {
   constructor(private readonly engine: NodeEngine) {
     const onClaimed = (rec: SandboxRecord) => this.broadcast({ type: 'ADDED', sandbox: sandboxRow(rec) });
     const onChanged = (rec: SandboxRecord) => this.broadcast({ type: 'MODIFIED', sandbox: sandboxRow(rec) });
-    const onReleased = (rec: SandboxRecord) => this.broadcast({ type: 'DELETED', sandbox: { id: rec.id, rv: rec.rv ?? 0 } });
+    const onReleased = (rec: SandboxRecord) =>
+      this.broadcast({ type: 'DELETED', sandbox: { id: rec.id, rv: rec.rv ?? 0 } });
     const onPools = () => this.schedulePools();
     engine.on('claimed', onClaimed);
     engine.on('changed', onChanged);

@@ -213,7 +213,8 @@ export class SandboxdApi {
     const object = storedObject(body.object, claimRef);
     e.assertKnownTemplate(key.template);
     // A Kubernetes object's name is unique among live claims: the second create of one name spends no VM.
-    if (object !== undefined && e.byRef(claimRef!)) throw new HttpError(409, `claim_ref ${claimRef} is already claimed`);
+    if (object !== undefined && e.byRef(claimRef!))
+      throw new HttpError(409, `claim_ref ${claimRef} is already claimed`);
     if (!noRedirect && e.warmCount(key) === 0) {
       const peers = this.opts.peers?.withWarm(key) ?? [];
       if (peers.length) return { answer: { redirect: peers.slice(0, 3) } };

@@ -22,7 +22,13 @@ interface Obj {
 async function createWithCapacity(api: CustomObjectsApi, namespace: string, body: object): Promise<Obj> {
   for (let i = 0; ; i++) {
     try {
-      return (await api.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural: PLURAL, body })) as Obj;
+      return (await api.createNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace,
+        plural: PLURAL,
+        body,
+      })) as Obj;
     } catch (err) {
       const code = (err as { code?: number }).code;
       if (code !== 503 || i > 300) throw err;
@@ -50,11 +56,31 @@ describe('aggregated sandboxes: read-your-writes and watch', () => {
     for (let i = 0; i < 100; i++) {
       const name = `ryw-${i}`;
       const created = await createWithCapacity(api, ns.name, sandboxManifest(name));
-      const got = (await api.getNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns.name, plural: PLURAL, name })) as Obj;
+      const got = (await api.getNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace: ns.name,
+        plural: PLURAL,
+        name,
+      })) as Obj;
       assert.equal(got.metadata.uid, created.metadata.uid);
-      const listed = (await api.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns.name, plural: PLURAL })) as { items: Obj[] };
-      assert.ok(listed.items.some((o) => o.metadata.name === name), `list right after create shows ${name}`);
-      await api.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns.name, plural: PLURAL, name });
+      const listed = (await api.listNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace: ns.name,
+        plural: PLURAL,
+      })) as { items: Obj[] };
+      assert.ok(
+        listed.items.some((o) => o.metadata.name === name),
+        `list right after create shows ${name}`,
+      );
+      await api.deleteNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace: ns.name,
+        plural: PLURAL,
+        name,
+      });
       await assert.rejects(
         api.getNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns.name, plural: PLURAL, name }),
         (err: { code?: number }) => err.code === 404,
@@ -66,12 +92,22 @@ describe('aggregated sandboxes: read-your-writes and watch', () => {
 
   it('a second create of a live name is 409 AlreadyExists and claims no VM', async () => {
     await createWithCapacity(api, ns.name, sandboxManifest('twice'));
-    const before = (await api.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL })) as { items: Obj[] };
+    const before = (await api.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL })) as {
+      items: Obj[];
+    };
     await assert.rejects(
-      api.createNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns.name, plural: PLURAL, body: sandboxManifest('twice') }),
+      api.createNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace: ns.name,
+        plural: PLURAL,
+        body: sandboxManifest('twice'),
+      }),
       (err: { code?: number; body?: string }) => err.code === 409 && /AlreadyExists/.test(String(err.body)),
     );
-    const afterList = (await api.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL })) as { items: Obj[] };
+    const afterList = (await api.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL })) as {
+      items: Obj[];
+    };
     assert.equal(afterList.items.length, before.items.length, 'no sandbox was added by the refused create');
   });
 
@@ -92,7 +128,13 @@ describe('aggregated sandboxes: read-your-writes and watch', () => {
       for (let i = 0; i < 20; i++) {
         const name = `w-${i}`;
         await createWithCapacity(api, wns.name, sandboxManifest(name));
-        await api.deleteNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: wns.name, plural: PLURAL, name });
+        await api.deleteNamespacedCustomObject({
+          group: GROUP,
+          version: VERSION,
+          namespace: wns.name,
+          plural: PLURAL,
+          name,
+        });
         expected.push(['ADDED', name], ['DELETED', name]);
       }
       await eventually(() => events.length, { until: (n) => n >= 40, timeoutMs: 10_000, what: '40 watch events' });
@@ -115,21 +157,32 @@ describe('aggregated sandboxes: read-your-writes and watch', () => {
       () => undefined,
     );
     try {
-      await eventually(() => events, { until: (e) => e.includes('ADDED resume-b'), timeoutMs: 5000, what: 'the replayed create' });
+      await eventually(() => events, {
+        until: (e) => e.includes('ADDED resume-b'),
+        timeoutMs: 5000,
+        what: 'the replayed create',
+      });
       assert.ok(!events.includes('ADDED resume-a'), 'events at or before the resourceVersion are not replayed');
       assert.ok(b.metadata.resourceVersion > a.metadata.resourceVersion);
     } finally {
       req.abort();
     }
     const raw = await env
-      .kubectl(['get', '--raw', `/apis/${GROUP}/${VERSION}/namespaces/${ns.name}/${PLURAL}?watch=1&resourceVersion=12345`])
+      .kubectl([
+        'get',
+        '--raw',
+        `/apis/${GROUP}/${VERSION}/namespaces/${ns.name}/${PLURAL}?watch=1&resourceVersion=12345`,
+      ])
       .catch((e: Error) => e.message);
     assert.match(raw, /Expired|too old|410/i);
   });
 
   it('serves WatchList: initial ADDED events, then the initial-events-end bookmark', async () => {
     await createWithCapacity(api, ns.name, sandboxManifest('wl'));
-    const lines: Array<{ type: string; object: { metadata: { name?: string; annotations?: Record<string, string> } } }> = [];
+    const lines: Array<{
+      type: string;
+      object: { metadata: { name?: string; annotations?: Record<string, string> } };
+    }> = [];
     const watch = new Watch(kc);
     const req = await watch.watch(
       `/apis/${GROUP}/${VERSION}/namespaces/${ns.name}/${PLURAL}`,
@@ -138,7 +191,11 @@ describe('aggregated sandboxes: read-your-writes and watch', () => {
       () => undefined,
     );
     try {
-      await eventually(() => lines, { until: (l) => l.some((e) => e.type === 'BOOKMARK'), timeoutMs: 5000, what: 'the bookmark' });
+      await eventually(() => lines, {
+        until: (l) => l.some((e) => e.type === 'BOOKMARK'),
+        timeoutMs: 5000,
+        what: 'the bookmark',
+      });
       const end = lines.findIndex((e) => e.type === 'BOOKMARK');
       assert.equal(lines[end]!.object.metadata.annotations?.['k8s.io/initial-events-end'], 'true');
       assert.ok(lines.slice(0, end).some((e) => e.type === 'ADDED' && e.object.metadata.name === 'wl'));

@@ -17,8 +17,23 @@ const run = promisify(execFile);
 
 /** Every key etcd holds, counted by etcd itself (its JSON gateway, from inside the cluster's network namespace). */
 async function etcdKeyCount(env: AggregatedEnv): Promise<number> {
-  const body = JSON.stringify({ key: Buffer.from('\0').toString('base64'), range_end: Buffer.from('\0').toString('base64'), count_only: true });
-  const { stdout } = await run('ip', ['netns', 'exec', env.cluster.netns, 'curl', '-s', '-X', 'POST', 'http://127.0.0.1:2379/v3/kv/range', '-d', body]);
+  const body = JSON.stringify({
+    key: Buffer.from('\0').toString('base64'),
+    range_end: Buffer.from('\0').toString('base64'),
+    count_only: true,
+  });
+  const { stdout } = await run('ip', [
+    'netns',
+    'exec',
+    env.cluster.netns,
+    'curl',
+    '-s',
+    '-X',
+    'POST',
+    'http://127.0.0.1:2379/v3/kv/range',
+    '-d',
+    body,
+  ]);
   return Number((JSON.parse(stdout) as { count?: string }).count ?? 0);
 }
 
@@ -50,7 +65,8 @@ describe('aggregated layout: the cluster around it', () => {
     const ns = await aggregatedNamespace('nsdel');
     await createMany(env, ns.name, 3, 'd');
     const ids = JSON.parse(await env.kubectl(['get', 'sandboxes', '-n', ns.name, '-o', 'json'])).items.map(
-      (i: { metadata: { annotations: Record<string, string> } }) => i.metadata.annotations['sandbox.cocoonstack.io/claim-id'],
+      (i: { metadata: { annotations: Record<string, string> } }) =>
+        i.metadata.annotations['sandbox.cocoonstack.io/claim-id'],
     ) as string[];
     assert.equal(ids.length, 3);
     await env.kubectl(['delete', 'namespace', ns.name, '--timeout=60s']);
@@ -67,7 +83,9 @@ describe('aggregated layout: the cluster around it', () => {
   it("kube-controller-manager's garbage collector and quota controller watch sandboxes without errors", async () => {
     const log = await readFile(join(env.cluster.dataDir, 'logs', 'kube-controller-manager.log'), 'utf8');
     const about = log.split('\n').filter((l) => /agents\.x-k8s\.io/.test(l) && /sandboxes/.test(l));
-    const errors = about.filter((l) => /^E\d{4}|failed|error/i.test(l) && !/forbidden: unable to create new content/i.test(l));
+    const errors = about.filter(
+      (l) => /^E\d{4}|failed|error/i.test(l) && !/forbidden: unable to create new content/i.test(l),
+    );
     assert.deepEqual(errors, [], errors.join('\n'));
     // They do watch it: the server counts watch starts by controller identity.
     const ca = await readFile(env.apiserver.caFile);
@@ -84,7 +102,10 @@ describe('aggregated layout: the cluster around it', () => {
       });
     for (const controller of ['generic-garbage-collector', 'resourcequota-controller'])
       await eventually(metrics, {
-        until: (m) => new RegExp(`sandbox_apiserver_watch_starts_total\\{client="system:serviceaccount:kube-system:${controller}"\\} [1-9]`).test(m),
+        until: (m) =>
+          new RegExp(
+            `sandbox_apiserver_watch_starts_total\\{client="system:serviceaccount:kube-system:${controller}"\\} [1-9]`,
+          ).test(m),
         timeoutMs: 90_000,
         intervalMs: 2000,
         what: `a watch of sandboxes by ${controller}`,
@@ -117,8 +138,22 @@ describe('aggregated layout: the cluster around it', () => {
       process.kill(pid, 'SIGSTOP');
       try {
         await eventually(
-          async () => run(env.cluster.binaries.kubectl!, [`--kubeconfig=${env.cluster.kubeconfigPath}`, 'get', 'sandboxes', '-n', ns.name, '-o', 'name']),
-          { until: (r) => !r.stdout.includes('n0') && /unreachable nodes/.test(r.stderr), timeoutMs: 40_000, intervalMs: 1000, what: 'n0 left out with a warning' },
+          async () =>
+            run(env.cluster.binaries.kubectl!, [
+              `--kubeconfig=${env.cluster.kubeconfigPath}`,
+              'get',
+              'sandboxes',
+              '-n',
+              ns.name,
+              '-o',
+              'name',
+            ]),
+          {
+            until: (r) => !r.stdout.includes('n0') && /unreachable nodes/.test(r.stderr),
+            timeoutMs: 40_000,
+            intervalMs: 1000,
+            what: 'n0 left out with a warning',
+          },
         );
       } finally {
         process.kill(pid, 'SIGCONT');
@@ -133,4 +168,3 @@ describe('aggregated layout: the cluster around it', () => {
     }
   });
 });
-

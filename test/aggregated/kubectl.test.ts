@@ -19,7 +19,12 @@ describe('sandbox-apiserver through kubectl', () => {
   after(async () => ns?.cleanup());
 
   const create = async (name: string, extra: Parameters<typeof sandboxManifest>[1] = {}) =>
-    JSON.parse(await env.kubectl(['create', '-n', ns.name, '-o', 'json', '-f', '-'], JSON.stringify(sandboxManifest(name, extra))));
+    JSON.parse(
+      await env.kubectl(
+        ['create', '-n', ns.name, '-o', 'json', '-f', '-'],
+        JSON.stringify(sandboxManifest(name, extra)),
+      ),
+    );
 
   it('lists sandboxes in api-resources', async () => {
     const out = await env.kubectl(['api-resources', '--api-group=agents.x-k8s.io', '-o', 'wide']);
@@ -65,7 +70,10 @@ describe('sandbox-apiserver through kubectl', () => {
     const a = await create('sel-a', { labels: { team: 'blue' } });
     await create('sel-b', { labels: { team: 'red' } });
     const byLabel = JSON.parse(await env.kubectl(['get', 'sandboxes', '-n', ns.name, '-l', 'team=blue', '-o', 'json']));
-    assert.deepEqual(byLabel.items.map((i: { metadata: { name: string } }) => i.metadata.name), ['sel-a']);
+    assert.deepEqual(
+      byLabel.items.map((i: { metadata: { name: string } }) => i.metadata.name),
+      ['sel-a'],
+    );
     const node = a.status.nodeName as string;
     const byNode = JSON.parse(
       await env.kubectl(['get', 'sandboxes', '-A', '-l', `sandbox.cocoonstack.io/node=${node}`, '-o', 'json']),
@@ -75,12 +83,27 @@ describe('sandbox-apiserver through kubectl', () => {
     const byField = JSON.parse(
       await env.kubectl(['get', 'sandboxes', '-n', ns.name, '--field-selector', 'metadata.name=sel-b', '-o', 'json']),
     );
-    assert.deepEqual(byField.items.map((i: { metadata: { name: string } }) => i.metadata.name), ['sel-b']);
+    assert.deepEqual(
+      byField.items.map((i: { metadata: { name: string } }) => i.metadata.name),
+      ['sel-b'],
+    );
     const byPhase = JSON.parse(
-      await env.kubectl(['get', 'sandboxes', '-n', ns.name, '--field-selector', 'status.phase=Running,metadata.name!=sel-b', '-o', 'json']),
+      await env.kubectl([
+        'get',
+        'sandboxes',
+        '-n',
+        ns.name,
+        '--field-selector',
+        'status.phase=Running,metadata.name!=sel-b',
+        '-o',
+        'json',
+      ]),
     );
     assert.ok(byPhase.items.every((i: { metadata: { name: string } }) => i.metadata.name !== 'sel-b'));
-    await assert.rejects(env.kubectl(['get', 'sandboxes', '-n', ns.name, '--field-selector', 'spec.foo=bar']), /field label not supported/);
+    await assert.rejects(
+      env.kubectl(['get', 'sandboxes', '-n', ns.name, '--field-selector', 'spec.foo=bar']),
+      /field label not supported/,
+    );
   });
 
   it('pages with --chunk-size=2 over 5 sandboxes', async () => {
@@ -90,14 +113,26 @@ describe('sandbox-apiserver through kubectl', () => {
         await env.kubectl(['create', '-n', pns.name, '-f', '-'], JSON.stringify(sandboxManifest(`p${i}`)));
       const out = await env.kubectl(['get', 'sandboxes', '-n', pns.name, '--chunk-size=2', '-o', 'name']);
       const names = out.split('\n').filter((l) => l.startsWith('sandbox'));
-      assert.deepEqual(names.map((n) => n.split('/')[1]), ['p0', 'p1', 'p2', 'p3', 'p4']);
-      const page = JSON.parse(await env.kubectl(['get', '--raw', `/apis/agents.x-k8s.io/v1beta1/namespaces/${pns.name}/sandboxes?limit=2`]));
+      assert.deepEqual(
+        names.map((n) => n.split('/')[1]),
+        ['p0', 'p1', 'p2', 'p3', 'p4'],
+      );
+      const page = JSON.parse(
+        await env.kubectl(['get', '--raw', `/apis/agents.x-k8s.io/v1beta1/namespaces/${pns.name}/sandboxes?limit=2`]),
+      );
       assert.equal(page.items.length, 2);
       assert.ok(page.metadata.continue, 'a continue token');
       const next = JSON.parse(
-        await env.kubectl(['get', '--raw', `/apis/agents.x-k8s.io/v1beta1/namespaces/${pns.name}/sandboxes?limit=2&continue=${page.metadata.continue}`]),
+        await env.kubectl([
+          'get',
+          '--raw',
+          `/apis/agents.x-k8s.io/v1beta1/namespaces/${pns.name}/sandboxes?limit=2&continue=${page.metadata.continue}`,
+        ]),
       );
-      assert.deepEqual(next.items.map((i: { metadata: { name: string } }) => i.metadata.name), ['p2', 'p3']);
+      assert.deepEqual(
+        next.items.map((i: { metadata: { name: string } }) => i.metadata.name),
+        ['p2', 'p3'],
+      );
     } finally {
       await pns.cleanup();
     }
@@ -114,17 +149,39 @@ describe('sandbox-apiserver through kubectl', () => {
   it('watches with -w: sees a create and a delete pushed, not polled', async () => {
     const child = spawn(
       env.cluster.binaries.kubectl!,
-      [`--kubeconfig=${env.cluster.kubeconfigPath}`, 'get', 'sandboxes', '-n', ns.name, '-w', '--output-watch-events', '-o', 'name'],
+      [
+        `--kubeconfig=${env.cluster.kubeconfigPath}`,
+        'get',
+        'sandboxes',
+        '-n',
+        ns.name,
+        '-w',
+        '--output-watch-events',
+        '-o',
+        'name',
+      ],
       { stdio: ['ignore', 'pipe', 'pipe'] },
     );
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     try {
-      await eventually(() => out, { until: (o) => o.includes('sandbox/first'), what: 'the initial list', timeoutMs: 15_000 });
+      await eventually(() => out, {
+        until: (o) => o.includes('sandbox/first'),
+        what: 'the initial list',
+        timeoutMs: 15_000,
+      });
       await create('watched');
-      await eventually(() => out, { until: (o) => /ADDED\s+sandbox\/watched/.test(o), what: 'ADDED watched', timeoutMs: 5000 });
+      await eventually(() => out, {
+        until: (o) => /ADDED\s+sandbox\/watched/.test(o),
+        what: 'ADDED watched',
+        timeoutMs: 5000,
+      });
       await env.kubectl(['delete', '-n', ns.name, 'sandbox', 'watched', '--wait=false']);
-      await eventually(() => out, { until: (o) => /DELETED\s+sandbox\/watched/.test(o), what: 'DELETED watched', timeoutMs: 5000 });
+      await eventually(() => out, {
+        until: (o) => /DELETED\s+sandbox\/watched/.test(o),
+        what: 'DELETED watched',
+        timeoutMs: 5000,
+      });
     } finally {
       child.kill();
     }

@@ -20,7 +20,14 @@ function call(
   env: AggregatedEnv,
   method: string,
   path: string,
-  opts: { body?: string | Buffer; as?: string; direct?: boolean; cert?: { cert: string; key: string }; token?: string; type?: string } = {},
+  opts: {
+    body?: string | Buffer;
+    as?: string;
+    direct?: boolean;
+    cert?: { cert: string; key: string };
+    token?: string;
+    type?: string;
+  } = {},
 ): Promise<Reply> {
   const c = env.cluster;
   const base = opts.direct ? `https://${env.apiserver.address}` : c.server;
@@ -48,7 +55,14 @@ function call(
   });
 }
 
-const status = (r: Reply) => JSON.parse(r.body) as { kind: string; code: number; reason: string; message: string; details?: { causes?: Array<{ field?: string }> } };
+const status = (r: Reply) =>
+  JSON.parse(r.body) as {
+    kind: string;
+    code: number;
+    reason: string;
+    message: string;
+    details?: { causes?: Array<{ field?: string }> };
+  };
 
 describe('aggregated sandboxes: security and bad input', () => {
   let env: AggregatedEnv;
@@ -58,7 +72,15 @@ describe('aggregated sandboxes: security and bad input', () => {
     env = await getAggregated();
     ns = await aggregatedNamespace('sec');
     base = `/apis/agents.x-k8s.io/v1beta1/namespaces/${ns.name}/sandboxes`;
-    await env.kubectl(['create', 'role', 'getter', '-n', ns.name, '--verb=get', '--resource=sandboxes.agents.x-k8s.io']);
+    await env.kubectl([
+      'create',
+      'role',
+      'getter',
+      '-n',
+      ns.name,
+      '--verb=get',
+      '--resource=sandboxes.agents.x-k8s.io',
+    ]);
     await env.kubectl(['create', 'rolebinding', 'getter', '-n', ns.name, '--role=getter', '--user=only-get']);
   });
   after(async () => ns?.cleanup());
@@ -91,7 +113,10 @@ describe('aggregated sandboxes: security and bad input', () => {
     const spoof = await new Promise<number>((resolve, reject) => {
       const req = request(
         `https://${env.apiserver.address}${base}`,
-        { ca: readFileSync(env.apiserver.caFile), headers: { 'x-remote-user': 'admin', 'x-remote-group': 'system:masters' } },
+        {
+          ca: readFileSync(env.apiserver.caFile),
+          headers: { 'x-remote-user': 'admin', 'x-remote-group': 'system:masters' },
+        },
         (res) => {
           res.resume();
           resolve(res.statusCode ?? 0);
@@ -124,11 +149,16 @@ describe('aggregated sandboxes: security and bad input', () => {
     body.metadata = {};
     const r = await call(env, 'POST', base, { body: JSON.stringify(body) });
     assert.equal(r.status, 400, r.body);
-    assert.ok(status(r).details?.causes?.some((c) => c.field === 'metadata.name'), r.body);
+    assert.ok(
+      status(r).details?.causes?.some((c) => c.field === 'metadata.name'),
+      r.body,
+    );
   });
 
   it('503 naming the pool key when no node serves it, and nothing spent', async () => {
-    const body = sandboxManifest('nopool') as { spec: { podTemplate: { spec: { containers: Array<{ image: string }> } } } };
+    const body = sandboxManifest('nopool') as {
+      spec: { podTemplate: { spec: { containers: Array<{ image: string }> } } };
+    };
     body.spec.podTemplate.spec.containers[0]!.image = 'sandbox/does-not-exist';
     const r = await call(env, 'POST', base, { body: JSON.stringify(body) });
     assert.equal(r.status, 503, r.body);
@@ -141,7 +171,10 @@ describe('aggregated sandboxes: security and bad input', () => {
     const big = JSON.stringify({ ...sandboxManifest('big'), pad: 'x'.repeat(1.1 * (1 << 20)) });
     const tooBig = await call(env, 'POST', base, { body: big });
     assert.equal(tooBig.status, 413, tooBig.body.slice(0, 300));
-    const proto = await call(env, 'POST', base, { body: Buffer.from([0x6b, 0x38, 0x73, 0]), type: 'application/vnd.kubernetes.protobuf' });
+    const proto = await call(env, 'POST', base, {
+      body: Buffer.from([0x6b, 0x38, 0x73, 0]),
+      type: 'application/vnd.kubernetes.protobuf',
+    });
     assert.equal(proto.status, 415, proto.body);
     for (const [method, path] of [
       ['PATCH', `${base}/tok`],
@@ -158,7 +191,10 @@ describe('aggregated sandboxes: security and bad input', () => {
   });
 
   it('rejects unknown fields under fieldValidation=Strict, warns under Warn', async () => {
-    const body = JSON.stringify({ ...sandboxManifest('strict'), spec: { ...sandboxManifest('strict').spec, bogus: 1 } });
+    const body = JSON.stringify({
+      ...sandboxManifest('strict'),
+      spec: { ...sandboxManifest('strict').spec, bogus: 1 },
+    });
     const strict = await call(env, 'POST', `${base}?fieldValidation=Strict`, { body });
     assert.equal(strict.status, 400, strict.body);
     assert.match(status(strict).message, /unknown field "spec.bogus"/);

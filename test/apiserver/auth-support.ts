@@ -3,7 +3,6 @@
  * concluded (401 with the failure, 403 or 200 with the user, the RequestInfo, the decision and the headers left
  * on the request), plus the clients and certificates the auth tests call it with.
  */
-import { createPrivateKey, createPublicKey } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -20,7 +19,7 @@ import type {
   UserInfo,
 } from '../../src/apiserver/types.js';
 import { issueCert, type CertPair } from '../../src/cluster/index.js';
-import { generateEcdsaP256, issueCertificate, privateKeyPem } from '../../src/operator/webhook/x509.js';
+import { createCertificateAuthority } from '../../src/pki/index.js';
 
 export interface Seen {
   failure?: string;
@@ -150,27 +149,14 @@ export async function rogueCa(
   name: string,
   parent?: CertPair & { commonName: string },
 ): Promise<CertPair & { commonName: string }> {
-  const keys = generateEcdsaP256();
-  const now = Date.now();
-  const pem = issueCertificate({
-    commonName: name,
-    publicKey: keys.publicKey,
-    ...(parent
-      ? {
-          issuer: {
-            commonName: parent.commonName,
-            privateKey: createPrivateKey(readFileSync(parent.key)),
-            publicKey: createPublicKey(readFileSync(parent.key)),
-          },
-        }
-      : { signingKey: keys.privateKey }),
-    isCa: true,
-    notBefore: new Date(now - 60_000),
-    notAfter: new Date(now + 86_400_000),
-  });
+  const ca = createCertificateAuthority(
+    { commonName: name },
+    { validityMs: 86_400_000 },
+    parent ? { certPem: readFileSync(parent.cert, 'utf8'), keyPem: readFileSync(parent.key, 'utf8') } : undefined,
+  );
   const pair = { cert: join(dir, `${name}.crt`), key: join(dir, `${name}.key`), commonName: name };
-  await writeFile(pair.cert, pem);
-  await writeFile(pair.key, privateKeyPem(keys.privateKey), { mode: 0o600 });
+  await writeFile(pair.cert, ca.certPem);
+  await writeFile(pair.key, ca.keyPem, { mode: 0o600 });
   return pair;
 }
 

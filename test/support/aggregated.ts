@@ -32,7 +32,9 @@ export interface AggregatedEnv extends AggregatedInfo {
 }
 
 /** Start the aggregated platform (test/run.ts, or a file run alone). */
-export async function startAggregatedForTests(dataDir?: string): Promise<{ info: AggregatedInfo; stop(): Promise<void>; pids(): number[] }> {
+export async function startAggregatedForTests(
+  dataDir?: string,
+): Promise<{ info: AggregatedInfo; stop(): Promise<void>; pids(): number[] }> {
   const env = readClusterEnvironment();
   const platform = await startPlatform({
     cacheDir: env.cacheDir,
@@ -99,7 +101,10 @@ export async function aggregatedNamespace(prefix = 'a'): Promise<{ name: string;
 }
 
 /** A Sandbox manifest for the test pool. */
-export function sandboxManifest(name: string, extra: { labels?: Record<string, string>; annotations?: Record<string, string>; generateName?: boolean } = {}) {
+export function sandboxManifest(
+  name: string,
+  extra: { labels?: Record<string, string>; annotations?: Record<string, string>; generateName?: boolean } = {},
+) {
   return {
     apiVersion: 'agents.x-k8s.io/v1beta1',
     kind: 'Sandbox',

@@ -70,7 +70,9 @@ function generateName(base: string): string {
 
 function nameCauses(name: string, field: string): StatusCause[] {
   if (name.length > 253)
-    return [{ reason: 'FieldValueInvalid', field, message: `Invalid value: "${name}": must be no more than 253 characters` }];
+    return [
+      { reason: 'FieldValueInvalid', field, message: `Invalid value: "${name}": must be no more than 253 characters` },
+    ];
   if (!DNS_SUBDOMAIN.test(name))
     return [
       {
@@ -96,13 +98,16 @@ export function leaseSeconds(obj: Sandbox, now = Date.now()): number {
   const raw = obj.metadata?.annotations?.[CocoonAnnotationKeys.ttlSeconds]?.trim();
   if (raw === undefined || raw === '') return 0;
   if (!/^\d+$/.test(raw))
-    throw badRequest(`annotation ${CocoonAnnotationKeys.ttlSeconds}="${raw}" is not a non-negative whole number of seconds`, [
-      {
-        reason: 'FieldValueInvalid',
-        field: `metadata.annotations[${CocoonAnnotationKeys.ttlSeconds}]`,
-        message: 'must be a non-negative integer',
-      },
-    ]);
+    throw badRequest(
+      `annotation ${CocoonAnnotationKeys.ttlSeconds}="${raw}" is not a non-negative whole number of seconds`,
+      [
+        {
+          reason: 'FieldValueInvalid',
+          field: `metadata.annotations[${CocoonAnnotationKeys.ttlSeconds}]`,
+          message: 'must be a non-negative integer',
+        },
+      ],
+    );
   return Number(raw);
 }
 
@@ -145,7 +150,11 @@ export class SandboxCreator {
     const causes: StatusCause[] = result.errors.map((e) => ({ reason: e.reason, field: e.field, message: e.message }));
     if (!meta.name && !meta.generateName)
       throw badRequest('Sandbox has neither metadata.name nor metadata.generateName', [
-        { reason: 'FieldValueRequired', field: 'metadata.name', message: 'Required value: name or generateName is required' },
+        {
+          reason: 'FieldValueRequired',
+          field: 'metadata.name',
+          message: 'Required value: name or generateName is required',
+        },
       ]);
     causes.push(...nameCauses(name, meta.name ? 'metadata.name' : 'metadata.generateName'));
     if (meta.finalizers?.length)
@@ -156,9 +165,15 @@ export class SandboxCreator {
       });
     for (const a of OUTPUT_ANNOTATIONS)
       if (meta.annotations?.[a] !== undefined)
-        causes.push({ reason: 'FieldValueForbidden', field: `metadata.annotations[${a}]`, message: 'Forbidden: set by the server' });
+        causes.push({
+          reason: 'FieldValueForbidden',
+          field: `metadata.annotations[${a}]`,
+          message: 'Forbidden: set by the server',
+        });
     const obj = raw as unknown as Sandbox;
-    const key = causes.length ? undefined : derivePoolKey({ annotations: meta.annotations, podTemplate: obj.spec?.podTemplate });
+    const key = causes.length
+      ? undefined
+      : derivePoolKey({ annotations: meta.annotations, podTemplate: obj.spec?.podTemplate });
     if (key && !key.ok) causes.push({ reason: 'FieldValueInvalid', field: key.field, message: key.message });
     if (causes.length || !key || !key.ok) throw invalid('Sandbox', SANDBOXES.group, name, causes);
     const ttl = leaseSeconds(obj);
@@ -171,7 +186,11 @@ export class SandboxCreator {
     const phase = this.namespaces.phase(ns);
     if (phase === 'missing') throw notFound({ group: '', resource: 'namespaces' }, ns);
     if (phase === 'terminating')
-      throw forbiddenBecause(SANDBOXES, name, `unable to create new content in namespace ${ns} because it is being terminated`);
+      throw forbiddenBecause(
+        SANDBOXES,
+        name,
+        `unable to create new content in namespace ${ns} because it is being terminated`,
+      );
     const k = `${ns}/${name}`;
     if (this.store.get(k) || this.inFlight.has(k)) throw alreadyExists(SANDBOXES, name);
     const stored: StoredObject = {
@@ -189,13 +208,23 @@ export class SandboxCreator {
     const size = Buffer.byteLength(JSON.stringify(stored));
     if (size > MAX_STORED_OBJECT_BYTES)
       throw invalid('Sandbox', SANDBOXES.group, name, [
-        { reason: 'FieldValueTooLong', field: 'metadata', message: `Too long: the object is ${size} bytes; at most ${MAX_STORED_OBJECT_BYTES} are stored with a claim` },
+        {
+          reason: 'FieldValueTooLong',
+          field: 'metadata',
+          message: `Too long: the object is ${size} bytes; at most ${MAX_STORED_OBJECT_BYTES} are stored with a claim`,
+        },
       ]);
     if (!this.fleet.servesKey(key))
-      throw serviceUnavailable(`no node serves pool (${describePoolKey(key)}); create a SandboxWarmPool for it or check the nodes' pools`, 5);
+      throw serviceUnavailable(
+        `no node serves pool (${describePoolKey(key)}); create a SandboxWarmPool for it or check the nodes' pools`,
+        5,
+      );
     if (req.dryRun) {
       if (this.fleet.candidates(key).length === 0) throw noCapacity(key);
-      return { object: { apiVersion: SANDBOX_API_VERSION, kind: 'Sandbox', metadata: stored.metadata, spec: obj.spec }, entry: undefined };
+      return {
+        object: { apiVersion: SANDBOX_API_VERSION, kind: 'Sandbox', metadata: stored.metadata, spec: obj.spec },
+        entry: undefined,
+      };
     }
     this.inFlight.add(k);
     try {

@@ -78,7 +78,13 @@ export class Fleet {
     for (const n of this.nodes.values()) if (n.targets.has(k) || n.warm.has(k)) return true;
     for (const inv of this.inventories.list())
       for (const p of inv.pools ?? [])
-        if (poolKeyString({ template: p.template, net: (p.net ?? 'none') as PoolKeyOf['net'], size: (p.size ?? 'small') as PoolKeyOf['size'] }) === k)
+        if (
+          poolKeyString({
+            template: p.template,
+            net: (p.net ?? 'none') as PoolKeyOf['net'],
+            size: (p.size ?? 'small') as PoolKeyOf['size'],
+          }) === k
+        )
           return true;
     return false;
   }

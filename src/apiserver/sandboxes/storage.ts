@@ -11,7 +11,14 @@ import { conflict, expired, notFound, serviceUnavailable, internalError, badRequ
 import type { ActionSubresource, ResourceDescriptor, TableColumn } from '../types.js';
 import type { WatchEventOf } from '../watch-stream.js';
 import { SandboxCreator, SANDBOXES, type CreateRequest, type NamespaceState } from './create.js';
-import { entryField, entryMetadata, SANDBOX_API_VERSION, SANDBOX_FIELDS, toSandbox, type SandboxEntry } from './entry.js';
+import {
+  entryField,
+  entryMetadata,
+  SANDBOX_API_VERSION,
+  SANDBOX_FIELDS,
+  toSandbox,
+  type SandboxEntry,
+} from './entry.js';
 import type { Fleet } from './fleet.js';
 import { NodeHttpError, type SandboxdClient } from './sandboxd-client.js';
 import type { SandboxStore } from './store.js';
@@ -22,10 +29,35 @@ const ago = (ts: string, now: number) => {
 };
 
 export const SANDBOX_COLUMNS: readonly TableColumn<SandboxEntry>[] = [
-  { name: 'Name', type: 'string', format: 'name', description: 'Name of the sandbox', priority: 0, cell: (e) => e.name },
-  { name: 'Phase', type: 'string', description: 'What the node reports: Running, Paused or Hibernated', priority: 0, cell: (e) => e.phase },
-  { name: 'Node', type: 'string', description: 'The node whose microVM backs the sandbox', priority: 0, cell: (e) => e.node },
-  { name: 'Claim', type: 'string', description: 'The node-local claim id (sandboxd)', priority: 0, cell: (e) => e.claimId },
+  {
+    name: 'Name',
+    type: 'string',
+    format: 'name',
+    description: 'Name of the sandbox',
+    priority: 0,
+    cell: (e) => e.name,
+  },
+  {
+    name: 'Phase',
+    type: 'string',
+    description: 'What the node reports: Running, Paused or Hibernated',
+    priority: 0,
+    cell: (e) => e.phase,
+  },
+  {
+    name: 'Node',
+    type: 'string',
+    description: 'The node whose microVM backs the sandbox',
+    priority: 0,
+    cell: (e) => e.node,
+  },
+  {
+    name: 'Claim',
+    type: 'string',
+    description: 'The node-local claim id (sandboxd)',
+    priority: 0,
+    cell: (e) => e.claimId,
+  },
   {
     name: 'Deadline',
     type: 'string',
@@ -36,9 +68,27 @@ export const SANDBOX_COLUMNS: readonly TableColumn<SandboxEntry>[] = [
       return t > now ? `in ${humanDuration(t - now)}` : 'expired';
     },
   },
-  { name: 'Age', type: 'string', description: 'Time since creation', priority: 0, cell: (e, now) => ago(e.object.metadata.creationTimestamp, now) },
-  { name: 'Template', type: 'string', description: 'The pool key: template, net lane and size', priority: 1, cell: (e) => `${e.pool.template} (${e.pool.net}, ${e.pool.size})` },
-  { name: 'Address', type: 'string', description: 'The node daemon address serving this sandbox', priority: 1, cell: (e) => e.address },
+  {
+    name: 'Age',
+    type: 'string',
+    description: 'Time since creation',
+    priority: 0,
+    cell: (e, now) => ago(e.object.metadata.creationTimestamp, now),
+  },
+  {
+    name: 'Template',
+    type: 'string',
+    description: 'The pool key: template, net lane and size',
+    priority: 1,
+    cell: (e) => `${e.pool.template} (${e.pool.net}, ${e.pool.size})`,
+  },
+  {
+    name: 'Address',
+    type: 'string',
+    description: 'The node daemon address serving this sandbox',
+    priority: 1,
+    cell: (e) => e.address,
+  },
 ];
 
 export const SANDBOX_RENDERER: Renderer<SandboxEntry> = {
@@ -119,7 +169,9 @@ export class SandboxStorage {
   list(namespace: string, opts: ListOptions): ListResult {
     const versions = this.store.log.versions;
     if (opts.resourceVersionMatch === 'Exact' && opts.resourceVersion !== versions.current.toString())
-      throw expired(`resourceVersion ${opts.resourceVersion} is not the current one; list without resourceVersionMatch=Exact`);
+      throw expired(
+        `resourceVersion ${opts.resourceVersion} is not the current one; list without resourceVersionMatch=Exact`,
+      );
     let after: string | undefined;
     if (opts.continueToken) after = this.decodeContinue(opts.continueToken);
     const byName = opts.fieldSelector.equal('metadata.name');
@@ -194,7 +246,11 @@ export class SandboxStorage {
   async delete(namespace: string, name: string, opts: { uid?: string; dryRun: boolean }): Promise<Sandbox> {
     const e = this.get(namespace, name);
     if (opts.uid && opts.uid !== e.uid)
-      throw conflict(SANDBOXES, name, `the UID in the precondition (${opts.uid}) does not match the UID in record (${e.uid}). The object might have been deleted and then recreated`);
+      throw conflict(
+        SANDBOXES,
+        name,
+        `the UID in the precondition (${opts.uid}) does not match the UID in record (${e.uid}). The object might have been deleted and then recreated`,
+      );
     if (opts.dryRun) return toSandbox(e);
     try {
       await this.client.release(e.node, e.address, e.claimId);
@@ -237,7 +293,9 @@ export class SandboxStorage {
     }
     if (t?.v !== 1 || typeof t.after !== 'string') throw badRequest('invalid continue token');
     if (t.boot !== this.store.log.versions.boot.toString())
-      throw expired('The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.');
+      throw expired(
+        'The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.',
+      );
     return t.after;
   }
 }

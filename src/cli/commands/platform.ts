@@ -35,11 +35,18 @@ export function register(program: Command): void {
     .description('start the local platform: control plane, operator, sandboxd nodes with microVMs (Ctrl-C stops it)')
     .option('-d, --detach', 'return once everything is Ready; the last line printed is an export for eval')
     .addOption(
-      new Option('--layout <layout>', 'crd: Sandboxes are CRs (any runtime); aggregated: served by sandbox-apiserver from the nodes')
+      new Option(
+        '--layout <layout>',
+        'crd: Sandboxes are CRs (any runtime); aggregated: served by sandbox-apiserver from the nodes',
+      )
         .choices(['crd', 'aggregated'])
         .default('crd'),
     )
-    .option('--nodes <n>', 'sandboxd nodes (real microVMs; in the CRD layout each registers virtual-kubelet nodes)', '1')
+    .option(
+      '--nodes <n>',
+      'sandboxd nodes (real microVMs; in the CRD layout each registers virtual-kubelet nodes)',
+      '1',
+    )
     .option('--warm <n>', 'warm sandbox/base microVMs each sandboxd keeps ready', '2')
     .option('--simulated-nodes <n>', 'simulated (kwok) standard nodes', '2')
     .option('--no-fsync', 'run etcd without fsync (faster; figures measured so are labelled)')
