@@ -15,11 +15,14 @@ export interface Operator {
   run(signal: AbortSignal): Promise<void>;
 }
 
-export type ControllerRegistration = (op: {
+/** What a controller is registered with: the manager, the operator's config and a logger named after it. */
+export interface ControllerContext {
   manager: Manager;
   config: OperatorConfig;
   log: Logger;
-}) => void | Promise<void>;
+}
+
+export type ControllerRegistration = (op: ControllerContext) => void | Promise<void>;
 
 const registrations: Array<{ name: string; extension: boolean; register: ControllerRegistration }> = [];
 
@@ -64,6 +67,7 @@ export async function buildOperator(config: OperatorConfig, log: Logger, client?
         const hook = await startWebhook({
           port: config.webhookPort,
           host: config.webhookHost,
+          maxBodyBytes: config.webhookMaxBodyBytes,
           certDir: config.webhookCertDir,
           manageCerts: config.manageWebhookCerts,
           serviceName: config.webhookServiceName,

@@ -84,3 +84,23 @@ export async function migrateToFile(
     rmSync(sockPath, { force: true });
   }
 }
+
+/** Wait until an incoming migration has been loaded (runstate leaves `inmigrate`). */
+export async function waitIncoming(qmp: QmpClient, timeoutMs: number): Promise<string> {
+  const deadline = Date.now() + timeoutMs;
+  for (let delay = 1; ; delay = Math.min(delay + 1, 10)) {
+    const st = await qmp.execute<{ status: string }>('query-status');
+    if (st.status !== 'inmigrate') {
+      if (st.status === 'running' || st.status === 'paused' || st.status === 'postmigrate') return st.status;
+      throw new SandboxError('VM_RESTORE_FAILED', `VM state load ended in runstate ${st.status}`, {
+        hint: 'the snapshot does not match this QEMU/device config; recreate the template',
+      });
+    }
+    if (Date.now() > deadline) {
+      throw new SandboxError('VM_RESTORE_TIMEOUT', `VM state did not load within ${timeoutMs} ms`, {
+        hint: 'the host may be overloaded; retry',
+      });
+    }
+    await sleep(delay);
+  }
+}

@@ -11,7 +11,7 @@ import {
   mergeVolumeClaimTemplates,
   validateAdditionalPodMetadata,
 } from '../../src/operator/extensions/injection.js';
-import { rfc3339Nano } from '../../src/operator/extensions/claim-controller.js';
+import { rfc3339Nano } from '../../src/operator/extensions/claim-writes.js';
 
 const DOMAINS = ['sandbox.users.io'];
 

@@ -301,6 +301,43 @@ describe('virtual kubelet: nodes, pods as microVMs, kubelet API', { timeout: BUI
     engine.setTargets([]);
   });
 
+  it("the kubelet API's /run takes only POST and only the pod's own UID", async () => {
+    const uid = (await client.get<Pod>(Pods, ns.name, 'web')).metadata.uid!;
+    const admin = cluster.pki.apiserverKubeletClient;
+    const run = (method: string, path: string) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const req = request(
+          {
+            host: cluster.hostAddress,
+            port: vk.nodes.find((n) => n.name === vkNode)!.port,
+            method,
+            path,
+            ca: readFileSync(cluster.pki.ca.cert),
+            cert: readFileSync(admin.cert),
+            key: readFileSync(admin.key),
+          },
+          (res) => {
+            const chunks: Buffer[] = [];
+            res.on('data', (c: Buffer) => chunks.push(c));
+            res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
+          },
+        );
+        req.on('error', reject);
+        req.end();
+      });
+    const cmd = (c: string) => `?cmd=${encodeURIComponent(c)}`;
+    const get = await run('GET', `/run/${ns.name}/web/main${cmd('touch /tmp/run-by-get')}`);
+    assert.equal(get.status, 405, get.body);
+    const stale = await run('POST', `/run/${ns.name}/web/not-${uid}/main${cmd('touch /tmp/run-by-stale-uid')}`);
+    assert.equal(stale.status, 404, stale.body);
+    assert.match(stale.body, /UID/);
+    // Neither ran; the pod's own UID (and no UID, like the kubelet) does.
+    const ls = await run('POST', `/run/${ns.name}/web/${uid}/main${cmd('ls /tmp')}`);
+    assert.equal(ls.status, 200, ls.body);
+    assert.doesNotMatch(ls.body, /run-by-/);
+    assert.equal((await run('POST', `/run/${ns.name}/web/main${cmd('echo hi')}`)).body.trim(), 'hi');
+  });
+
   it('deleting a Pod destroys its VM and removes the Pod', async () => {
     const rec = engine.byRef(`${ns.name}/web`)!;
     const vmPid = engine.vm(rec.id).pid;

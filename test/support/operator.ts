@@ -1,3 +1,4 @@
+import type { KubeClient } from '../../src/kube/index.js';
 import { createLogger } from '../../src/log/logger.js';
 import { buildOperator, type Operator } from '../../src/operator/build.js';
 import '../../src/operator/controllers.js';
@@ -7,10 +8,12 @@ import { getTestCluster } from './cluster.js';
 /**
  * Runs the real operator in this test process, scoped to one namespace so test files sharing the cluster do not
  * fight over each other's objects. No leader election, ephemeral metrics/health ports, no webhook by default.
+ * `client`, when given, is the operator's client (a test that must see or time the operator's writes passes its own).
  */
 export async function startTestOperator(
   namespace: string,
   overrides: Partial<OperatorConfig> = {},
+  client?: KubeClient,
 ): Promise<Operator & { stop(): Promise<void> }> {
   const cluster = await getTestCluster();
   const config = defaultConfig({
@@ -25,7 +28,7 @@ export async function startTestOperator(
     ...overrides,
   });
   const log = createLogger({ level: process.env.SBX_TEST_LOG_LEVEL ?? 'warn', name: `operator:${namespace}` });
-  const op = await buildOperator(config, log);
+  const op = await buildOperator(config, log, client);
   const ctrl = new AbortController();
   const running = op.run(ctrl.signal);
   return {

@@ -13,12 +13,9 @@ import {
   NetworkPolicies,
   SandboxTemplates,
   type KubeObject,
-  type Manager,
   type ReconcileRequest,
 } from '../../kube/index.js';
-import type { Logger } from '../../log/logger.js';
-import { registerController } from '../build.js';
-import type { OperatorConfig } from '../options.js';
+import { registerController, type ControllerContext } from '../build.js';
 import type { TemplateObj } from './support.js';
 import { SandboxError } from '../../errors.js';
 
@@ -76,14 +73,7 @@ function sameSpec(have: Record<string, unknown> | undefined, want: Record<string
   return isDeepStrictEqual(JSON.parse(JSON.stringify(pick(have))), JSON.parse(JSON.stringify(pick(want))));
 }
 
-export function registerTemplateController({
-  manager,
-  config,
-}: {
-  manager: Manager;
-  config: OperatorConfig;
-  log: Logger;
-}): void {
+export function registerTemplateController({ manager, config }: ControllerContext): void {
   const scope = { namespace: config.watchNamespace };
   const templates = manager.informer<TemplateObj>(SandboxTemplates, scope);
   const policies = manager.informer<NetworkPolicyObj>(NetworkPolicies, scope);

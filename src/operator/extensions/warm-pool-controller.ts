@@ -29,7 +29,7 @@ import {
   type ReconcileResult,
 } from '../../kube/index.js';
 import type { Logger } from '../../log/logger.js';
-import { registerController } from '../build.js';
+import { registerController, type ControllerContext } from '../build.js';
 import type { OperatorConfig } from '../options.js';
 import { blueprintHash, matchesTemplate, sandboxSpecFromTemplate } from './blueprint.js';
 import { extensionMetrics, type ExtensionMetrics } from './metrics.js';
@@ -423,15 +423,7 @@ export class WarmPoolReconciler {
   }
 }
 
-export function registerWarmPoolController({
-  manager,
-  config,
-  log,
-}: {
-  manager: Manager;
-  config: OperatorConfig;
-  log: Logger;
-}): WarmPoolReconciler {
+export function registerWarmPoolController({ manager, config, log }: ControllerContext): WarmPoolReconciler {
   const scope = { namespace: config.watchNamespace };
   const pools = manager.informer<PoolObj>(SandboxWarmPools, scope);
   const sandboxes = manager.informer<SandboxObj>(Sandboxes, scope);

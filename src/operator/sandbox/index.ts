@@ -8,10 +8,12 @@ import { registerController } from '../build.js';
 import { sandboxCreationLatency, sandboxesGauge, type SandboxesGaugeLabels } from '../metrics.js';
 import type { OperatorConfig } from '../options.js';
 import { ConditionTypes, findCondition, ReadyReasons } from './conditions.js';
-import { POD_OWNER_INDEX, SandboxReconciler } from './reconciler.js';
+import { POD_OWNER_INDEX } from './pod-reconciler.js';
+import { SandboxReconciler } from './reconciler.js';
 import type { PersistentVolumeClaim, Pod, SandboxObject, Service } from './types.js';
 
-export { SandboxReconciler, POD_OWNER_INDEX } from './reconciler.js';
+export { SandboxReconciler } from './reconciler.js';
+export { POD_OWNER_INDEX } from './pod-reconciler.js';
 export * from './conditions.js';
 export * from './desired.js';
 export type * from './types.js';
@@ -96,10 +98,6 @@ export function gaugeLabels(sb: SandboxObject): SandboxesGaugeLabels {
   };
 }
 
-registerController(
-  SANDBOX_CONTROLLER_NAME,
-  false,
-  ({ manager, config }: { manager: Manager; config: OperatorConfig }) => {
-    setupSandboxController(manager, config);
-  },
-);
+registerController(SANDBOX_CONTROLLER_NAME, false, ({ manager, config }) => {
+  setupSandboxController(manager, config);
+});

@@ -63,6 +63,7 @@ const REASONS: Record<number, string> = {
   401: 'Unauthorized',
   403: 'Forbidden',
   404: 'NotFound',
+  405: 'MethodNotAllowed',
   409: 'Conflict',
   500: 'InternalError',
   501: 'NotImplemented',
@@ -182,7 +183,10 @@ export class KubeletServer {
         return;
       }
       if (root === 'run' && (parts.length === 4 || parts.length === 5)) {
-        await this.serveRun(parts[1]!, parts[2]!, parts[parts.length - 1]!, url.searchParams, res);
+        // Like the kubelet: POST only (a GET is what a crafted link or a prefetch sends), and a stale UID is a 404.
+        if (req.method !== 'POST') throw new HttpError(405, `/run takes POST, not ${req.method ?? 'GET'}`);
+        const uid = parts.length === 5 ? parts[3] : undefined;
+        await this.serveRun(parts[1]!, parts[2]!, uid, parts[parts.length - 1]!, url.searchParams, res);
         return;
       }
       if (root === 'exec' || root === 'attach' || root === 'portForward')
@@ -384,11 +388,14 @@ export class KubeletServer {
   private async serveRun(
     ns: string,
     name: string,
+    uid: string | undefined,
     container: string,
     q: URLSearchParams,
     res: ServerResponse,
   ): Promise<void> {
-    const { claimId } = this.runningPod(ns, name, container);
+    const { pod, claimId } = this.runningPod(ns, name, container);
+    if (uid !== undefined && pod.metadata.uid !== uid)
+      throw new HttpError(404, `pod ${ns}/${name} with UID ${uid} does not exist on node ${this.opts.nodeName}`);
     const cmd = (q.get('cmd') ?? '').split(' ').filter(Boolean);
     if (!cmd.length) throw new HttpError(400, 'cmd: required');
     const r = await this.opts.engine.vm(claimId).run(cmd, { timeoutMs: 60_000 });

@@ -1,0 +1,89 @@
+/**
+ * Cold start: a claim that cannot (or must not) take a warm Sandbox gets a new one, named like the claim, built from
+ * its template with the claim's env, volume claim templates and pod metadata, and controlled by the claim.
+ */
+import { AnnotationKeys, fnv1a32, LabelKeys, type Sandbox } from '../../api/index.js';
+import { SandboxError } from '../../errors.js';
+import { controllerRef, isAlreadyExists, Sandboxes, SandboxClaims } from '../../kube/index.js';
+import { sandboxSpecFromTemplate } from './blueprint.js';
+import { Outcome, type ClaimContext } from './claim-context.js';
+import { desiredPodMetadata } from './claim-metadata.js';
+import { ClaimReasons } from './claim-status.js';
+import { injectEnv, mergeVolumeClaimTemplates } from './injection.js';
+import { normalizeCreatedBy } from './metrics.js';
+import type { ClaimObj, SandboxObj, TemplateObj } from './support.js';
+
+const CREATE_PENDING_REQUEUE_MS = 200;
+
+export async function createCold(ctx: ClaimContext, claim: ClaimObj, template: TemplateObj): Promise<SandboxObj> {
+  const ns = claim.metadata.namespace!;
+  const templateName = template.metadata.name!;
+  const spec = sandboxSpecFromTemplate(template);
+  const vcts = mergeVolumeClaimTemplates(
+    template.spec.volumeClaimTemplates,
+    claim.spec.volumeClaimTemplates,
+    template.spec.volumeClaimTemplatesPolicy,
+  );
+  const podSpec = injectEnv(spec.podTemplate.spec, claim.spec.env, template.spec.envVarsInjectionPolicy);
+  const createdBy = claim.metadata.labels?.[LabelKeys.createdBy];
+  const trace = claim.metadata.annotations?.[AnnotationKeys.traceContext];
+  const body: Sandbox = {
+    apiVersion: `${Sandboxes.group}/${Sandboxes.version}`,
+    kind: Sandboxes.kind,
+    metadata: {
+      name: claim.metadata.name,
+      namespace: ns,
+      labels: {
+        [LabelKeys.claimUid]: claim.metadata.uid!,
+        [LabelKeys.launchType]: 'cold',
+        [LabelKeys.sandboxTemplateRefHash]: fnv1a32(templateName),
+        ...(createdBy !== undefined ? { [LabelKeys.createdBy]: createdBy } : {}),
+      },
+      annotations: {
+        [AnnotationKeys.sandboxTemplateRef]: templateName,
+        ...(trace ? { [AnnotationKeys.traceContext]: trace } : {}),
+      },
+      ownerReferences: [controllerRef(claim, SandboxClaims)],
+    },
+    spec: {
+      ...spec,
+      podTemplate: {
+        metadata: desiredPodMetadata(claim, spec.podTemplate.metadata, templateName),
+        spec: podSpec,
+      },
+      ...(vcts ? { volumeClaimTemplates: vcts } : {}),
+    },
+  };
+  if (!vcts) delete body.spec.volumeClaimTemplates;
+  let out: SandboxObj;
+  try {
+    out = await ctx.d.manager.client.create<SandboxObj>(Sandboxes, body as SandboxObj);
+  } catch (err) {
+    if (isAlreadyExists(err))
+      throw new Outcome(
+        ClaimReasons.createPending,
+        'Sandbox already created; waiting for cache to converge',
+        CREATE_PENDING_REQUEUE_MS,
+        true,
+      );
+    throw new SandboxError('claim.create', `sandbox create error: ${(err as Error).message}`, { cause: err });
+  }
+  ctx.bindings.remember(claim.metadata.uid!, out);
+  ctx.defer(claim, () =>
+    ctx.events.record(claim, SandboxClaims, {
+      type: 'Normal',
+      reason: 'SandboxProvisioned',
+      action: 'Provisioning',
+      note: `Created Sandbox "${out.metadata.name}"`,
+    }),
+  );
+  ctx.metrics.claimCreation.inc({
+    namespace: ns,
+    sandbox_template: templateName,
+    launch_type: 'cold',
+    warmpool_name: claim.spec.warmPoolRef.name,
+    pod_condition: 'not_ready',
+    created_by: normalizeCreatedBy(createdBy),
+  });
+  return out;
+}
