@@ -19,6 +19,7 @@ import {
 } from '../src/cluster/index.js';
 import { errorMessage } from '../src/errors.js';
 import { installCrds } from './support/crds.js';
+import { AGGREGATED_ENV, startAggregatedForTests } from './support/aggregated.js';
 
 const RUN_MARKER = 'SBX_TEST_RUN_ID';
 
@@ -65,7 +66,17 @@ async function main(): Promise<number> {
   await writeFile(infoPath, JSON.stringify(info));
 
   let code = 1;
+  // The aggregated layout needs a control plane of its own (its APIService would shadow the Sandbox CRD the
+  // other tests use); started only when a test of it is selected.
+  let aggregated: Awaited<ReturnType<typeof startAggregatedForTests>> | undefined;
+  const testEnv: Record<string, string> = { SBX_TEST_CLUSTER: infoPath };
   try {
+    if (files.some((f) => f.includes('test/aggregated/'))) {
+      process.stderr.write('starting the aggregated-layout control plane (sandbox-apiserver, 2 sandboxd nodes)...\n');
+      aggregated = await startAggregatedForTests(join(cluster.dataDir, 'aggregated'));
+      testEnv[AGGREGATED_ENV] = join(cluster.dataDir, 'aggregated.json');
+      await writeFile(testEnv[AGGREGATED_ENV], JSON.stringify(aggregated.info));
+    }
     code = await new Promise<number>((resolve) => {
       const child = spawn(
         process.execPath,
@@ -77,20 +88,22 @@ async function main(): Promise<number> {
           `--test-concurrency=${process.env.SBX_TEST_CONCURRENCY ?? '2'}`,
           ...files,
         ],
-        { stdio: 'inherit', env: { ...process.env, SBX_TEST_CLUSTER: infoPath } },
+        { stdio: 'inherit', env: { ...process.env, ...testEnv } },
       );
       child.on('exit', (c, sig) => resolve(c ?? (sig ? 1 : 0)));
     });
   } finally {
+    await aggregated?.stop();
     await cluster.stop();
   }
 
   // Nothing this run started may outlive it.
   await sleep(200);
   const leftovers = await processesOfRun(runId);
-  const clusterAlive = cluster.pids.filter(isAlive);
-  // Only this run's namespace: other work on the machine may create its own meanwhile.
-  const netnsLeft = (await listClusterNamespaces()).filter((n) => n === cluster.netns);
+  const clusterAlive = [...cluster.pids, ...(aggregated?.pids() ?? [])].filter(isAlive);
+  // Only this run's namespaces: other work on the machine may create its own meanwhile.
+  const ours = [cluster.netns, aggregated?.info.cluster.netns];
+  const netnsLeft = (await listClusterNamespaces()).filter((n) => ours.includes(n));
   if (leftovers.length || clusterAlive.length || netnsLeft.length) {
     process.stderr.write(
       `leak check FAILED: ${leftovers.length} processes still running${leftovers.map((p) => `\n  ${p.pid} ${p.cmd.slice(0, 160)}`).join('')}` +

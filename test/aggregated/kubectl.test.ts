@@ -166,19 +166,19 @@ describe('sandbox-apiserver through kubectl', () => {
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     try {
       await eventually(() => out, {
-        until: (o) => o.includes('sandbox/first'),
+        until: (o) => /sandbox[.a-z0-9-]*\/first/.test(o),
         what: 'the initial list',
         timeoutMs: 15_000,
       });
       await create('watched');
       await eventually(() => out, {
-        until: (o) => /ADDED\s+sandbox\/watched/.test(o),
+        until: (o) => /ADDED\s+sandbox[.a-z0-9-]*\/watched/.test(o),
         what: 'ADDED watched',
         timeoutMs: 5000,
       });
       await env.kubectl(['delete', '-n', ns.name, 'sandbox', 'watched', '--wait=false']);
       await eventually(() => out, {
-        until: (o) => /DELETED\s+sandbox\/watched/.test(o),
+        until: (o) => /DELETED\s+sandbox[.a-z0-9-]*\/watched/.test(o),
         what: 'DELETED watched',
         timeoutMs: 5000,
       });
