@@ -12,6 +12,8 @@ export interface SandboxRecord {
   key: PoolKey;
   vmId: string;
   claimRef?: string;
+  /** The tenant that claimed it (tenant token); only that tenant lists it. Absent for operator claims. */
+  tenant?: string;
   claimedAt: string;
   deadline: string;
   hibernated: boolean;
@@ -27,6 +29,15 @@ export interface SandboxRecord {
   rv?: number;
   /** When the record last changed (its phase, its lease). */
   updatedAt?: string;
+}
+
+/** What the claimant chose: lease (default and cap from the engine), claimRef, and who it is. */
+export interface ClaimOptions {
+  ttlSeconds?: number;
+  claimRef?: string;
+  tenant?: string;
+  /** The Kubernetes object the claim is (sandbox-apiserver's creates); stored and returned in rows. */
+  object?: unknown;
 }
 
 /**
@@ -64,14 +75,8 @@ export class ClaimRecords {
   }
 
   /** A new record for `vmId` (fresh id and token, lease from `ttlSeconds`), added to the table. */
-  add(
-    vmId: string,
-    key: PoolKey,
-    source: SandboxRecord['source'],
-    ttlSeconds: number | undefined,
-    claimRef?: string,
-    object?: unknown,
-  ): SandboxRecord {
+  add(vmId: string, key: PoolKey, source: SandboxRecord['source'], opts: ClaimOptions): SandboxRecord {
+    const { ttlSeconds, claimRef, tenant, object } = opts;
     const now = Date.now();
     const rec: SandboxRecord = {
       id: `sb_${random.take(8).toString('hex')}`,
@@ -83,7 +88,8 @@ export class ClaimRecords {
       hibernated: false,
       source,
       ...(claimRef ? { claimRef } : {}),
-      ...(object !== undefined ? { object } : {}),
+      ...(tenant ? { tenant } : {}),
+      ...(opts.object !== undefined ? { object: opts.object } : {}),
     };
     this.touch(rec);
     this.restore(rec);

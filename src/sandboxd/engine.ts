@@ -6,7 +6,7 @@ import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
 import { QemuMicrovmDriver, type Template, type Vm } from '../vmm/index.js';
 import { Checkpoints, type CheckpointRecord } from './checkpoints.js';
-import { ClaimRecords, type SandboxRecord } from './claims.js';
+import { ClaimRecords, type ClaimOptions, type SandboxRecord } from './claims.js';
 import { keyString, type PoolKey } from './pool-key.js';
 import { StateFile } from './state-file.js';
 import { LABEL_NODE, WarmPools, type PoolStatus } from './warm-pools.js';
@@ -63,6 +63,8 @@ export interface ClaimRequest {
   key: PoolKey;
   ttlSeconds?: number;
   claimRef?: string;
+  /** The tenant claiming (API tenants); only it lists the claim. */
+  tenant?: string;
   /** Provision a dedicated VM when the pool is empty (default true). */
   provisionOnMiss?: boolean;
   /** The Kubernetes object the claim is (sandbox-apiserver's creates); stored and returned in rows. */
@@ -268,7 +270,7 @@ export class NodeEngine extends EventEmitter {
     const vm = await this.reserving(1, () => this.pools.provision(req.key));
     this.counters.provisioned++;
     if (req.primeAfter) this.pools.primeLater(vm);
-    const record = this.record(vm, req.key, 'provisioned', req.ttlSeconds, req.claimRef, req.object);
+    const record = this.record(vm, req.key, 'provisioned', req);
     this.pools.refillSoon(req.key);
     return record;
   }
@@ -286,20 +288,13 @@ export class NodeEngine extends EventEmitter {
     const vm = this.pools.take(req.key);
     if (!vm) return undefined;
     this.counters.warmHits++;
-    const rec = this.record(vm, req.key, 'warm', req.ttlSeconds, req.claimRef, req.object);
+    const rec = this.record(vm, req.key, 'warm', req);
     this.emit('pools');
     return rec;
   }
 
-  private record(
-    vm: Vm,
-    key: PoolKey,
-    source: SandboxRecord['source'],
-    ttlSeconds: number | undefined,
-    claimRef?: string,
-    object?: unknown,
-  ): SandboxRecord {
-    const rec = this.claims.add(vm.id, key, source, ttlSeconds, claimRef, object);
+  private record(vm: Vm, key: PoolKey, source: SandboxRecord['source'], opts: ClaimOptions): SandboxRecord {
+    const rec = this.claims.add(vm.id, key, source, opts);
     this.counters.claims++;
     this.state.schedule();
     this.emit('claimed', rec);
@@ -319,9 +314,14 @@ export class NodeEngine extends EventEmitter {
     return this.claims.changeCounter;
   }
 
-  list(filter: { claimRef?: string } = {}): SandboxRecord[] {
-    const all = this.claims.all();
-    return filter.claimRef ? all.filter((c) => c.claimRef === filter.claimRef) : all;
+  /** Claims, all of them or those with this claimRef and/or made by this tenant. */
+  list(filter: { claimRef?: string; tenant?: string } = {}): SandboxRecord[] {
+    const { claimRef, tenant } = filter;
+    return this.claims
+      .all()
+      .filter(
+        (c) => (claimRef === undefined || c.claimRef === claimRef) && (tenant === undefined || c.tenant === tenant),
+      );
   }
 
   /** Whether the VM of claim `id` has run its first command (EngineOptions.primeWarmVms). */
@@ -403,7 +403,8 @@ export class NodeEngine extends EventEmitter {
       this.vm(id).fork(count, { labels: { [LABEL_NODE]: this.opts.nodeName } }),
     );
     this.counters.forks += children.length;
-    return children.map((vm) => this.record(vm, rec.key, 'fork', ttlSeconds));
+    // A tenant's sandbox forks into the same tenant's sandboxes.
+    return children.map((vm) => this.record(vm, rec.key, 'fork', { ttlSeconds, tenant: rec.tenant }));
   }
 
   // ------------------------------------------------------------------ checkpoints
@@ -436,7 +437,7 @@ export class NodeEngine extends EventEmitter {
     const vm = await this.reserving(1, () =>
       this.driver.clone(ck.template, { labels: { [LABEL_NODE]: this.opts.nodeName } }),
     );
-    const rec = this.record(vm, ck.key, 'checkpoint', ttlSeconds);
+    const rec = this.record(vm, ck.key, 'checkpoint', { ttlSeconds });
     rec.fromCheckpoint = id;
     this.claims.touch(rec);
     this.emit('changed', rec);

@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
-import { identify, isOperator, mayAccessSandbox, type AuthConfig, type Principal } from './auth.js';
+import { identify, isOperator, mayAccessSandbox, tenantOf, type AuthConfig, type Principal } from './auth.js';
 import type { CheckpointRecord, NodeEngine, SandboxRecord } from './engine.js';
 import { ChangeFeed, sandboxRow } from './change-feed.js';
 import type { PeerDirectory } from './peers.js';
@@ -224,7 +224,7 @@ export class SandboxdApi {
       if (!noRedirect && peers.length) return { answer: { redirect: peers.slice(0, 3) } };
       throw new HttpError(429, `node at capacity (${e.maxClaims} claims)`);
     }
-    const req = { key, ttlSeconds: ttl, claimRef, object, provisionOnMiss: body.warm_only !== true };
+    const req = { key, ttlSeconds: ttl, claimRef, tenant: tenantOf(who), object, provisionOnMiss: body.warm_only !== true };
     const warm = e.claimWarm(req);
     if (warm) return { answer: this.claimed(warm, t0) };
     return { pending: e.claim(req).then((rec) => this.claimed(rec, t0)) };
@@ -287,7 +287,7 @@ export class SandboxdApi {
       }
       if (!isOperator(who) && who.kind !== 'tenant') throw new HttpError(401, 'invalid api token');
       const claimRef = url.searchParams.get('claim_ref') ?? undefined;
-      json(res, 200, { sandboxes: e.list({ claimRef }).map((r) => sandboxRow(r)) });
+      json(res, 200, { sandboxes: e.list({ claimRef, tenant: tenantOf(who) }).map((r) => sandboxRow(r)) });
     });
 
     this.route('GET', '/v1/sandboxes/{id}', async (_q, res, who, [id]) => {
@@ -422,10 +422,7 @@ export class SandboxdApi {
   /** Root (operator path, resolves by id alone) or the sandbox's own token (header or body). */
   private authorizedSandbox(who: Principal, id: string, bodyToken?: string): SandboxRecord {
     const rec = this.engine.get(id);
-    const tokenOk =
-      rec &&
-      (mayAccessSandbox(who, rec.token) || (bodyToken !== undefined && bodyToken !== '' && bodyToken === rec.token));
-    if (!rec || !tokenOk) {
+    if (!rec || !mayAccessSandbox(who, rec.token, bodyToken)) {
       if (who.kind === 'tenant' && rec) throw new HttpError(403, 'operator token required');
       throw new HttpError(404, `sandbox ${id} not found`);
     }

@@ -53,7 +53,10 @@ export function sandboxdCommand(): Command {
     .option('--token-file <path>', 'file holding the root (operator) API token')
     .option('--tenant-tokens-file <path>', 'file of `<tenant> <token>` lines')
     .addOption(
-      new Option('--allow-anonymous [bool]', 'serve the API without any token (never in production)')
+      new Option(
+        '--allow-anonymous [bool]',
+        'serve the API without any token when none is configured (never in production; no effect with tokens)',
+      )
         .default(false)
         .argParser(bool),
     )

@@ -1,8 +1,10 @@
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
+import { syncBuiltinESMExports } from 'node:module';
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { after, before, describe, it, mock } from 'node:test';
 import { defaultRunRoot, NodeEngine } from '../../src/sandboxd/engine.js';
 import { connect } from 'node:net';
 import { ClaimGateway } from '../../src/sandboxd/claim-gateway.js';
@@ -12,6 +14,11 @@ import { call as callApi, SandboxdProcess } from '../support/sandboxd-daemon.js'
 
 const ROOT = 'root-token-for-tests';
 const TENANT = 'tenant-token-for-tests';
+const OTHER_TENANT = 'other-tenant-token-for-tests';
+const TENANTS = new Map([
+  [TENANT, 'acme'],
+  [OTHER_TENANT, 'globex'],
+]);
 const KEY = { template: 'sandbox/minimal', net: 'none', size: 'small' } as const;
 
 function call(base: string, method: string, path: string, body?: unknown, token: string | null = ROOT) {
@@ -30,16 +37,10 @@ describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
     dir = await mkdtemp(join(tmpdir(), 'sbxd-'));
     engine = new NodeEngine({ dataDir: dir, nodeName: 'test-node', advertiseAddr: '127.0.0.1:7777', maxClaims: 3 });
     await engine.start();
-    api = new SandboxdApi({
-      engine,
-      auth: { rootToken: ROOT, tenants: new Map([[TENANT, 'acme']]), allowAnonymous: false },
-    });
+    api = new SandboxdApi({ engine, auth: { rootToken: ROOT, tenants: TENANTS, allowAnonymous: false } });
     const a = await api.listen('127.0.0.1', 0);
     base = `http://127.0.0.1:${a.port}`;
-    gateway = new ClaimGateway({
-      api,
-      auth: { rootToken: ROOT, tenants: new Map([[TENANT, 'acme']]), allowAnonymous: false },
-    });
+    gateway = new ClaimGateway({ api, auth: { rootToken: ROOT, tenants: TENANTS, allowAnonymous: false } });
     gwPort = (await gateway.listen('127.0.0.1', 0)).port;
   });
 
@@ -173,6 +174,88 @@ describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
     assert.equal(engine.claimedCount, 0);
   });
 
+  it('--allow-anonymous with tokens configured: a request without a token is nobody (401), not an operator', async () => {
+    const both = new SandboxdApi({ engine, auth: { rootToken: ROOT, tenants: TENANTS, allowAnonymous: true } });
+    const open = new SandboxdApi({ engine, auth: { rootToken: undefined, tenants: new Map(), allowAnonymous: true } });
+    try {
+      const bothUrl = `http://127.0.0.1:${(await both.listen('127.0.0.1', 0)).port}`;
+      const openUrl = `http://127.0.0.1:${(await open.listen('127.0.0.1', 0)).port}`;
+      // Bodies an operator would get a 400 for: nothing changes whichever answer comes back.
+      const operatorRoutes: Array<[string, string, unknown]> = [
+        ['GET', '/v1/info', undefined],
+        ['GET', '/v1/sandboxes', undefined],
+        ['GET', '/v1/checkpoints', undefined],
+        ['GET', '/metrics', undefined],
+        ['PUT', '/v1/pools', { pools: 'none' }],
+        ['POST', '/v1/claim', { template: 'no/such' }],
+      ];
+      for (const [method, path, body] of operatorRoutes) {
+        const r = await call(bothUrl, method, path, body, null);
+        assert.equal(r.status, 401, `${method} ${path} without a token -> ${r.status} ${JSON.stringify(r.json)}`);
+      }
+      assert.equal((await call(bothUrl, 'GET', '/v1/info')).status, 200, 'the root token still works');
+      assert.equal((await call(bothUrl, 'GET', '/healthz', undefined, null)).status, 200);
+      // With no token configured at all, --allow-anonymous still opens the API (a throwaway local daemon).
+      assert.equal((await call(openUrl, 'GET', '/v1/info', undefined, null)).status, 200);
+    } finally {
+      await both.close();
+      await open.close();
+    }
+  });
+
+  it('a sandbox token in the request body is compared in constant time', async () => {
+    const claim = await call(base, 'POST', '/v1/claim', { template: 'sandbox/minimal' }, TENANT);
+    assert.equal(claim.status, 200, JSON.stringify(claim.json));
+    const id = claim.json.id as string;
+    const token = claim.json.token as string;
+    // The same length as the real token, so only the comparison itself can tell them apart.
+    const guess = `${token.slice(0, -1)}${token.endsWith('A') ? 'B' : 'A'}`;
+    const compared: string[] = [];
+    const timingSafeEqual = crypto.timingSafeEqual;
+    mock.method(crypto, 'timingSafeEqual', (a: NodeJS.ArrayBufferView, b: NodeJS.ArrayBufferView) => {
+      compared.push(Buffer.from(a.buffer, a.byteOffset, a.byteLength).toString());
+      compared.push(Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString());
+      return timingSafeEqual(a, b);
+    });
+    syncBuiltinESMExports(); // the server's `import { timingSafeEqual }` now sees the spy
+    try {
+      const r = await call(base, 'POST', `/v1/sandboxes/${id}/fork`, { token: guess }, TENANT);
+      assert.equal(r.status, 403, JSON.stringify(r.json));
+    } finally {
+      mock.restoreAll();
+      syncBuiltinESMExports();
+      assert.equal((await call(base, 'POST', `/v1/sandboxes/${id}/release`)).status, 204);
+    }
+    assert.ok(compared.includes(guess), 'the body token went through crypto.timingSafeEqual');
+  });
+
+  it('a tenant lists only the sandboxes it claimed; the root token lists all', async () => {
+    const ids: Record<string, string> = {};
+    try {
+      for (const [who, token] of [
+        ['acme', TENANT],
+        ['globex', OTHER_TENANT],
+        ['root', ROOT],
+      ] as const) {
+        const body = { template: 'sandbox/minimal', claim_ref: `ns/${who}` };
+        const c = await call(base, 'POST', '/v1/claim', body, token);
+        assert.equal(c.status, 200, JSON.stringify(c.json));
+        ids[who] = c.json.id as string;
+      }
+      const listed = async (token: string, query = '') =>
+        ((await call(base, 'GET', `/v1/sandboxes${query}`, undefined, token)).json.sandboxes as Array<{ id: string }>)
+          .map((s) => s.id)
+          .sort();
+      assert.deepEqual(await listed(TENANT), [ids.acme]);
+      assert.deepEqual(await listed(OTHER_TENANT), [ids.globex]);
+      assert.deepEqual(await listed(OTHER_TENANT, '?claim_ref=ns/acme'), [], 'not by claim_ref either');
+      assert.deepEqual(await listed(ROOT), Object.values(ids).sort());
+    } finally {
+      for (const id of Object.values(ids))
+        assert.equal((await call(base, 'POST', `/v1/sandboxes/${id}/release`)).status, 204);
+    }
+  });
+
   it('the claim gateway serves POST /v1/claim like the API: same answers, auth, limits; nothing else', async () => {
     const gw = `http://127.0.0.1:${gwPort}`;
     const ok = await call(gw, 'POST', '/v1/claim', { template: 'sandbox/minimal', claim_ref: 'ns/gw' }, TENANT);
@@ -272,7 +355,7 @@ function rawExchange(port: number, bytes: string, until?: (got: string) => boole
 
 describe('sandboxd survives kill -9: claimed VMs keep running and are re-adopted', () => {
   it('claimed VMs come back after a restart with their state, unclaimed ones are replaced, nothing leaks after shutdown', async () => {
-    const daemon = await SandboxdProcess.create('restart-node', ROOT);
+    const daemon = await SandboxdProcess.create('restart-node', ROOT, { acme: TENANT, globex: OTHER_TENANT });
     const logs = daemon.logs;
     try {
       await daemon.start(['--pools', 'sandbox/minimal=2']);
@@ -281,11 +364,13 @@ describe('sandboxd survives kill -9: claimed VMs keep running and are re-adopted
         until: (j) => (j.pools as Array<{ warm: number }>)?.[0]?.warm === 2,
         what: 'warm pool',
       });
-      const claim = await call(daemon.base, 'POST', '/v1/claim', {
-        template: 'sandbox/minimal',
-        claim_ref: 'ns/survivor',
-        ttl_seconds: 600,
-      });
+      const claim = await call(
+        daemon.base,
+        'POST',
+        '/v1/claim',
+        { template: 'sandbox/minimal', claim_ref: 'ns/survivor', ttl_seconds: 600 },
+        TENANT,
+      );
       assert.equal(claim.status, 200);
       const id = claim.json.id as string;
       await call(daemon.base, 'POST', `/v1/sandboxes/${id}/exec`, { argv: ['sh', '-c', 'echo kept > /tmp/marker'] });
@@ -306,6 +391,13 @@ describe('sandboxd survives kill -9: claimed VMs keep running and are re-adopted
         what: 'the pool to refill after the restart',
       });
       assert.equal(info.claimed, 1);
+      // Which tenant made the claim is part of the saved record.
+      const listedBy = async (token: string) =>
+        (
+          (await call(daemon.base, 'GET', '/v1/sandboxes', undefined, token)).json.sandboxes as Array<{ id: string }>
+        ).map((s) => s.id);
+      assert.deepEqual(await listedBy(TENANT), [id], 'the tenant still lists its claim after the restart');
+      assert.deepEqual(await listedBy(OTHER_TENANT), [], 'and another tenant does not see it');
     } finally {
       await daemon.stop();
     }
