@@ -64,7 +64,8 @@ export function parseListOptions(q: URLSearchParams, fieldsAllowed: readonly str
   }
   const rv = opts.resourceVersion;
   if (opts.resourceVersionMatch) {
-    if (!rv)
+    // A WatchList may leave the version empty ("the most recent"); a list may not.
+    if (!rv && !opts.watch)
       cause('resourceVersionMatch', 'Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided');
     if (opts.continueToken)
       cause('resourceVersionMatch', 'Forbidden: resourceVersionMatch is forbidden when continue is provided');

@@ -114,9 +114,9 @@ export class ApiServer {
           url.pathname,
           decision.reason,
         );
-      if (info.verb === 'watch')
-        this.watchStarts.inc({ client: user.name.startsWith('system:') ? user.name : 'other' });
       await this.route(info, req, res, url);
+      if (info.verb === 'watch' && res.statusCode === 200)
+        this.watchStarts.inc({ client: user.name.startsWith('system:') ? user.name : 'other' });
     } catch (err) {
       const failure = toStatusFailure(err);
       if (failure.httpCode >= 500)

@@ -224,7 +224,14 @@ export class SandboxdApi {
       if (!noRedirect && peers.length) return { answer: { redirect: peers.slice(0, 3) } };
       throw new HttpError(429, `node at capacity (${e.maxClaims} claims)`);
     }
-    const req = { key, ttlSeconds: ttl, claimRef, tenant: tenantOf(who), object, provisionOnMiss: body.warm_only !== true };
+    const req = {
+      key,
+      ttlSeconds: ttl,
+      claimRef,
+      tenant: tenantOf(who),
+      object,
+      provisionOnMiss: body.warm_only !== true,
+    };
     const warm = e.claimWarm(req);
     if (warm) return { answer: this.claimed(warm, t0) };
     return { pending: e.claim(req).then((rec) => this.claimed(rec, t0)) };

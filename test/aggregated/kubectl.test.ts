@@ -149,36 +149,26 @@ describe('sandbox-apiserver through kubectl', () => {
   it('watches with -w: sees a create and a delete pushed, not polled', async () => {
     const child = spawn(
       env.cluster.binaries.kubectl!,
-      [
-        `--kubeconfig=${env.cluster.kubeconfigPath}`,
-        'get',
-        'sandboxes',
-        '-n',
-        ns.name,
-        '-w',
-        '--output-watch-events',
-        '-o',
-        'name',
-      ],
+      [`--kubeconfig=${env.cluster.kubeconfigPath}`, 'get', 'sandboxes', '-n', ns.name, '-w', '--output-watch-events'],
       { stdio: ['ignore', 'pipe', 'pipe'] },
     );
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     try {
       await eventually(() => out, {
-        until: (o) => /sandbox[.a-z0-9-]*\/first/.test(o),
+        until: (o) => /ADDED\s+first\s/.test(o),
         what: 'the initial list',
         timeoutMs: 15_000,
       });
       await create('watched');
       await eventually(() => out, {
-        until: (o) => /ADDED\s+sandbox[.a-z0-9-]*\/watched/.test(o),
+        until: (o) => /ADDED\s+watched\s+Running/.test(o),
         what: 'ADDED watched',
         timeoutMs: 5000,
       });
       await env.kubectl(['delete', '-n', ns.name, 'sandbox', 'watched', '--wait=false']);
       await eventually(() => out, {
-        until: (o) => /DELETED\s+sandbox[.a-z0-9-]*\/watched/.test(o),
+        until: (o) => /DELETED\s+watched\s/.test(o),
         what: 'DELETED watched',
         timeoutMs: 5000,
       });
