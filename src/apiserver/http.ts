@@ -4,6 +4,7 @@
  * with a size cap and a content-type check.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { collectBody } from '../net/body.js';
 import { badRequest, tooLarge, unsupportedMediaType, type StatusFailure } from './status.js';
 
 export const MAX_BODY_BYTES = 1 << 20;
@@ -52,31 +53,14 @@ export function readJsonBody(req: IncomingMessage, limit = MAX_BODY_BYTES): Prom
       req.resume();
       return reject(tooLarge(limit));
     }
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let failed = false;
-    req.on('data', (c: Buffer) => {
-      if (failed) return;
-      size += c.length;
-      if (size > limit) {
-        failed = true;
-        reject(tooLarge(limit));
-        return;
-      }
-      chunks.push(c);
-    });
-    req.on('error', (err) => {
-      if (!failed) reject(err);
-      failed = true;
-    });
-    req.on('end', () => {
-      if (failed) return;
+    collectBody(req, limit, () => tooLarge(limit)).then((chunks) => {
+      const size = chunks.reduce((n, c) => n + c.length, 0);
       if (size === 0) return resolve(undefined);
       try {
         resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')));
       } catch (err) {
         reject(badRequest(`the request body is not valid JSON: ${(err as Error).message}`));
       }
-    });
+    }, reject);
   });
 }

@@ -5,6 +5,7 @@
  * client that also accepts JSON gets JSON (it decodes by the response Content-Type), one that accepts only
  * protobuf gets 406.
  */
+import { acceptedRanges, coversJson, type MediaRange } from './served-document.js';
 import { notAcceptable } from './status.js';
 
 export type Shape =
@@ -13,33 +14,8 @@ export type Shape =
 /** What the response holds: one object (get, create, delete, and every watch event), or a list. */
 export type Target = 'object' | 'list' | 'watch';
 
-interface MediaRange {
-  type: string;
-  params: Record<string, string>;
-  q: number;
-}
-
-function parseAccept(accept: string): MediaRange[] {
-  return accept
-    .split(',')
-    .map((part) => {
-      const [type = '', ...rest] = part.split(';').map((s) => s.trim());
-      const params: Record<string, string> = {};
-      for (const p of rest) {
-        const eq = p.indexOf('=');
-        if (eq > 0) params[p.slice(0, eq).trim().toLowerCase()] = p.slice(eq + 1).trim();
-      }
-      const q = params.q === undefined ? 1 : Number(params.q);
-      delete params.q;
-      return { type: type.toLowerCase(), params, q: Number.isFinite(q) ? q : 0 };
-    })
-    .filter((m) => m.type && m.q > 0);
-}
-
-const JSON_TYPES = new Set(['application/json', 'application/*', '*/*']);
-
 function shapeOf(m: MediaRange, target: Target): Shape | undefined {
-  if (!JSON_TYPES.has(m.type)) return undefined;
+  if (!coversJson(m)) return undefined;
   const as = m.params.as;
   if (!as) return { kind: 'object' };
   if (m.params.g !== 'meta.k8s.io') return undefined;
@@ -60,9 +36,7 @@ export const OFFERED = [
 /** The first acceptable shape in the client's order of preference (q-values first), or 406. */
 export function negotiate(accept: string | undefined, target: Target): Shape {
   if (!accept || !accept.trim()) return { kind: 'object' };
-  const ranges = parseAccept(accept);
-  const ordered = ranges.map((m, i) => ({ m, i })).sort((a, b) => b.m.q - a.m.q || a.i - b.i);
-  for (const { m } of ordered) {
+  for (const m of acceptedRanges(accept)) {
     const shape = shapeOf(m, target);
     if (shape) return shape;
   }

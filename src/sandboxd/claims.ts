@@ -76,7 +76,7 @@ export class ClaimRecords {
 
   /** A new record for `vmId` (fresh id and token, lease from `ttlSeconds`), added to the table. */
   add(vmId: string, key: PoolKey, source: SandboxRecord['source'], opts: ClaimOptions): SandboxRecord {
-    const { ttlSeconds, claimRef, tenant, object } = opts;
+    const { ttlSeconds, claimRef, tenant } = opts;
     const now = Date.now();
     const rec: SandboxRecord = {
       id: `sb_${random.take(8).toString('hex')}`,

@@ -5,6 +5,7 @@ import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
 import { identify, isOperator, mayAccessSandbox, tenantOf, type AuthConfig, type Principal } from './auth.js';
 import type { CheckpointRecord, NodeEngine, SandboxRecord } from './engine.js';
+import { collectBody } from '../net/body.js';
 import { ChangeFeed, sandboxRow } from './change-feed.js';
 import type { PeerDirectory } from './peers.js';
 import { parsePoolKey } from './pool-key.js';
@@ -493,36 +494,10 @@ function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-/** The request body as a JSON object (400 on malformed or oversized bodies). Event-driven rather than `for await`:
- * the async iterator adds promise hops to every claim, the latency-critical route. */
-function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let failed = false;
-    req.on('data', (chunk: Buffer) => {
-      if (failed) return;
-      size += chunk.length;
-      if (size > MAX_BODY_BYTES) {
-        failed = true;
-        reject(new HttpError(400, `invalid request body: larger than ${MAX_BODY_BYTES} bytes`));
-        return;
-      }
-      chunks.push(chunk);
-    });
-    req.on('error', (err) => {
-      if (!failed) reject(err);
-      failed = true;
-    });
-    req.on('end', () => {
-      if (failed) return;
-      try {
-        resolve(parseJsonBody(chunks));
-      } catch (err) {
-        reject(err as Error);
-      }
-    });
-  });
+/** The request body as a JSON object (400 on malformed or oversized bodies). */
+async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
+  const tooLarge = () => new HttpError(400, `invalid request body: larger than ${MAX_BODY_BYTES} bytes`);
+  return parseJsonBody(await collectBody(req, MAX_BODY_BYTES, tooLarge));
 }
 
 /** A request body (already size-capped) as a JSON object: `{}` when empty, 400 naming the problem otherwise. */
