@@ -35,6 +35,8 @@ export interface PlatformOptions {
   warm: number;
   /** The template those warm VMs are of (sandbox/base; tests use sandbox/minimal). */
   template?: string;
+  /** Extra sandboxd flags (benchmarks: e.g. `--refill-delay=60000` to keep refills off a measured burst). */
+  sandboxdArgs?: string[];
   etcdFsync: boolean;
   logger: Logger;
   progress: (line: string) => void;
@@ -181,6 +183,7 @@ async function startSandboxdNodes(
       `--kubeconfig=${cluster.kubeconfigPath}`,
       ...vk,
       ...(opts.warm > 0 ? [`--pools=${opts.template ?? 'sandbox/base'}=${opts.warm}`] : []),
+      ...(opts.sandboxdArgs ?? []),
       '--destroy-on-exit',
     ]);
     nodes.push({ node, address: `${host}:${port}`, tokenFile, vmRunRoot: defaultRunRoot(join(dir, 'data')) });
