@@ -83,21 +83,27 @@ export interface PemPair {
   keyPem: string;
 }
 
-/** A self-signed CA (keyCertSign, cRLSign, digitalSignature) with a fresh key. */
-export function createCertificateAuthority(subject: Subject, validity: Validity): PemPair {
+/**
+ * A CA (keyCertSign, cRLSign, digitalSignature) with a fresh key: self-signed, or an intermediate signed by
+ * `parent` (never valid past it).
+ */
+export function createCertificateAuthority(subject: Subject, validity: Validity, parent?: PemPair): PemPair {
   const key = newKey();
   const name = encodeName(subject);
+  const authority = parent ? loadAuthority(parent) : undefined;
+  const { notBefore, notAfter } = window(validity);
   const certPem = signCertificate({
     subject: name,
-    issuer: name,
+    issuer: authority?.subject ?? name,
     publicKey: key.publicKey,
-    issuerPublicKey: key.publicKey,
-    signingKey: key.privateKey,
+    issuerPublicKey: authority?.publicKey ?? key.publicKey,
+    signingKey: authority?.privateKey ?? key.privateKey,
     extensions: [
       extension(OID.basicConstraints, true, seq(bool(true))),
       extension(OID.keyUsage, true, keyUsage([0, 5, 6])),
     ],
-    ...window(validity),
+    notBefore,
+    notAfter: authority && notAfter > authority.notAfter ? authority.notAfter : notAfter,
   });
   return { certPem, keyPem: privateKeyPem(key.privateKey) };
 }

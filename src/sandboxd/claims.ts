@@ -20,6 +20,15 @@ export interface SandboxRecord {
   fromCheckpoint?: string;
   /** How the claim was served: warm pop or on-demand clone. */
   source: 'warm' | 'provisioned' | 'fork' | 'checkpoint';
+  /**
+   * The Kubernetes object this claim is (a Sandbox created through sandbox-apiserver: its metadata and spec),
+   * kept opaque and returned in rows, so the aggregated API serves it truthfully without etcd.
+   */
+  object?: unknown;
+  /** The node's change counter at this record's last change (docs/sandboxd-api.md "Change feed"). */
+  rv?: number;
+  /** When the record last changed (its phase, its lease). */
+  updatedAt?: string;
 }
 
 /** What the claimant chose: lease (default and cap from the engine), claimRef, and who it is. */
@@ -27,6 +36,8 @@ export interface ClaimOptions {
   ttlSeconds?: number;
   claimRef?: string;
   tenant?: string;
+  /** The Kubernetes object the claim is (sandbox-apiserver's creates); stored and returned in rows. */
+  object?: unknown;
 }
 
 /**
@@ -51,6 +62,11 @@ const random = new RandomPool();
 export class ClaimRecords {
   private readonly claims = new Map<string, SandboxRecord>();
   private readonly byClaimRef = new Map<string, string>();
+  /**
+   * Counts changes; starts at the start time in microseconds, so a restarted daemon's counter is above every
+   * value its previous run handed out and readers can order rows across restarts.
+   */
+  private counter = Date.now() * 1000;
 
   constructor(private readonly ttl: { defaultTtlSeconds: number; maxTtlSeconds: number }) {}
 
@@ -73,9 +89,27 @@ export class ClaimRecords {
       source,
       ...(claimRef ? { claimRef } : {}),
       ...(tenant ? { tenant } : {}),
+      ...(opts.object !== undefined ? { object: opts.object } : {}),
     };
+    this.touch(rec);
     this.restore(rec);
     return rec;
+  }
+
+  /** Note a change of `rec` (new counter value and time), for readers of the change feed. */
+  touch(rec: SandboxRecord): void {
+    rec.rv = ++this.counter;
+    rec.updatedAt = new Date().toISOString();
+  }
+
+  /** The counter's current value (the version of the latest change). */
+  get changeCounter(): number {
+    return this.counter;
+  }
+
+  /** A change that is not a record's own (a release), numbered in the same sequence. */
+  nextChange(): number {
+    return ++this.counter;
   }
 
   /** Put back a record read from disk (or just made). */
@@ -97,6 +131,7 @@ export class ClaimRecords {
   /** Move the lease's deadline to `ttlSeconds` from now (clamped like a claim's). */
   extend(rec: SandboxRecord, ttlSeconds: number): void {
     rec.deadline = new Date(Date.now() + this.ttlMs(ttlSeconds)).toISOString();
+    this.touch(rec);
   }
 
   private ttlMs(ttlSeconds: number | undefined): number {

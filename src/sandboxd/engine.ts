@@ -67,6 +67,8 @@ export interface ClaimRequest {
   tenant?: string;
   /** Provision a dedicated VM when the pool is empty (default true). */
   provisionOnMiss?: boolean;
+  /** The Kubernetes object the claim is (sandbox-apiserver's creates); stored and returned in rows. */
+  object?: unknown;
   /**
    * Prime a provisioned VM after handing it out (see EngineOptions.primeWarmVms), for holders that keep a VM idle
    * until someone else uses it, like a virtual-kubelet pod in a warm pool. Off for API tenants, who would see a
@@ -115,7 +117,10 @@ export class NodeEngine extends EventEmitter {
       refillConcurrency: this.opts.refillConcurrency,
       refillDelayMs: this.opts.refillDelayMs,
       primeWarmVms: this.opts.primeWarmVms,
-      onWarm: (key) => this.emit('warm', key),
+      onWarm: (key) => {
+        this.emit('warm', key);
+        this.emit('pools');
+      },
     });
     this.claims = new ClaimRecords(this.opts);
     this.checkpoints = new Checkpoints(this.driver, join(this.opts.dataDir, 'checkpoints'), this.log);
@@ -213,6 +218,7 @@ export class NodeEngine extends EventEmitter {
   setTargets(targets: Array<{ key: PoolKey; warm: number }>): void {
     this.pools.setTargets(targets);
     this.state.schedule();
+    this.emit('pools');
   }
 
   poolStatus(): PoolStatus[] {
@@ -282,7 +288,9 @@ export class NodeEngine extends EventEmitter {
     const vm = this.pools.take(req.key);
     if (!vm) return undefined;
     this.counters.warmHits++;
-    return this.record(vm, req.key, 'warm', req);
+    const rec = this.record(vm, req.key, 'warm', req);
+    this.emit('pools');
+    return rec;
   }
 
   private record(vm: Vm, key: PoolKey, source: SandboxRecord['source'], opts: ClaimOptions): SandboxRecord {
@@ -299,6 +307,11 @@ export class NodeEngine extends EventEmitter {
 
   byRef(claimRef: string): SandboxRecord | undefined {
     return this.claims.byRef(claimRef);
+  }
+
+  /** The version of the latest change to the claim table (the change feed's snapshot version). */
+  get changeCounter(): number {
+    return this.claims.changeCounter;
   }
 
   /** Claims, all of them or those with this claimRef and/or made by this tenant. */
@@ -332,6 +345,7 @@ export class NodeEngine extends EventEmitter {
   async release(id: string): Promise<void> {
     const rec = this.mustGet(id);
     this.claims.delete(rec);
+    rec.rv = this.claims.nextChange();
     this.counters.releases++;
     this.state.schedule();
     this.emit('released', rec);
@@ -342,6 +356,7 @@ export class NodeEngine extends EventEmitter {
     const rec = this.mustGet(id);
     this.claims.extend(rec, ttlSeconds);
     this.state.schedule();
+    this.emit('changed', rec);
     return rec;
   }
 
@@ -362,7 +377,9 @@ export class NodeEngine extends EventEmitter {
     if (rec.hibernated) return;
     await this.vm(id).hibernate();
     rec.hibernated = true;
+    this.claims.touch(rec);
     this.state.schedule();
+    this.emit('changed', rec);
   }
 
   async wake(id: string): Promise<void> {
@@ -370,7 +387,9 @@ export class NodeEngine extends EventEmitter {
     if (!rec.hibernated) return;
     await this.vm(id).restore();
     rec.hibernated = false;
+    this.claims.touch(rec);
     this.state.schedule();
+    this.emit('changed', rec);
   }
 
   async fork(id: string, count: number, ttlSeconds?: number): Promise<SandboxRecord[]> {
@@ -420,6 +439,8 @@ export class NodeEngine extends EventEmitter {
     );
     const rec = this.record(vm, ck.key, 'checkpoint', { ttlSeconds });
     rec.fromCheckpoint = id;
+    this.claims.touch(rec);
+    this.emit('changed', rec);
     return rec;
   }
 

@@ -5,6 +5,8 @@ import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
 import { identify, isOperator, mayAccessSandbox, tenantOf, type AuthConfig, type Principal } from './auth.js';
 import type { CheckpointRecord, NodeEngine, SandboxRecord } from './engine.js';
+import { collectBody } from '../net/body.js';
+import { ChangeFeed, sandboxRow } from './change-feed.js';
 import type { PeerDirectory } from './peers.js';
 import { parsePoolKey } from './pool-key.js';
 
@@ -15,6 +17,7 @@ import { parsePoolKey } from './pool-key.js';
  */
 
 export const MAX_BODY_BYTES = 1 << 20;
+const MAX_OBJECT_BYTES = 256 << 10;
 
 const STATUS_BY_CODE: Record<string, number> = {
   'bad-request': 400,
@@ -23,6 +26,7 @@ const STATUS_BY_CODE: Record<string, number> = {
   'not-found': 404,
   conflict: 409,
   'at-capacity': 429,
+  'warm-miss': 429,
   TEMPLATE_UNKNOWN: 400,
   VM_INVALID_STATE: 409,
   INVALID_ARGUMENT: 400,
@@ -59,6 +63,7 @@ export class SandboxdApi {
   readonly server: Server;
   readonly registry: Registry;
   private readonly engine: NodeEngine;
+  private readonly feed: ChangeFeed;
   private readonly log: Logger;
   private readonly routes: Array<{ method: string; pattern: RegExp; handler: Route; public?: boolean }> = [];
   private readonly metrics;
@@ -67,6 +72,7 @@ export class SandboxdApi {
 
   constructor(private readonly opts: ApiServerOptions) {
     this.engine = opts.engine;
+    this.feed = new ChangeFeed(opts.engine);
     this.log = opts.logger ?? silentLogger;
     this.registry = opts.registry ?? new Registry();
     const r = [this.registry];
@@ -141,6 +147,7 @@ export class SandboxdApi {
   }
 
   close(): Promise<void> {
+    this.feed.close();
     this.server.closeAllConnections();
     return new Promise((r) => this.server.close(() => r()));
   }
@@ -204,7 +211,11 @@ export class SandboxdApi {
     const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 0);
     const claimRef = optionalString(body.claim_ref, 'claim_ref');
     const noRedirect = body.no_redirect === true;
+    const object = storedObject(body.object, claimRef);
     e.assertKnownTemplate(key.template);
+    // A Kubernetes object's name is unique among live claims: the second create of one name spends no VM.
+    if (object !== undefined && e.byRef(claimRef!))
+      throw new HttpError(409, `claim_ref ${claimRef} is already claimed`);
     if (!noRedirect && e.warmCount(key) === 0) {
       const peers = this.opts.peers?.withWarm(key) ?? [];
       if (peers.length) return { answer: { redirect: peers.slice(0, 3) } };
@@ -214,7 +225,14 @@ export class SandboxdApi {
       if (!noRedirect && peers.length) return { answer: { redirect: peers.slice(0, 3) } };
       throw new HttpError(429, `node at capacity (${e.maxClaims} claims)`);
     }
-    const req = { key, ttlSeconds: ttl, claimRef, tenant: tenantOf(who) };
+    const req = {
+      key,
+      ttlSeconds: ttl,
+      claimRef,
+      tenant: tenantOf(who),
+      object,
+      provisionOnMiss: body.warm_only !== true,
+    };
     const warm = e.claimWarm(req);
     if (warm) return { answer: this.claimed(warm, t0) };
     return { pending: e.claim(req).then((rec) => this.claimed(rec, t0)) };
@@ -222,6 +240,7 @@ export class SandboxdApi {
 
   /** The answer to a claim; its metrics are recorded once the current tick (which writes the answer) is done. */
   private claimed(rec: SandboxRecord, t0: number): unknown {
+    if (rec.object !== undefined) return { ...claimResponse(rec, this.engine.advertiseAddr), sandbox: sandboxRow(rec) };
     const tier = this.claimTiers[rec.source === 'warm' ? 'warm' : 'provisioned'];
     const seconds = (performance.now() - t0) / 1000;
     queueMicrotask(() => {
@@ -270,6 +289,10 @@ export class SandboxdApi {
     });
 
     this.route('GET', '/v1/sandboxes', async (_q, res, who, _p, url) => {
+      if (url.searchParams.get('watch') === '1' || url.searchParams.get('watch') === 'true') {
+        requireOperator(who);
+        return this.feed.serve(res);
+      }
       if (!isOperator(who) && who.kind !== 'tenant') throw new HttpError(401, 'invalid api token');
       const claimRef = url.searchParams.get('claim_ref') ?? undefined;
       json(res, 200, { sandboxes: e.list({ claimRef, tenant: tenantOf(who) }).map((r) => sandboxRow(r)) });
@@ -430,16 +453,20 @@ function claimResponse(rec: SandboxRecord, ownerAddr: string) {
   };
 }
 
-function sandboxRow(rec: SandboxRecord) {
-  return {
-    id: rec.id,
-    key: rec.key,
-    deadline: rec.deadline,
-    claimed_at: rec.claimedAt,
-    hibernated: rec.hibernated,
-    ...(rec.fromCheckpoint ? { from_checkpoint: rec.fromCheckpoint } : {}),
-    ...(rec.claimRef ? { claim_ref: rec.claimRef } : {}),
-  };
+/**
+ * The `object` of a claim (a Kubernetes object's identity and spec, docs/sandboxd-api.md): a JSON object naming
+ * `metadata.namespace/name` equal to the claim_ref, at most 256 KiB; absent for claims that are not objects.
+ */
+function storedObject(v: unknown, claimRef: string | undefined): unknown {
+  if (v === undefined || v === null) return undefined;
+  const meta = isObject(v) && isObject(v.metadata) ? v.metadata : undefined;
+  if (!meta || typeof meta.name !== 'string' || typeof meta.namespace !== 'string')
+    throw new HttpError(400, 'object: must be an object with metadata.name and metadata.namespace');
+  if (claimRef !== `${meta.namespace}/${meta.name}`)
+    throw new HttpError(400, `object: claim_ref must be "${meta.namespace}/${meta.name}" for this object`);
+  if (Buffer.byteLength(JSON.stringify(v)) > MAX_OBJECT_BYTES)
+    throw new HttpError(400, `object: larger than ${MAX_OBJECT_BYTES} bytes`);
+  return v;
 }
 
 function checkpointRow(ck: CheckpointRecord) {
@@ -467,36 +494,10 @@ function isObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-/** The request body as a JSON object (400 on malformed or oversized bodies). Event-driven rather than `for await`:
- * the async iterator adds promise hops to every claim, the latency-critical route. */
-function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let failed = false;
-    req.on('data', (chunk: Buffer) => {
-      if (failed) return;
-      size += chunk.length;
-      if (size > MAX_BODY_BYTES) {
-        failed = true;
-        reject(new HttpError(400, `invalid request body: larger than ${MAX_BODY_BYTES} bytes`));
-        return;
-      }
-      chunks.push(chunk);
-    });
-    req.on('error', (err) => {
-      if (!failed) reject(err);
-      failed = true;
-    });
-    req.on('end', () => {
-      if (failed) return;
-      try {
-        resolve(parseJsonBody(chunks));
-      } catch (err) {
-        reject(err as Error);
-      }
-    });
-  });
+/** The request body as a JSON object (400 on malformed or oversized bodies). */
+async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
+  const tooLarge = () => new HttpError(400, `invalid request body: larger than ${MAX_BODY_BYTES} bytes`);
+  return parseJsonBody(await collectBody(req, MAX_BODY_BYTES, tooLarge));
 }
 
 /** A request body (already size-capped) as a JSON object: `{}` when empty, 400 naming the problem otherwise. */
