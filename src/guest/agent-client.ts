@@ -24,6 +24,7 @@ import {
 import { AgentFiles } from './agent-files.js';
 import { startExecProcess, type ExecOptions, type ExecProcess, type ExecResult } from './agent-exec.js';
 import { connectGuestTcp } from './agent-tcp.js';
+import { StreamInput, StreamOutput, type StreamLink } from './flow.js';
 
 export interface AgentInfo {
   protocol: number;
@@ -55,9 +56,13 @@ interface Pending {
   resolve: (res: Record<string, unknown>) => void;
   reject: (err: Error) => void;
   onEvent?: (evt: Record<string, unknown>) => void;
-  onOut?: (b: Buffer) => void;
-  onErr?: (b: Buffer) => void;
+  /** Output handlers; a returned promise holds the stream's credit until it settles (backpressure). */
+  onOut?: (b: Buffer) => unknown;
+  onErr?: (b: Buffer) => unknown;
   timer?: NodeJS.Timeout;
+  /** With flow control: the stream's IN data (streamInput) and the accounting of its OUT/ERR data. */
+  input?: StreamInput;
+  output?: StreamOutput;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -95,6 +100,8 @@ export class AgentClient {
   private readonly decoder: FrameDecoder;
   private readonly requestTimeoutMs: number;
   private readonly closeListeners: ((err: SandboxError) => void)[] = [];
+  /** The agent offers `flow` and the host turned it on: streams opened from now on are flow-controlled. */
+  private flow = false;
 
   private constructor(
     private readonly socket: Socket,
@@ -208,6 +215,11 @@ export class AgentClient {
         { hint: 'rebuild the guest image' },
       );
     }
+    if (client.info.features.includes('flow')) {
+      // Before any other request, so every stream of the session is flow-controlled.
+      socket.write(encodeFrame(FrameType.Window, 0, Buffer.alloc(0)));
+      client.flow = true;
+    }
     return client;
   }
 
@@ -230,6 +242,7 @@ export class AgentClient {
     this.socket.destroy();
     for (const [, p] of this.pending) {
       if (p.timer) clearTimeout(p.timer);
+      p.input?.close();
       p.reject(err);
     }
     this.pending.clear();
@@ -243,6 +256,7 @@ export class AgentClient {
       case FrameType.Res: {
         this.pending.delete(f.id);
         if (p.timer) clearTimeout(p.timer);
+        p.input?.close();
         let res: Record<string, unknown>;
         try {
           res = JSON.parse(f.payload.toString('utf8')) as Record<string, unknown>;
@@ -264,14 +278,32 @@ export class AgentClient {
         }
         return;
       case FrameType.Out:
-        p.onOut?.(f.payload);
+      case FrameType.Err: {
+        try {
+          p.output?.received(f.payload.length);
+        } catch (err) {
+          this.fail(err as SandboxError);
+          return;
+        }
+        const done = f.type === FrameType.Out ? p.onOut?.(f.payload) : p.onErr?.(f.payload);
+        p.output?.consumed(f.payload.length, done);
         return;
-      case FrameType.Err:
-        p.onErr?.(f.payload);
+      }
+      case FrameType.Window:
+        if (f.payload.length !== 4) {
+          this.fail(new SandboxError('AGENT_PROTOCOL', `agent sent a WINDOW frame of ${f.payload.length} bytes`));
+          return;
+        }
+        p.input?.grant(f.payload.readUInt32BE(0));
         return;
       default:
         this.fail(new SandboxError('AGENT_PROTOCOL', `agent sent unexpected frame type ${f.type}`));
     }
+  }
+
+  /** @internal Throws the connection's error once it is closed. */
+  assertOpen(): void {
+    if (this.closedErr) throw this.closedErr;
   }
 
   /** @internal */
@@ -280,26 +312,53 @@ export class AgentClient {
     return this.socket.write(encodeFrame(type, id, payload));
   }
 
-  /** @internal send and wait for the socket to drain (backpressure for bulk uploads). */
-  async sendRawAsync(type: FrameType, id: number, payload: Buffer): Promise<void> {
-    if (!this.sendRaw(type, id, payload)) {
-      await new Promise<void>((resolve) => {
-        const done = () => {
-          this.socket.off('drain', done);
-          this.socket.off('close', done);
-          resolve();
-        };
-        this.socket.on('drain', done);
-        this.socket.on('close', done);
-      });
-    }
+  /** Resolves when the socket has drained (or closed). */
+  private socketDrained(): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        this.socket.off('drain', done);
+        this.socket.off('close', done);
+        resolve();
+      };
+      this.socket.on('drain', done);
+      this.socket.on('close', done);
+    });
+  }
+
+  /** What the flow-control objects of stream `id` send through. */
+  private link(id: number): StreamLink {
+    return {
+      sendIn: (payload) => this.sendRaw(FrameType.In, id, payload),
+      sendWindow: (n) => {
+        if (this.closedErr || !this.pending.has(id)) return;
+        const b = Buffer.allocUnsafe(4);
+        b.writeUInt32BE(n, 0);
+        this.socket.write(encodeFrame(FrameType.Window, id, b));
+      },
+      socketDrained: () => this.socketDrained(),
+    };
+  }
+
+  /**
+   * @internal The IN data of operation `id` (stdin, upload, TCP): sent within the stream's credit when flow
+   * control is on, at once otherwise. Closed when the operation ends.
+   */
+  streamInput(id: number): StreamInput {
+    const input = new StreamInput(this.link(id), this.flow);
+    const p = this.pending.get(id);
+    if (p) p.input = input;
+    else input.close();
+    return input;
   }
 
   /** @internal Start an operation; `done` settles with its final response. timeoutMs 0 = none. */
   start(
     op: string,
     args: Record<string, unknown>,
-    handlers: Omit<Pending, 'op' | 'resolve' | 'reject' | 'timer'> & { timeoutMs?: number; signal?: AbortSignal } = {},
+    handlers: Omit<Pending, 'op' | 'resolve' | 'reject' | 'timer' | 'input' | 'output'> & {
+      timeoutMs?: number;
+      signal?: AbortSignal;
+    } = {},
   ): { id: number; done: Promise<Record<string, unknown>> } {
     if (this.closedErr) throw this.closedErr;
     return this.open(op, FrameType.Req, requestPayload(op, Buffer.from(JSON.stringify({ op, ...args }))), handlers);
@@ -339,9 +398,13 @@ export class AgentClient {
         onOut: handlers.onOut,
         onErr: handlers.onErr,
       };
+      if (this.flow && (handlers.onOut || handlers.onErr)) p.output = new StreamOutput(this.link(id), true);
       if (timeoutMs > 0) {
         p.timer = setTimeout(() => {
           this.pending.delete(id);
+          p.input?.close();
+          // A flow-controlled stream would otherwise wait in the guest for credit that never comes.
+          if (this.flow && (p.output || p.input)) this.start('cancel', { target: id }).done.catch(() => undefined);
           reject(
             new SandboxError('AGENT_TIMEOUT', `${op} got no answer from the guest agent within ${timeoutMs} ms`, {
               hint: 'the guest may be paused or overloaded',
@@ -355,6 +418,7 @@ export class AgentClient {
           if (!this.pending.has(id)) return;
           this.pending.delete(id);
           if (p.timer) clearTimeout(p.timer);
+          p.input?.close();
           reject(new SandboxError('ABORTED', `${op} aborted`, { cause: signal.reason }));
           if (!this.closedErr) this.start('cancel', { target: id }).done.catch(() => undefined);
         };

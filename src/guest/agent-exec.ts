@@ -5,11 +5,16 @@
 import { constants as osConstants } from 'node:os';
 import { SandboxError } from '../errors.js';
 import type { AgentClient } from './agent-client.js';
-import { FrameType, MAX_PAYLOAD, type ExecRequestArgs } from './protocol.js';
+import type { StreamInput } from './flow.js';
+import type { ExecRequestArgs } from './protocol.js';
 
 export interface ExecOptions extends Omit<ExecRequestArgs, 'argv'> {
-  onStdout?: (chunk: Buffer) => void;
-  onStderr?: (chunk: Buffer) => void;
+  /**
+   * Output as it arrives. A handler that returns a promise holds the process back until it settles (with an agent
+   * that offers `flow`, the guest sends at most a window of a stream's output ahead of its consumer).
+   */
+  onStdout?: (chunk: Buffer) => unknown;
+  onStderr?: (chunk: Buffer) => unknown;
   /** Collect output into the result (capped at maxOutputBytes per stream). @default true */
   collect?: boolean;
   /** @default 64 MiB */
@@ -48,6 +53,7 @@ export class ExecProcess {
     readonly id: number,
     pid: Promise<number>,
     result: Promise<ExecResult>,
+    private readonly stdin: StreamInput,
   ) {
     this.pid = pid;
     this.result = result;
@@ -60,15 +66,24 @@ export class ExecProcess {
     return this.result;
   }
 
-  /** Send bytes to stdin (requires `stdin: true` or a pty). */
-  write(data: Buffer | string): void {
-    const b = typeof data === 'string' ? Buffer.from(data) : data;
-    for (let off = 0; off < b.length; off += MAX_PAYLOAD)
-      this.client.sendRaw(FrameType.In, this.id, b.subarray(off, off + MAX_PAYLOAD));
+  /**
+   * Send bytes to stdin (requires `stdin: true` or a pty). False if some of them wait to be sent (the process
+   * has not read what it was sent before): write more after `drained()`, or they queue up here.
+   */
+  write(data: Buffer | string): boolean {
+    this.client.assertOpen();
+    return this.stdin.write(typeof data === 'string' ? Buffer.from(data) : data);
   }
 
+  /** Resolves once everything written to stdin has been sent to the guest (or the process has ended). */
+  drained(): Promise<void> {
+    return this.stdin.drained();
+  }
+
+  /** End of stdin, after everything written. */
   closeStdin(): void {
-    this.client.sendRaw(FrameType.In, this.id, Buffer.alloc(0));
+    this.client.assertOpen();
+    this.stdin.end();
   }
 
   /** Signal the process group. */
@@ -87,17 +102,18 @@ export function startExecProcess(client: AgentClient, argv: readonly string[], o
   const max = opts.maxOutputBytes ?? 64 << 20;
   let truncated = false;
   /** One output stream: forwarded as it arrives, and collected up to `max` bytes. */
-  const sink = (forward: ((chunk: Buffer) => void) | undefined) => {
+  const sink = (forward: ExecOptions['onStdout']) => {
     const chunks: Buffer[] = [];
     let len = 0;
     const push = (b: Buffer) => {
-      forward?.(b);
-      if (!collect) return;
+      const taken = forward?.(b);
+      if (!collect) return taken;
       if (len + b.length > max) truncated = true;
       else {
         chunks.push(b);
         len += b.length;
       }
+      return taken;
     };
     return { chunks, push };
   };
@@ -145,5 +161,5 @@ export function startExecProcess(client: AgentClient, argv: readonly string[], o
       throw e;
     },
   );
-  return new ExecProcess(client, id, pid, result);
+  return new ExecProcess(client, id, pid, result, client.streamInput(id));
 }

@@ -4,7 +4,6 @@
  */
 import { SandboxError } from '../errors.js';
 import type { AgentClient } from './agent-client.js';
-import { FrameType } from './protocol.js';
 
 export interface FileStat {
   path: string;
@@ -67,10 +66,14 @@ export class AgentFiles {
       { path, mode: opts.mode, append: opts.append, parents: opts.parents },
       { timeoutMs: opts.timeoutMs },
     );
+    const input = this.client.streamInput(id);
     const step = 256 << 10;
-    for (let off = 0; off < b.length; off += step)
-      await this.client.sendRawAsync(FrameType.In, id, b.subarray(off, off + step));
-    this.client.sendRaw(FrameType.In, id, Buffer.alloc(0));
+    for (let off = 0; off < b.length; off += step) {
+      this.client.assertOpen();
+      if (!input.write(b.subarray(off, off + step))) await Promise.race([input.drained(), done]);
+    }
+    this.client.assertOpen();
+    input.end();
     const res = await done;
     return Number(res.size ?? 0);
   }
