@@ -6,6 +6,9 @@
  * carries a metav1.Status JSON: `Success`, or `Failure` with reason `NonZeroExitCode` and a cause
  * `{reason: "ExitCode", message: "<code>"}`. The server then closes the WebSocket normally (1000), which the
  * client reads as EOF on every stream.
+ *
+ * Backpressure runs end to end: output is acknowledged to the guest only once the WebSocket has written it to the
+ * client's connection, and while stdin waits for the guest process to read it the WebSocket is not read either.
  */
 import type { WebSocket } from 'ws';
 import type { Logger } from '../../log/logger.js';
@@ -77,10 +80,13 @@ export interface ExecHooks {
 export function serveExec(ws: WebSocket, target: ExecTarget, req: ExecRequest, hooks: ExecHooks, log: Logger): void {
   const protocol = ws.protocol;
   const v4 = protocol.startsWith('v4.') || protocol.startsWith('v5.');
-  const send = (channel: number, data: Buffer | string) => {
-    if (ws.readyState !== ws.OPEN) return;
+  /** Resolves once the message has been written to the client's connection (or the WebSocket is gone). */
+  const send = (channel: number, data: Buffer | string): Promise<void> | undefined => {
+    if (ws.readyState !== ws.OPEN) return undefined;
     const payload = typeof data === 'string' ? Buffer.from(data) : data;
-    ws.send(Buffer.concat([Buffer.of(channel), payload]), { binary: true });
+    return new Promise((resolve) =>
+      ws.send(Buffer.concat([Buffer.of(channel), payload]), { binary: true }, () => resolve()),
+    );
   };
   const finish = (status: StreamStatus) => {
     if (v4) send(Channel.error, JSON.stringify(status));
@@ -95,12 +101,12 @@ export function serveExec(ws: WebSocket, target: ExecTarget, req: ExecRequest, h
       ...(req.tty ? { pty: { cols: 80, rows: 24 } } : {}),
       collect: false,
       onStdout: (b) => {
-        if (req.stdout || req.tty) send(Channel.stdout, b);
         hooks.onOutput?.('stdout', b);
+        return req.stdout || req.tty ? send(Channel.stdout, b) : undefined;
       },
       onStderr: (b) => {
-        if (req.stderr) send(Channel.stderr, b);
         hooks.onOutput?.('stderr', b);
+        return req.stderr ? send(Channel.stderr, b) : undefined;
       },
     });
   } catch (err) {
@@ -139,7 +145,10 @@ export function serveExec(ws: WebSocket, target: ExecTarget, req: ExecRequest, h
     const data = raw.subarray(1);
     try {
       if (channel === Channel.stdin && req.stdin) {
-        if (data.length) proc.write(Buffer.from(data));
+        if (data.length && !proc.write(Buffer.from(data))) {
+          ws.pause();
+          void proc.drained().then(() => ws.resume());
+        }
       } else if (channel === Channel.resize && req.tty) {
         const size = JSON.parse(data.toString('utf8')) as { Width?: number; Height?: number };
         const cols = Number(size.Width);
