@@ -312,6 +312,28 @@ describe('SPDY/3.1 server framing', () => {
     assert.throws(() => parseHeaderBlock(Buffer.from([0, 0, 0, 2, 0, 0])), /truncated/);
   });
 
+  it('refuses a header block that inflates past its cap (a zlib bomb) instead of inflating it', async () => {
+    const client = new SpdyTestClient();
+    // 64 MiB of header value compresses to ~64 KiB: a SYN_STREAM well under the control frame limit.
+    const block = await client.compress(encodeHeaderBlock({ streamtype: 'data', port: '80', x: 'a'.repeat(64 << 20) }));
+    assert.ok(block.length < 1 << 20, `compressed block of ${block.length} bytes`);
+    const server = new SpdyServerConnection(() => undefined);
+    const outcome = new Promise<Error>((resolve, reject) => {
+      server.once('error', resolve);
+      server.once('stream', (st: SpdyStream) =>
+        reject(new Error(`the block was inflated (${st.headers.x?.length ?? 0}-byte header) and a stream opened`)),
+      );
+    });
+    const closed = new Promise<void>((resolve) => server.once('close', resolve));
+    const t0 = Date.now();
+    server.push(synStreamFrame(1, block));
+    const err = await outcome;
+    await closed;
+    assert.match(err.message, /header block inflates to more than 65536 bytes/);
+    assert.ok(Date.now() - t0 < 1000, `refused after ${Date.now() - t0} ms`);
+    client.close();
+  });
+
   it('accepts streams, replies, carries data both ways, echoes pings', async () => {
     const client = new SpdyTestClient();
     const inflate = createInflate({ dictionary: SPDY3_DICTIONARY });

@@ -22,6 +22,11 @@ const FLAG_FIN = 0x01;
 const MAX_FRAME_DATA = 64 << 10;
 /** A header block or control frame larger than this is a protocol error (spdystream's defaults are similar). */
 const MAX_CONTROL_FRAME = 1 << 20;
+/**
+ * A header block that inflates to more than this is refused and ends the connection. Port-forward's headers
+ * (`streamtype`, `port`, `requestid`) are a few dozen bytes; this leaves room for anything a client adds.
+ */
+const MAX_HEADER_BLOCK = 64 << 10;
 
 const enum FrameType {
   SynStream = 1,
@@ -45,13 +50,31 @@ export interface SpdyTransport {
   resume(): void;
 }
 
-/** Run zlib stream operations one at a time and collect what each flush produces. */
+/**
+ * Run zlib stream operations one at a time and collect what each flush produces. With `maxOutput`, an operation
+ * that would produce more is refused as soon as it does, and the stream is destroyed: a peer's compressed header
+ * block (up to MAX_CONTROL_FRAME) could otherwise inflate to a thousand times its size.
+ */
 class ZlibPipe {
   private chain: Promise<unknown> = Promise.resolve();
   private chunks: Buffer[] = [];
+  private size = 0;
+  private refuse: ((err: Error) => void) | undefined;
 
-  constructor(private readonly z: Inflate | Deflate) {
-    z.on('data', (b: Buffer) => this.chunks.push(b));
+  constructor(
+    private readonly z: Inflate | Deflate,
+    private readonly maxOutput = Number.POSITIVE_INFINITY,
+  ) {
+    z.on('data', (b: Buffer) => {
+      this.size += b.length;
+      if (this.size <= this.maxOutput) {
+        this.chunks.push(b);
+        return;
+      }
+      this.chunks = [];
+      this.z.destroy();
+      this.refuse?.(new Error(`SPDY header block inflates to more than ${this.maxOutput} bytes`));
+    });
     z.on('error', () => undefined);
   }
 
@@ -59,11 +82,15 @@ class ZlibPipe {
     const p = this.chain.then(
       () =>
         new Promise<Buffer>((resolve, reject) => {
+          if (this.z.destroyed) return reject(new Error('SPDY compression context is gone'));
           const onError = (err: Error) => reject(err);
+          this.refuse = reject;
+          this.size = 0;
           this.z.once('error', onError);
           this.z.write(input);
           this.z.flush(zc.Z_SYNC_FLUSH, () => {
             this.z.off('error', onError);
+            this.refuse = undefined;
             // 'data' events for the flushed output are emitted before the flush callback.
             const out = Buffer.concat(this.chunks);
             this.chunks = [];
@@ -133,7 +160,7 @@ export class SpdyStream extends Duplex {
 export class SpdyServerConnection extends EventEmitter {
   private buf: Buffer = Buffer.alloc(0);
   private readonly streams = new Map<number, SpdyStream>();
-  private readonly inflate = new ZlibPipe(createInflate({ dictionary: SPDY3_DICTIONARY }));
+  private readonly inflate = new ZlibPipe(createInflate({ dictionary: SPDY3_DICTIONARY }), MAX_HEADER_BLOCK);
   private readonly deflate = new ZlibPipe(createDeflate({ dictionary: SPDY3_DICTIONARY, level: 9 }));
   /** Incoming frames are handled in order (header blocks share one inflate context). */
   private inChain: Promise<void> = Promise.resolve();
