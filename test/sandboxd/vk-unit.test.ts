@@ -1,11 +1,15 @@
 /**
  * Pure parts of the virtual kubelet: Pod -> VM request (table-driven), Pod status builders and their diff, the
- * exec query and status wire format, node profiles, SPDY framing (a client built from the same primitives
+ * exec query and status wire format, node profiles, the pod log (CRI records, tail, follow), SPDY framing (a client built from the same primitives
  * talks to the server over a loopback byte pipe), and backpressure through exec and SPDY (a loopback WebSocket and
  * a stand-in for the guest process).
  */
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { PassThrough } from 'node:stream';
 import { describe, it } from 'node:test';
 import { constants as zc, createDeflate, createInflate } from 'node:zlib';
 import { WebSocket, WebSocketServer } from 'ws';
@@ -13,6 +17,7 @@ import type { ExecOptions, ExecProcess } from '../../src/guest/index.js';
 import { silentLogger } from '../../src/log/logger.js';
 import { exitStatus, parseExecQuery, serveExec, type ExecRequest } from '../../src/sandboxd/vk/exec-stream.js';
 import { desiredNode, nodeProfile } from '../../src/sandboxd/vk/node-registration.js';
+import { PodLogs } from '../../src/sandboxd/vk/pod-logs.js';
 import {
   failedStatus,
   runningStatus,
@@ -401,7 +406,7 @@ async function execSession(
   const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, handleProtocols: () => protocol });
   await new Promise<void>((r) => wss.once('listening', r));
   const request: ExecRequest = { command: ['x'], stdin: false, stdout: true, stderr: false, tty: false, ...req };
-  wss.on('connection', (ws) => serveExec(ws, { exec }, request, {}, silentLogger));
+  wss.on('connection', (ws) => serveExec(ws, { exec }, request, silentLogger));
   const client = new WebSocket(`ws://127.0.0.1:${(wss.address() as AddressInfo).port}/`, protocol);
   await new Promise<void>((resolve, reject) => {
     client.once('open', resolve);
@@ -515,5 +520,38 @@ describe('backpressure through exec and port-forward', () => {
     await eventually(() => written, { until: (w) => w, what: 'the write callback' });
     server.close();
     client.close();
+  });
+});
+
+describe('pod logs', () => {
+  it('serves CRI records with tail and timestamps, and follows appended lines until aborted', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-logs-'));
+    try {
+      const logs = new PodLogs(dir);
+      const file = logs.path('ns', 'p', 'u1');
+      logs.event(file, 'one');
+      logs.append(file, 'stdout', 'two\npartial');
+      const read = async (q: Parameters<PodLogs['serve']>[2]) => {
+        const out = new PassThrough();
+        let text = '';
+        out.on('data', (b: Buffer) => (text += b.toString()));
+        await logs.serve(file, out, q);
+        return text;
+      };
+      assert.equal(await read({}), '[sandboxd] one\ntwo\npartial');
+      assert.match(await read({ tailLines: 1, timestamps: true }), /^\d{4}-\d\d-\d\dT[\d:.]+Z partial$/);
+      const ctrl = new AbortController();
+      const out = new PassThrough();
+      let followed = '';
+      out.on('data', (b: Buffer) => (followed += b.toString()));
+      const following = logs.serve(file, out, { follow: true, tailLines: 0, signal: ctrl.signal });
+      await new Promise((r) => setTimeout(r, 100));
+      logs.event(file, 'three');
+      await eventually(() => followed, { until: (f) => f === '[sandboxd] three\n', what: 'the appended line' });
+      ctrl.abort();
+      await following;
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -70,14 +70,12 @@ export interface ExecTarget {
   exec(argv: readonly string[], opts: ExecOptions): ExecProcess;
 }
 
-export interface ExecHooks {
-  /** Called with every output chunk (the pod's log transcript). */
-  onOutput?(stream: 'stdout' | 'stderr', data: Buffer): void;
-  onExit?(exitCode: number | undefined, err?: unknown): void;
-}
-
-/** Run `req.command` in the VM and bridge it to an upgraded WebSocket until it exits or the client goes away. */
-export function serveExec(ws: WebSocket, target: ExecTarget, req: ExecRequest, hooks: ExecHooks, log: Logger): void {
+/**
+ * Run `req.command` in the VM and bridge it to an upgraded WebSocket until it exits or the client goes away. What
+ * the session reads and prints goes to the client only: not to the pod's log (as on a kubelet, where `kubectl logs`
+ * is the container's own output), nor to the node's log.
+ */
+export function serveExec(ws: WebSocket, target: ExecTarget, req: ExecRequest, log: Logger): void {
   const protocol = ws.protocol;
   const v4 = protocol.startsWith('v4.') || protocol.startsWith('v5.');
   /** Resolves once the message has been written to the client's connection (or the WebSocket is gone). */
@@ -100,17 +98,11 @@ export function serveExec(ws: WebSocket, target: ExecTarget, req: ExecRequest, h
       stdin: req.stdin,
       ...(req.tty ? { pty: { cols: 80, rows: 24 } } : {}),
       collect: false,
-      onStdout: (b) => {
-        hooks.onOutput?.('stdout', b);
-        return req.stdout || req.tty ? send(Channel.stdout, b) : undefined;
-      },
-      onStderr: (b) => {
-        hooks.onOutput?.('stderr', b);
-        return req.stderr ? send(Channel.stderr, b) : undefined;
-      },
+      onStdout: (b) => (req.stdout || req.tty ? send(Channel.stdout, b) : undefined),
+      onStderr: (b) => (req.stderr ? send(Channel.stderr, b) : undefined),
     });
   } catch (err) {
-    hooks.onExit?.(undefined, err);
+    log.info({ err }, 'exec failed to start');
     finish(internalErrorStatus(`error executing command in container: ${(err as Error).message}`));
     return;
   }
@@ -118,12 +110,12 @@ export function serveExec(ws: WebSocket, target: ExecTarget, req: ExecRequest, h
   proc.wait().then(
     (res) => {
       exited = true;
-      hooks.onExit?.(res.exitCode);
+      log.info({ exitCode: res.exitCode }, 'exec session ended');
       finish(exitStatus(res.exitCode));
     },
     (err: unknown) => {
       exited = true;
-      hooks.onExit?.(undefined, err);
+      log.info({ err }, 'exec session failed');
       finish(internalErrorStatus(`error executing command in container: ${(err as Error).message}`));
     },
   );
