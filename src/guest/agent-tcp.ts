@@ -64,10 +64,14 @@ export async function connectGuestTcp(client: AgentClient, port: number, host: s
       cb(e);
     },
   });
+  let handedOut = false;
   done.then(
     () => duplex.push(null),
-    (e: unknown) => duplex.destroy(e as Error),
+    // Until the caller has the stream, a failure is its rejection only: an 'error' on a stream nobody holds would
+    // be an uncaught exception (a port-forward to a port nothing listens on took sandboxd down).
+    (e: unknown) => (handedOut ? duplex.destroy(e as Error) : duplex.destroy()),
   );
   await Promise.race([connectedP, done]);
+  handedOut = true;
   return duplex;
 }

@@ -238,6 +238,28 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
     }
   });
 
+  it('a TCP connect to a port nothing listens on rejects, and nothing else fails', async () => {
+    const closed = createServer();
+    await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
+    const port = (closed.address() as { port: number }).port;
+    await new Promise((r) => closed.close(r));
+    const uncaught: unknown[] = [];
+    const onUncaught = (e: unknown) => uncaught.push(e);
+    process.on('uncaughtException', onUncaught);
+    const c = await AgentClient.connect(sock);
+    try {
+      await assert.rejects(
+        c.connectTcp(port),
+        (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_ECONNREFUSED',
+      );
+      await sleep(50);
+      assert.deepEqual(uncaught, []);
+    } finally {
+      process.off('uncaughtException', onUncaught);
+      c.close();
+    }
+  });
+
   it('a process that never reads stdin is sent 64 MiB: another exec and a kill of it still answer at once', async () => {
     const c = await AgentClient.connect(sock);
     try {
