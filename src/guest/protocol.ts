@@ -28,6 +28,11 @@ export const FrameType = {
   Hello: 7,
   /** host -> guest: opens an exec without JSON (encodeExecPayload); agents with feature `exec.bin`. */
   Exec: 8,
+  /**
+   * both ways: u32 BE bytes of flow-control credit for stream `id` (docs/agent-protocol.md, "Flow control"); from
+   * the host with id 0 and no payload it turns flow control on. Agents with feature `flow`.
+   */
+  Window: 9,
 } as const;
 export type FrameType = (typeof FrameType)[keyof typeof FrameType];
 

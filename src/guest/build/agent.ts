@@ -33,9 +33,10 @@ function goBinary(): string {
   }
 }
 
+/** The hash of what goes into the binary: Go sources (not `_test.go`, so a test-only change rebuilds no guest image). */
 export function agentHash(go = goBinary()): string {
   const files = readdirSync(AGENT_SRC)
-    .filter((f) => f.endsWith('.go') || f === 'go.mod' || f === 'go.sum')
+    .filter((f) => (f.endsWith('.go') && !f.endsWith('_test.go')) || f === 'go.mod' || f === 'go.sum')
     .sort();
   const goVersion = execFileSync(go, ['version'], { encoding: 'utf8' }).trim();
   return contentHash(['agent-v1', goVersion, ...files.flatMap((f) => [f, readFileSync(join(AGENT_SRC, f))])]);

@@ -247,27 +247,12 @@ export class KubeletServer {
           );
         const parsed = parseExecQuery(url.searchParams);
         if ('error' in parsed) throw new HttpError(400, parsed.error);
-        const { pod, claimId } = this.runningPod(ns, name, container);
+        const { claimId } = this.runningPod(ns, name, container);
         const vm = this.opts.engine.vm(claimId);
         this.upgrade(req, socket, head, protocol, (ws) => {
-          const logFile = this.opts.pods.logFile(pod);
-          const cmd = parsed.command.join(' ');
-          this.opts.logs.event(logFile, `exec${parsed.tty ? ' (tty)' : ''}: ${cmd}`);
-          this.log.info({ pod: `${ns}/${name}`, tty: parsed.tty }, 'exec session');
-          serveExec(
-            ws,
-            vm,
-            parsed,
-            {
-              onOutput: (stream, data) => this.opts.logs.append(logFile, stream, data),
-              onExit: (code, err) =>
-                this.opts.logs.event(
-                  logFile,
-                  err ? `exec failed: ${(err as Error).message}` : `exec exited with code ${String(code)}: ${cmd}`,
-                ),
-            },
-            this.log,
-          );
+          const log = this.log.child({ pod: `${ns}/${name}` });
+          log.info({ tty: parsed.tty }, 'exec session');
+          serveExec(ws, vm, parsed, log);
         });
         return;
       }
