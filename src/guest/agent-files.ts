@@ -110,11 +110,11 @@ export class AgentFiles {
   async readStream(
     path: string,
     onChunk: (b: Buffer) => unknown,
-    opts: { timeoutMs?: number; signal?: AbortSignal } = {},
+    opts: { offset?: number; length?: number; timeoutMs?: number; signal?: AbortSignal } = {},
   ): Promise<number> {
     const res = await this.client.request(
       'file.read',
-      { path },
+      { path, offset: opts.offset, length: opts.length },
       { timeoutMs: opts.timeoutMs, signal: opts.signal, onOut: onChunk },
     );
     return Number(res.size ?? 0);

@@ -9,6 +9,7 @@ import { PeerDirectory } from './peers.js';
 import { startVirtualNodes, type VirtualNodes } from './vk/index.js';
 import { join } from 'node:path';
 import { SandboxError } from '../errors.js';
+import { EnvdServer } from './envd/server.js';
 
 /** sandboxd's composition root: engine, HTTP API, peers, NodeInventory publisher (and virtual nodes). */
 export interface Sandboxd {
@@ -37,12 +38,23 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
   const api = new SandboxdApi({
     engine,
     peers,
+    envdAddr: config.envdAdvertiseAddr,
     auth: { rootToken: config.rootToken, tenants: config.tenants, allowAnonymous: config.allowAnonymous },
     logger: log.child({ component: 'api' }),
   });
   const bound = await api.listen(config.listenHost, config.listenPort);
   const address = `${bound.address}:${bound.port}`;
   log.info({ address, node: config.nodeName }, 'sandboxd API listening');
+  let envd: EnvdServer | undefined;
+  if (config.envdListen) {
+    envd = new EnvdServer({
+      engine,
+      maxUploadBytes: config.envdMaxUploadBytes,
+      logger: log.child({ component: 'envd' }),
+    });
+    const e = await envd.listen(config.envdListen.host, config.envdListen.port);
+    log.info({ address: `${e.address}:${e.port}` }, 'data plane (envd) listening');
+  }
   let gateway: ClaimGateway | undefined;
   if (config.claimListen) {
     gateway = new ClaimGateway({
@@ -101,6 +113,7 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
       await vk?.stop({ deleteNodes: config.destroyOnExit });
       await Promise.allSettled(tasks);
       await gateway?.close();
+      await envd?.close();
       await api.close();
       await engine.close({ destroyVms: config.destroyOnExit });
       client?.close();

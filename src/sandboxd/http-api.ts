@@ -53,6 +53,8 @@ export interface ApiServerOptions {
   engine: NodeEngine;
   auth: AuthConfig;
   peers?: PeerDirectory;
+  /** Where this node's data plane (envd) is reached, reported in GET /v1/info for the e2b router. */
+  envdAddr?: string;
   logger?: Logger;
   registry?: Registry;
 }
@@ -418,6 +420,7 @@ export class SandboxdApi {
       archived: 0,
       ...(!e.hasRoom() ? { at_capacity: true, at_capacity_reason: `max_claims ${e.maxClaims} reached` } : {}),
       peers: this.opts.peers?.addresses() ?? [],
+      ...(this.opts.envdAddr ? { envd_addr: this.opts.envdAddr } : {}),
     };
   }
 

@@ -13,6 +13,10 @@ export interface SandboxdConfig {
   /** The claim gateway's address (POST /v1/claim only, without node:http); undefined = not started. */
   readonly claimListen: { host: string; port: number } | undefined;
   readonly advertiseAddr: string;
+  /** The data plane (envd for e2b SDKs, src/sandboxd/envd): where it listens, and the address routers use. */
+  readonly envdListen: { host: string; port: number } | undefined;
+  readonly envdAdvertiseAddr: string | undefined;
+  readonly envdMaxUploadBytes: number;
   readonly dataDir: string;
   readonly rootToken: string | undefined;
   readonly tenants: ReadonlyMap<string, string>;
@@ -49,6 +53,15 @@ export function sandboxdCommand(): Command {
       'also serve POST /v1/claim on this address through the lean claim gateway (docs/sandboxd.md); off by default',
     )
     .option('--advertise-addr <host:port>', 'address peers and the control plane use for this node (default: --listen)')
+    .option(
+      '--envd-listen <host:port>',
+      'serve the data plane (envd, for e2b SDKs through the e2b router; docs/e2b.md) on this address; off by default',
+    )
+    .option(
+      '--envd-advertise-addr <host:port>',
+      'address the e2b router uses for the data plane (default: --envd-listen)',
+    )
+    .option('--envd-max-upload-bytes <n>', 'largest file upload through envd /files, per file', String(1 << 30))
     .option('--data-dir <dir>', 'state and VM run dirs', join('/var/lib', 'sandboxd'))
     .option('--token-file <path>', 'file holding the root (operator) API token')
     .option('--tenant-tokens-file <path>', 'file of `<tenant> <token>` lines')
@@ -138,6 +151,13 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
   const listen = listenAddress('--listen', String(o.listen), errors, 7777);
   const claimListen =
     o.claimListen === undefined ? undefined : listenAddress('--claim-listen', String(o.claimListen), errors);
+  const envdListen =
+    o.envdListen === undefined || o.envdListen === ''
+      ? undefined
+      : listenAddress('--envd-listen', String(o.envdListen), errors);
+  const envdMaxUploadBytes = Number(o.envdMaxUploadBytes);
+  if (!Number.isInteger(envdMaxUploadBytes) || envdMaxUploadBytes < 1)
+    errors.push(`--envd-max-upload-bytes: "${String(o.envdMaxUploadBytes)}" is not a positive integer`);
   const rootToken = o.tokenFile ? readFileSync(String(o.tokenFile), 'utf8').trim() : undefined;
   const tenants = new Map<string, string>();
   if (o.tenantTokensFile) {
@@ -170,6 +190,10 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
     listenPort,
     claimListen,
     advertiseAddr,
+    envdListen,
+    envdAdvertiseAddr:
+      (o.envdAdvertiseAddr as string | undefined) ?? (envdListen ? `${envdListen.host}:${envdListen.port}` : undefined),
+    envdMaxUploadBytes,
     dataDir: String(o.dataDir),
     rootToken,
     tenants,
