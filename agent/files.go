@@ -507,10 +507,18 @@ func health() map[string]any {
 					res["memTotalKiB"], _ = strconv.Atoi(fields[1])
 				case "MemAvailable:":
 					res["memAvailableKiB"], _ = strconv.Atoi(fields[1])
+				case "Cached:":
+					res["memCachedKiB"], _ = strconv.Atoi(fields[1])
 				}
 			}
 		}
 		f.Close()
+	}
+	// The root filesystem as the guest's processes see it (the copy-on-write layer over the read-only image).
+	var fs syscall.Statfs_t
+	if syscall.Statfs("/", &fs) == nil {
+		res["diskTotalKiB"] = fs.Blocks * uint64(fs.Bsize) / 1024
+		res["diskFreeKiB"] = fs.Bavail * uint64(fs.Bsize) / 1024
 	}
 	return res
 }

@@ -9,6 +9,7 @@ import { collectBody } from '../net/body.js';
 import { ChangeFeed, sandboxRow } from './change-feed.js';
 import type { PeerDirectory } from './peers.js';
 import { parsePoolKey } from './pool-key.js';
+import { vmMetrics } from './vm-metrics.js';
 
 /**
  * sandboxd's HTTP API (cocoonstack-spec §1): plain HTTP/1.1 + JSON, bearer tokens, `{"error": "..."}` on every
@@ -212,6 +213,9 @@ export class SandboxdApi {
     const key = parsePoolKey(body);
     const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 0);
     const claimRef = optionalString(body.claim_ref, 'claim_ref');
+    const onExpiry = optionalString(body.on_expiry, 'on_expiry');
+    if (onExpiry !== undefined && onExpiry !== 'release' && onExpiry !== 'hibernate')
+      throw new HttpError(400, 'on_expiry: must be release or hibernate');
     const noRedirect = body.no_redirect === true;
     const object = storedObject(body.object, claimRef);
     e.assertKnownTemplate(key.template);
@@ -233,6 +237,7 @@ export class SandboxdApi {
       claimRef,
       tenant: tenantOf(who),
       object,
+      ...(onExpiry === 'hibernate' ? { onExpiry: 'hibernate' as const } : {}),
       provisionOnMiss: body.warm_only !== true,
     };
     const warm = e.claimWarm(req);
@@ -320,6 +325,11 @@ export class SandboxdApi {
         hibernated: rec.hibernated,
         measured_at: new Date().toISOString(),
       });
+    });
+
+    this.route('GET', '/v1/sandboxes/{id}/metrics', async (_q, res, who, [id]) => {
+      requireOperator(who);
+      json(res, 200, await vmMetrics(e, this.sandbox(id!)));
     });
 
     this.route('POST', '/v1/sandboxes/{id}/release', async (_q, res, who, [id]) => {
