@@ -37,6 +37,11 @@ export interface PlatformOptions {
   template?: string;
   /** Extra sandboxd flags (benchmarks: e.g. `--refill-delay=60000` to keep refills off a measured burst). */
   sandboxdArgs?: string[];
+  /**
+   * Warm VMs per node for the e2b API's templates (aggregated layout; its alias table's `base` is sandbox/base),
+   * when `template` is not already sandbox/base. @default 0
+   */
+  e2bWarm?: number;
   etcdFsync: boolean;
   logger: Logger;
   progress: (line: string) => void;
@@ -51,6 +56,8 @@ export interface ComponentProcess {
 export interface SandboxdNode {
   node: string;
   address: string;
+  /** The node's data plane (envd), aggregated layout only. */
+  envdAddress: string | undefined;
   tokenFile: string;
   vmRunRoot: string;
 }
@@ -63,9 +70,22 @@ export interface Platform {
   operatorHealth: string | undefined;
   /** The aggregated layout's server: where it listens and the CA that signs its certificate. */
   apiserver: { address: string; caFile: string; apiServiceAvailableMs: number } | undefined;
+  /** The e2b API of the aggregated layout: what E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY are set to. */
+  e2b: E2bEndpoints | undefined;
   pids(): number[];
   stop(): Promise<void>;
 }
+
+export interface E2bEndpoints {
+  apiUrl: string;
+  sandboxUrl: string;
+  apiKey: string;
+  apiKeyFile: string;
+  namespace: string;
+}
+
+/** The namespace the local platform's e2b API serves. */
+export const E2B_NAMESPACE = 'e2b';
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -103,14 +123,15 @@ export async function startPlatform(opts: PlatformOptions): Promise<Platform> {
       waits.push(started.ready);
     }
     const sandboxd = await startSandboxdNodes(cluster, components, opts, tokenFile, waits);
-    const apiserver = aggregated ? await startApiServer(cluster, components, opts, tokenFile) : undefined;
+    const started = aggregated ? await startApiServer(cluster, components, opts, tokenFile) : undefined;
     await Promise.all(waits);
     return {
       cluster,
       layout: opts.layout,
       sandboxd,
       operatorHealth,
-      apiserver,
+      apiserver: started?.apiserver,
+      e2b: started?.e2b,
       components: components.list.map((c) => ({ name: c.name, pid: c.child.pid ?? -1, logPath: c.logPath })),
       pids: () => [...cluster.processes().map((p) => p.pid), ...components.pids()],
       stop,
@@ -156,7 +177,8 @@ async function startSandboxdNodes(
     await mkdir(dir, { recursive: true });
     const port = await freePort(host);
     const vk: string[] = [];
-    if (aggregated) vk.push('--vk-nodes=');
+    const envdAddress = aggregated ? `${host}:${await freePort(host)}` : undefined;
+    if (aggregated) vk.push('--vk-nodes=', `--envd-listen=${envdAddress}`);
     else {
       const kubelet = await issueCert(dir, cluster.pki.ca, {
         name: 'kubelet',
@@ -182,11 +204,17 @@ async function startSandboxdNodes(
       `--token-file=${tokenFile}`,
       `--kubeconfig=${cluster.kubeconfigPath}`,
       ...vk,
-      ...(opts.warm > 0 ? [`--pools=${opts.template ?? 'sandbox/base'}=${opts.warm}`] : []),
+      ...poolsFlag(opts),
       ...(opts.sandboxdArgs ?? []),
       '--destroy-on-exit',
     ]);
-    nodes.push({ node, address: `${host}:${port}`, tokenFile, vmRunRoot: defaultRunRoot(join(dir, 'data')) });
+    nodes.push({
+      node,
+      address: `${host}:${port}`,
+      envdAddress,
+      tokenFile,
+      vmRunRoot: defaultRunRoot(join(dir, 'data')),
+    });
     waits.push(components.waitReady(d, `http://${host}:${port}/healthz`, 30 * 60_000));
   }
   return nodes;
@@ -201,9 +229,15 @@ async function startApiServer(
   components: Components,
   opts: PlatformOptions,
   tokenFile: string,
-): Promise<NonNullable<Platform['apiserver']>> {
+): Promise<{ apiserver: NonNullable<Platform['apiserver']>; e2b: E2bEndpoints }> {
   const host = cluster.hostAddress;
   await applyAggregatedRbac(cluster.kubectl);
+  await cluster.kubectl(['create', 'namespace', E2B_NAMESPACE]);
+  const apiKey = `e2b_${randomBytes(20).toString('hex')}`;
+  const apiKeyFile = join(opts.dataDir, 'e2b-api-keys');
+  await writeFile(apiKeyFile, `# e2b API keys of the local platform (sbx up)\n${apiKey}\n`, { mode: 0o600 });
+  const e2bPort = await freePort(host);
+  const routerPort = await freePort(host);
   const kubeconfig = await serviceAccountKubeconfig(cluster.kubectl, {
     path: join(opts.dataDir, 'sandbox-apiserver.kubeconfig'),
     server: cluster.server,
@@ -222,6 +256,10 @@ async function startApiServer(
     `--tls-sans=${host}`,
     `--cluster-domain=${cluster.clusterDomain}`,
     `--sandboxd-token-file=${tokenFile}`,
+    `--e2b-listen=${host}:${e2bPort}`,
+    `--e2b-sandbox-listen=${host}:${routerPort}`,
+    `--e2b-api-key-file=${apiKeyFile}`,
+    `--e2b-namespace=${E2B_NAMESPACE}`,
   ]);
   const caFile = join(certDir, 'ca.crt');
   await components.waitFile(c, caFile, 60_000);
@@ -229,7 +267,26 @@ async function startApiServer(
   await components.waitReady(c, `https://${host}:${port}/readyz`, 120_000, caPem);
   opts.progress(`registering APIService ${APISERVICE_NAME}`);
   const availableMs = await registerAggregatedApi(cluster.kubectl, { address: host, port, caPem });
-  return { address: `${host}:${port}`, caFile, apiServiceAvailableMs: availableMs };
+  return {
+    apiserver: { address: `${host}:${port}`, caFile, apiServiceAvailableMs: availableMs },
+    e2b: {
+      apiUrl: `http://${host}:${e2bPort}`,
+      sandboxUrl: `http://${host}:${routerPort}`,
+      apiKey,
+      apiKeyFile,
+      namespace: E2B_NAMESPACE,
+    },
+  };
+}
+
+/** sandboxd's --pools: the layout's template, plus the e2b API's sandbox/base where that is another one. */
+function poolsFlag(opts: PlatformOptions): string[] {
+  const template = opts.template ?? 'sandbox/base';
+  const pools: string[] = [];
+  if (opts.warm > 0) pools.push(`${template}=${opts.warm}`);
+  if (opts.layout === 'aggregated' && (opts.e2bWarm ?? 0) > 0 && template !== 'sandbox/base')
+    pools.push(`sandbox/base=${opts.e2bWarm}`);
+  return pools.length ? [`--pools=${pools.join(',')}`] : [];
 }
 
 /** What a detached platform leaves behind so `sbx down` can stop exactly what it started. */
@@ -245,6 +302,8 @@ export interface PlatformState {
   pids?: number[];
   /** sandboxd VM run roots: `sbx down` kills any QEMU left under them (if sandboxd itself was killed). */
   vmRunRoots?: string[];
+  /** The e2b API (aggregated layout): for the export line of `sbx up --detach`. */
+  e2b?: { apiUrl: string; sandboxUrl: string; apiKeyFile: string };
   readyMs?: number;
 }
 

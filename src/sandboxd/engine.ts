@@ -296,7 +296,11 @@ export class NodeEngine extends EventEmitter {
   }
 
   private record(vm: Vm, key: PoolKey, source: SandboxRecord['source'], opts: ClaimOptions): SandboxRecord {
-    const rec = this.claims.add(vm.id, key, source, { ...opts, vcpus: vm.record.vcpus, memoryMiB: vm.record.memoryMiB });
+    const rec = this.claims.add(vm.id, key, source, {
+      ...opts,
+      vcpus: vm.record.vcpus,
+      memoryMiB: vm.record.memoryMiB,
+    });
     this.counters.claims++;
     this.state.schedule();
     this.emit('claimed', rec);
@@ -401,11 +405,25 @@ export class NodeEngine extends EventEmitter {
     this.emit('changed', rec);
   }
 
-  async fork(id: string, count: number, ttlSeconds?: number): Promise<SandboxRecord[]> {
+  /**
+   * Fork a running sandbox into `count` children (all or nothing). `objects` gives each child its Kubernetes object
+   * and claimRef (sandbox-apiserver's children are sandboxes of its API too); none makes plain claims.
+   */
+  async fork(
+    id: string,
+    count: number,
+    ttlSeconds?: number,
+    objects?: ReadonlyArray<{ claimRef: string; object: unknown }>,
+  ): Promise<SandboxRecord[]> {
     const rec = this.mustGet(id);
     this.assertNotEgress(rec, 'fork');
     if (!Number.isInteger(count) || count < 1 || count > 16)
       throw new SandboxError('bad-request', `count: must be 1..16 (got ${count})`);
+    if (objects && objects.length !== count)
+      throw new SandboxError('bad-request', `objects: ${objects.length} given for ${count} children`);
+    for (const o of objects ?? [])
+      if (this.claims.byRef(o.claimRef))
+        throw new SandboxError('conflict', `claim_ref ${o.claimRef} is already claimed`);
     if (!this.hasRoom(count))
       throw new SandboxError('at-capacity', `forking ${count} would exceed ${this.opts.maxClaims} claims`);
     const children = await this.reserving(count, () =>
@@ -413,7 +431,13 @@ export class NodeEngine extends EventEmitter {
     );
     this.counters.forks += children.length;
     // A tenant's sandbox forks into the same tenant's sandboxes.
-    return children.map((vm) => this.record(vm, rec.key, 'fork', { ttlSeconds, tenant: rec.tenant }));
+    return children.map((vm, i) =>
+      this.record(vm, rec.key, 'fork', {
+        ttlSeconds,
+        tenant: rec.tenant,
+        ...(objects?.[i] ? { claimRef: objects[i].claimRef, object: objects[i].object } : {}),
+      }),
+    );
   }
 
   // ------------------------------------------------------------------ checkpoints

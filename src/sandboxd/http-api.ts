@@ -361,8 +361,23 @@ export class SandboxdApi {
       const rec = this.authorizedSandbox(who, id!, optionalString(body.token, 'token'));
       const count = optionalInt(body.count, 'count', 1) ?? 1;
       const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 0);
-      const children = await e.fork(rec.id, count, ttl);
-      json(res, 200, { children: children.map((c) => claimResponse(c, e.advertiseAddr)) });
+      let objects: Array<{ claimRef: string; object: unknown }> | undefined;
+      if (body.objects !== undefined) {
+        if (!Array.isArray(body.objects)) throw new HttpError(400, 'objects: must be an array');
+        objects = body.objects.map((o: unknown, i: number) => {
+          const claimRef = isObject(o) ? optionalString(o.claim_ref, `objects[${i}].claim_ref`) : undefined;
+          if (!claimRef) throw new HttpError(400, `objects[${i}].claim_ref: required`);
+          return { claimRef, object: storedObject((o as Record<string, unknown>).object, claimRef) };
+        });
+      }
+      const children = await e.fork(rec.id, count, ttl, objects);
+      json(res, 200, {
+        children: children.map((c) =>
+          c.object !== undefined
+            ? { ...claimResponse(c, e.advertiseAddr), sandbox: sandboxRow(c) }
+            : claimResponse(c, e.advertiseAddr),
+        ),
+      });
     });
 
     this.route('POST', '/v1/sandboxes/{id}/checkpoint', async (req, res, who, [id]) => {

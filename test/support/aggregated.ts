@@ -19,10 +19,13 @@ export const AGGREGATED_ENV = 'SBX_TEST_AGGREGATED';
 export const TEST_TEMPLATE = 'sandbox/minimal';
 /** Warm VMs per node: the read-your-writes test claims 100 one after another; refill keeps up at this depth. */
 export const TEST_WARM = 12;
+/** Warm sandbox/base VMs per node for the e2b tests (test/aggregated/e2b-*.test.ts). */
+export const TEST_E2B_WARM = 3;
 
 export interface AggregatedInfo {
   cluster: ClusterInfo;
   apiserver: NonNullable<Platform['apiserver']>;
+  e2b: NonNullable<Platform['e2b']>;
   sandboxd: SandboxdNode[];
 }
 
@@ -45,13 +48,14 @@ export async function startAggregatedForTests(
     sandboxdNodes: 2,
     warm: TEST_WARM,
     template: TEST_TEMPLATE,
+    e2bWarm: TEST_E2B_WARM,
     etcdFsync: true,
     logger: createLogger({ level: 'warn', name: 'aggregated' }),
     progress: (l) => process.stderr.write(`[aggregated] ${l}\n`),
   });
   const { kubectl: _k, processes: _p, stop: _s, ...cluster } = platform.cluster;
   return {
-    info: { cluster, apiserver: platform.apiserver!, sandboxd: platform.sandboxd },
+    info: { cluster, apiserver: platform.apiserver!, e2b: platform.e2b!, sandboxd: platform.sandboxd },
     stop: () => platform.stop(),
     pids: () => platform.pids(),
   };

@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { openSync } from 'node:fs';
-import { mkdir, rm } from 'node:fs/promises';
+import { mkdir, readFile, rm } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
@@ -154,6 +154,15 @@ async function upForeground(opts: UpOptions): Promise<void> {
     pids: platform.pids(),
     vmRunRoots: platform.sandboxd.map((d) => d.vmRunRoot),
     readyMs: c.readyMs,
+    ...(platform.e2b
+      ? {
+          e2b: {
+            apiUrl: platform.e2b.apiUrl,
+            sandboxUrl: platform.e2b.sandboxUrl,
+            apiKeyFile: platform.e2b.apiKeyFile,
+          },
+        }
+      : {}),
   });
   if (stopping) return;
   const kubectl = `KUBECONFIG=${c.kubeconfigPath} ${join(c.binDir, 'kubectl')}`;
@@ -168,6 +177,13 @@ async function upForeground(opts: UpOptions): Promise<void> {
         (d) =>
           `  sandboxd:     ${d.node} at http://${d.address} (token: ${d.tokenFile})${platform.layout === 'crd' ? `; microVM nodes ${d.node}-vk, ${d.node}-sandboxd` : ''}`,
       ),
+      ...(platform.e2b
+        ? [
+            `  e2b API:      ${platform.e2b.apiUrl} (sandboxes in namespace ${platform.e2b.namespace}; key in ${platform.e2b.apiKeyFile})`,
+            `  e2b sandbox:  ${platform.e2b.sandboxUrl} (E2B_SANDBOX_URL)`,
+            `  e2b SDK:      E2B_API_URL=${platform.e2b.apiUrl} E2B_SANDBOX_URL=${platform.e2b.sandboxUrl} E2B_API_KEY=${platform.e2b.apiKey}`,
+          ]
+        : []),
       ...platform.components.map((p) => `  ${(p.name + ':').padEnd(13)} pid ${p.pid}, log ${p.logPath}`),
       `  try:          ${kubectl} get nodes`,
       platform.layout === 'crd'
@@ -211,7 +227,10 @@ async function upDetached(opts: UpOptions): Promise<void> {
     const state = await readState(env.stateDir);
     if (state?.status === 'ready' && state.kubeconfigPath && state.binDir) {
       process.stderr.write(`platform ready; stop it with \`sbx down\`\n`);
-      process.stdout.write(`export KUBECONFIG=${resolve(state.kubeconfigPath)} PATH=${resolve(state.binDir)}:$PATH\n`);
+      const e2b = state.e2b ? await e2bExports(state.e2b) : '';
+      process.stdout.write(
+        `export KUBECONFIG=${resolve(state.kubeconfigPath)} PATH=${resolve(state.binDir)}:$PATH${e2b}\n`,
+      );
       return;
     }
     if (state?.status === 'failed')
@@ -257,4 +276,14 @@ async function killVmsUnder(runRoots: string[]): Promise<void> {
     if (p.cmd.startsWith('qemu-system') && runRoots.some((r) => p.cmd.includes(`${r}/`)))
       process.kill(p.pid, 'SIGKILL');
   for (const r of runRoots) await rm(r, { recursive: true, force: true });
+}
+
+/** ` E2B_API_URL=… E2B_SANDBOX_URL=… E2B_API_KEY=…` for the export line (the key read from its 0600 file). */
+async function e2bExports(e2b: NonNullable<Awaited<ReturnType<typeof readState>>>['e2b']): Promise<string> {
+  if (!e2b) return '';
+  const key = (await readFile(e2b.apiKeyFile, 'utf8'))
+    .split('\n')
+    .map((l) => l.trim())
+    .find((l) => l && !l.startsWith('#'));
+  return ` E2B_API_URL=${e2b.apiUrl} E2B_SANDBOX_URL=${e2b.sandboxUrl}${key ? ` E2B_API_KEY=${key}` : ''}`;
 }
