@@ -102,7 +102,7 @@ async function main(): Promise<void> {
         kind: 'Sandbox',
         metadata: { name, namespace: 'bench-e2b' },
         spec: { podTemplate: { spec: { containers: [{ name: 'main', image: 'sandbox/base' }] } } },
-      })) as { metadata: { annotations: Record<string, string> } };
+      })) as unknown as { metadata: { annotations: Record<string, string> } };
       const createMs = performance.now() - t0;
       const claim = obj.metadata.annotations['sandbox.cocoonstack.io/claim-id']!;
       const t1 = performance.now();
