@@ -5,6 +5,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { collectBody } from '../../net/body.js';
+import { sendJson } from '../http.js';
 
 export const MAX_BODY_BYTES = 1 << 20;
 
@@ -22,20 +23,7 @@ export class E2bError extends Error {
 export const notFound = (id: string) => new E2bError(404, `sandbox "${id}" not found`);
 export const badRequest = (message: string) => new E2bError(400, message);
 
-export function sendJson(
-  res: ServerResponse,
-  status: number,
-  body: unknown,
-  headers: Record<string, string> = {},
-): void {
-  const payload = JSON.stringify(body);
-  res.writeHead(status, {
-    ...headers,
-    'content-type': 'application/json',
-    'content-length': Buffer.byteLength(payload),
-  });
-  res.end(payload);
-}
+export { sendJson };
 
 export function sendError(res: ServerResponse, err: E2bError): void {
   if (res.headersSent) {

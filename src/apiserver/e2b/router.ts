@@ -11,6 +11,7 @@ import { connect as netConnect, type AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { ENVD_PORT } from '../../api/envd.js';
 import type { Logger } from '../../log/logger.js';
+import { listenOn, splice } from '../../net/serve.js';
 import type { SandboxEntry } from '../sandboxes/entry.js';
 import type { SandboxdClient } from '../sandboxes/sandboxd-client.js';
 import type { SandboxStore } from '../sandboxes/store.js';
@@ -56,10 +57,7 @@ export class SandboxRouter {
   }
 
   listen(host: string, port: number): Promise<AddressInfo> {
-    return new Promise((resolve, reject) => {
-      this.server.once('error', reject);
-      this.server.listen(port, host, () => resolve(this.server.address() as AddressInfo));
-    });
+    return listenOn(this.server, host, port);
   }
 
   async close(): Promise<void> {
@@ -177,15 +175,10 @@ export class SandboxRouter {
         for (const x of Array.isArray(v) ? v : [v]) lines.push(`${k}: ${x}`);
       up.write(`${lines.join('\r\n')}\r\n\r\n`);
       if (head.length) up.write(head);
-      up.pipe(socket).pipe(up);
+      splice(up, socket);
     });
-    const end = () => {
-      up.destroy();
-      socket.destroy();
-    };
-    up.on('error', end);
-    socket.on('error', end);
-    up.on('close', end);
-    socket.on('close', end);
+    // Until connected, a failure of either side ends both.
+    up.once('error', () => socket.destroy());
+    socket.once('error', () => up.destroy());
   }
 }

@@ -6,6 +6,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from '../../log/logger.js';
+import { listenOn } from '../../net/serve.js';
 import type { Fleet } from '../sandboxes/fleet.js';
 import type { SandboxdClient } from '../sandboxes/sandboxd-client.js';
 import type { SandboxStorage } from '../sandboxes/storage.js';
@@ -54,10 +55,7 @@ export class E2bApi {
   }
 
   listen(host: string, port: number): Promise<AddressInfo> {
-    return new Promise((resolve, reject) => {
-      this.server.once('error', reject);
-      this.server.listen(port, host, () => resolve(this.server.address() as AddressInfo));
-    });
+    return listenOn(this.server, host, port);
   }
 
   async close(): Promise<void> {

@@ -6,6 +6,7 @@
 import { request, type IncomingMessage, type RequestOptions, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Logger } from '../../log/logger.js';
+import { splice } from '../../net/serve.js';
 import { sendJsonError } from './errors.js';
 import type { SandboxContext } from './sandbox-context.js';
 
@@ -100,15 +101,7 @@ export function forwardUpgradeToGuestPort(
       }
       up.write(`${lines.join('\r\n')}\r\n\r\n`);
       if (head.length) up.write(head);
-      up.pipe(socket).pipe(up);
-      const end = () => {
-        up.destroy();
-        socket.destroy();
-      };
-      up.on('error', end);
-      socket.on('error', end);
-      up.on('close', end);
-      socket.on('close', end);
+      splice(up, socket);
     },
     (err: unknown) => {
       log.debug({ err, sandbox: sbx.id, port }, 'guest port upgrade failed');

@@ -12,6 +12,7 @@ import { connectNodeAdapter } from '@connectrpc/connect-node';
 import { createContextValues } from '@connectrpc/connect';
 import { ENVD_PORT } from '../../api/envd.js';
 import { silentLogger, type Logger } from '../../log/logger.js';
+import { listenOn } from '../../net/serve.js';
 import type { NodeEngine } from '../engine.js';
 import { hasAccessToken } from './access.js';
 import { sendJsonError } from './errors.js';
@@ -82,10 +83,7 @@ export class EnvdServer {
   }
 
   listen(host: string, port: number): Promise<AddressInfo> {
-    return new Promise((resolve, reject) => {
-      this.server.once('error', reject);
-      this.server.listen(port, host, () => resolve(this.server.address() as AddressInfo));
-    });
+    return listenOn(this.server, host, port);
   }
 
   async close(): Promise<void> {
