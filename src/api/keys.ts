@@ -80,6 +80,12 @@ export const CocoonAnnotationKeys = {
   size: 'sandbox.cocoonstack.io/size',
   template: 'sandbox.cocoonstack.io/template',
   runtime: 'sandbox.cocoonstack.io/runtime',
+  /** Input on a Sandbox (aggregated layout): start from this snapshot (a SandboxSnapshotResult's snapshotID). */
+  snapshot: 'sandbox.cocoonstack.io/snapshot',
+  /** On a SandboxWarmPool: `sandbox-apiserver` when its warm-pool driver fills it (the operator then leaves it alone). */
+  servedBy: 'sandbox.cocoonstack.io/served-by',
+  /** Label on a fork child: the Sandbox it was forked from. */
+  forkedFrom: 'sandbox.cocoonstack.io/forked-from',
   cocoonsetMode: 'cocoonset.cocoonstack.io/mode',
   cocoonsetManaged: 'cocoonset.cocoonstack.io/managed',
   cocoonsetImage: 'cocoonset.cocoonstack.io/image',

@@ -7,6 +7,7 @@ import { identify, isOperator, mayAccessSandbox, tenantOf, type AuthConfig, type
 import type { CheckpointRecord, NodeEngine, SandboxRecord } from './engine.js';
 import { collectBody } from '../net/body.js';
 import { ChangeFeed, sandboxRow } from './change-feed.js';
+import { registerLifecycleRoutes, type PauseMode } from './lifecycle-routes.js';
 import type { PeerDirectory } from './peers.js';
 import { parsePoolKey } from './pool-key.js';
 
@@ -50,6 +51,8 @@ export class HttpError extends SandboxError {
 }
 
 export interface ApiServerOptions {
+  /** What "pause" does on this node: freeze in memory (default) or hibernate to disk. */
+  pauseMode?: PauseMode;
   engine: NodeEngine;
   auth: AuthConfig;
   peers?: PeerDirectory;
@@ -57,7 +60,13 @@ export interface ApiServerOptions {
   registry?: Registry;
 }
 
-type Route = (req: IncomingMessage, res: ServerResponse, who: Principal, params: string[], url: URL) => Promise<void>;
+export type Route = (
+  req: IncomingMessage,
+  res: ServerResponse,
+  who: Principal,
+  params: string[],
+  url: URL,
+) => Promise<void>;
 
 export class SandboxdApi {
   readonly server: Server;
@@ -152,7 +161,8 @@ export class SandboxdApi {
     return new Promise((r) => this.server.close(() => r()));
   }
 
-  private route(method: string, path: string, handler: Route, isPublic = false) {
+  /** Add a route (the route modules beside this file register theirs through it). */
+  route(method: string, path: string, handler: Route, isPublic = false) {
     const pattern = new RegExp(`^${path.replace(/\{[a-z]+\}/g, '([^/]+)')}$`);
     this.routes.push({ method, pattern, handler, public: isPublic });
   }
@@ -268,7 +278,7 @@ export class SandboxdApi {
       json(res, 200, await this.claim(who, await readJson(req), t0));
     });
 
-    this.route('PUT', '/v1/pools', async (req, res, who) => {
+    this.route('PUT', '/v1/pools', async (req, res, who, _p, url) => {
       requireOperator(who);
       const body = await readJson(req);
       strictKeys(body, ['pools'], 'body');
@@ -279,7 +289,10 @@ export class SandboxdApi {
         const warm = optionalInt(p.warm, `pools[${i}].warm`, 0) ?? 0;
         return { key: parsePoolKey(p), warm };
       });
-      e.setTargets(targets);
+      const owner = url.searchParams.get('owner') ?? undefined;
+      if (owner !== undefined && !/^[a-z0-9][a-z0-9.-]{0,62}$/.test(owner))
+        throw new HttpError(400, `owner: must be a lowercase name (got ${JSON.stringify(owner)})`);
+      e.setTargets(targets, owner);
       json(res, 200, this.info());
     });
 
@@ -344,15 +357,6 @@ export class SandboxdApi {
       });
     }
 
-    this.route('POST', '/v1/sandboxes/{id}/fork', async (req, res, who, [id]) => {
-      const body = await readJson(req);
-      const rec = this.authorizedSandbox(who, id!, optionalString(body.token, 'token'));
-      const count = optionalInt(body.count, 'count', 1) ?? 1;
-      const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 0);
-      const children = await e.fork(rec.id, count, ttl);
-      json(res, 200, { children: children.map((c) => claimResponse(c, e.advertiseAddr)) });
-    });
-
     this.route('POST', '/v1/sandboxes/{id}/checkpoint', async (req, res, who, [id]) => {
       const body = await readJson(req);
       const rec = this.authorizedSandbox(who, id!, optionalString(body.token, 'token'));
@@ -362,6 +366,8 @@ export class SandboxdApi {
 
     this.route('POST', '/v1/sandboxes/{id}/exec', async (req, res, who, [id]) => {
       const rec = this.authorizedSandbox(who, id!);
+      if (rec.paused || rec.hibernated)
+        throw new HttpError(409, `sandbox ${rec.id} is ${rec.paused ? 'paused' : 'hibernated'}: resume it first`);
       const body = await readJson(req);
       if (
         !Array.isArray(body.argv) ||
@@ -393,12 +399,7 @@ export class SandboxdApi {
       if (!e.deleteCheckpoint(id!)) throw new HttpError(404, `checkpoint ${id} not found`);
       res.writeHead(204).end();
     });
-    this.route('POST', '/v1/checkpoints/{id}/claim', async (req, res, who, [id]) => {
-      requireOperator(who);
-      const body = await readJson(req);
-      const rec = await e.claimCheckpoint(id!, optionalInt(body.ttl_seconds, 'ttl_seconds', 0));
-      json(res, 200, claimResponse(rec, e.advertiseAddr));
-    });
+    registerLifecycleRoutes(this, e, this.opts.pauseMode);
   }
 
   info() {
@@ -407,6 +408,7 @@ export class SandboxdApi {
     return {
       pools: e.poolStatus().map((p) => ({
         key: p.key,
+        ...(p.owner ? { owner: p.owner } : {}),
         warm: p.warm,
         primed: p.primed,
         refilling: p.refilling,
@@ -428,7 +430,7 @@ export class SandboxdApi {
   }
 
   /** Root (operator path, resolves by id alone) or the sandbox's own token (header or body). */
-  private authorizedSandbox(who: Principal, id: string, bodyToken?: string): SandboxRecord {
+  authorizedSandbox(who: Principal, id: string, bodyToken?: string): SandboxRecord {
     const rec = this.engine.get(id);
     if (!rec || !mayAccessSandbox(who, rec.token, bodyToken)) {
       if (who.kind === 'tenant' && rec) throw new HttpError(403, 'operator token required');
@@ -438,12 +440,12 @@ export class SandboxdApi {
   }
 }
 
-function requireOperator(who: Principal): void {
+export function requireOperator(who: Principal): void {
   if (who.kind === 'tenant') throw new HttpError(403, 'operator token required');
   if (!isOperator(who)) throw new HttpError(401, 'invalid api token');
 }
 
-function claimResponse(rec: SandboxRecord, ownerAddr: string) {
+export function claimResponse(rec: SandboxRecord, ownerAddr: string) {
   return {
     id: rec.id,
     token: rec.token,
@@ -457,7 +459,7 @@ function claimResponse(rec: SandboxRecord, ownerAddr: string) {
  * The `object` of a claim (a Kubernetes object's identity and spec, docs/sandboxd-api.md): a JSON object naming
  * `metadata.namespace/name` equal to the claim_ref, at most 256 KiB; absent for claims that are not objects.
  */
-function storedObject(v: unknown, claimRef: string | undefined): unknown {
+export function storedObject(v: unknown, claimRef: string | undefined): unknown {
   if (v === undefined || v === null) return undefined;
   const meta = isObject(v) && isObject(v.metadata) ? v.metadata : undefined;
   if (!meta || typeof meta.name !== 'string' || typeof meta.namespace !== 'string')
@@ -469,7 +471,7 @@ function storedObject(v: unknown, claimRef: string | undefined): unknown {
   return v;
 }
 
-function checkpointRow(ck: CheckpointRecord) {
+export function checkpointRow(ck: CheckpointRecord) {
   return {
     id: ck.id,
     ...(ck.name ? { name: ck.name } : {}),
@@ -479,7 +481,7 @@ function checkpointRow(ck: CheckpointRecord) {
   };
 }
 
-function json(res: ServerResponse, status: number, body: unknown): void {
+export function json(res: ServerResponse, status: number, body: unknown): void {
   const payload = JSON.stringify(body);
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) });
   res.end(payload);
@@ -495,7 +497,7 @@ function isObject(v: unknown): v is Record<string, unknown> {
 }
 
 /** The request body as a JSON object (400 on malformed or oversized bodies). */
-async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
+export async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
   const tooLarge = () => new HttpError(400, `invalid request body: larger than ${MAX_BODY_BYTES} bytes`);
   return parseJsonBody(await collectBody(req, MAX_BODY_BYTES, tooLarge));
 }
@@ -517,14 +519,14 @@ function strictKeys(obj: Record<string, unknown>, allowed: string[], where: stri
     if (!allowed.includes(k)) throw new HttpError(400, `${where}: unknown field "${k}"`);
 }
 
-function optionalInt(v: unknown, field: string, min: number): number | undefined {
+export function optionalInt(v: unknown, field: string, min: number): number | undefined {
   if (v === undefined || v === null) return undefined;
   if (typeof v !== 'number' || !Number.isInteger(v) || v < min)
     throw new HttpError(400, `${field}: must be an integer >= ${min}`);
   return v;
 }
 
-function optionalString(v: unknown, field: string): string | undefined {
+export function optionalString(v: unknown, field: string): string | undefined {
   if (v === undefined || v === null) return undefined;
   if (typeof v !== 'string') throw new HttpError(400, `${field}: must be a string`);
   return v;

@@ -24,7 +24,7 @@ export function buildInventory(engine: NodeEngine, nodeName: string, address: st
     .map((r) => ({
       name: r.claimRef ?? r.id,
       id: r.id,
-      phase: r.hibernated ? 'Hibernated' : 'Running',
+      phase: r.hibernated ? 'Hibernated' : r.paused ? 'Paused' : 'Running',
       ...(r.claimRef ? { claimRef: r.claimRef } : {}),
       addr: address,
       deadline: r.deadline.replace(/\.\d+Z$/, 'Z'),

@@ -22,6 +22,7 @@ export const TEST_WARM = 12;
 
 export interface AggregatedInfo {
   cluster: ClusterInfo;
+  pluginDir: string;
   apiserver: NonNullable<Platform['apiserver']>;
   sandboxd: SandboxdNode[];
 }
@@ -45,13 +46,15 @@ export async function startAggregatedForTests(
     sandboxdNodes: 2,
     warm: TEST_WARM,
     template: TEST_TEMPLATE,
+    // An egress-lane pool too: the verbs it refuses (pause, fork) are part of the contract.
+    pools: `${TEST_TEMPLATE}=${TEST_WARM},${TEST_TEMPLATE}:egress=1`,
     etcdFsync: true,
     logger: createLogger({ level: 'warn', name: 'aggregated' }),
     progress: (l) => process.stderr.write(`[aggregated] ${l}\n`),
   });
   const { kubectl: _k, processes: _p, stop: _s, ...cluster } = platform.cluster;
   return {
-    info: { cluster, apiserver: platform.apiserver!, sandboxd: platform.sandboxd },
+    info: { cluster, pluginDir: platform.pluginDir, apiserver: platform.apiserver!, sandboxd: platform.sandboxd },
     stop: () => platform.stop(),
     pids: () => platform.pids(),
   };

@@ -4,6 +4,7 @@
  * (maintained from informer events), so a steady-state pass is O(1): it touches members only to replace drifted or
  * stuck ones, or to scale down.
  */
+import { CocoonAnnotationKeys } from '../../api/keys.js';
 import {
   AnnotationKeys,
   EXTENSIONS_GROUP,
@@ -174,6 +175,9 @@ export class WarmPoolReconciler {
     const { config, sandboxes, templates } = this.d;
     const pool = this.d.pools.get(req.key);
     if (!pool || pool.metadata.deletionTimestamp) return;
+    // Filled by the nodes (sandbox-apiserver's warm-pool driver, the aggregated layout), which alone writes its
+    // status: two writers that disagree was a gap of the reference system.
+    if (pool.metadata.annotations?.[CocoonAnnotationKeys.servedBy] === 'sandbox-apiserver') return;
     const uid = pool.metadata.uid!;
     const ns = pool.metadata.namespace!;
     const stats = this.membership.get(uid);
