@@ -17,8 +17,8 @@ import { createLogger } from '../../src/log/logger.js';
 
 export const AGGREGATED_ENV = 'SBX_TEST_AGGREGATED';
 export const TEST_TEMPLATE = 'sandbox/minimal';
-/** Warm VMs per node: the read-your-writes test claims 100 one after another; refill keeps up at this depth. */
-export const TEST_WARM = 12;
+/** Warm VMs per node: enough for the tests' bursts (they retry a create while the pools refill), few enough that refill churn stays small beside the other suites. */
+export const TEST_WARM = 8;
 
 export interface AggregatedInfo {
   cluster: ClusterInfo;
