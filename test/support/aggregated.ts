@@ -119,3 +119,23 @@ export function sandboxManifest(
     spec: { podTemplate: { spec: { containers: [{ name: 'main', image: TEST_TEMPLATE }] } } },
   };
 }
+
+/**
+ * `kubectl create` of a Sandbox, retried while no warm VM is left this instant (503 "no warm sandbox": the test
+ * files share two nodes' pools, which refill in the background); capacity is not what these tests check.
+ */
+export async function createSandbox(
+  env: AggregatedEnv,
+  namespace: string,
+  manifest: object,
+  args: string[] = [],
+): Promise<string> {
+  for (let i = 0; ; i++) {
+    try {
+      return await env.kubectl(['create', '-n', namespace, ...args, '-f', '-'], JSON.stringify(manifest));
+    } catch (err) {
+      if (!/no warm sandbox/.test(String(err)) || i > 300) throw err;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}
