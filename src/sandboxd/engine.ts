@@ -266,7 +266,8 @@ export class NodeEngine extends EventEmitter {
     const warm = this.claimWarm(req);
     if (warm) return warm;
     this.assertKnownTemplate(req.key.template);
-    if (req.provisionOnMiss === false) throw new SandboxError('warm-miss', `no warm sandbox for ${keyString(req.key)}`);
+    if (req.provisionOnMiss === false)
+      throw new SandboxError('sandboxd.warm-miss', `no warm sandbox for ${keyString(req.key)}`);
     const vm = await this.reserving(1, () => this.pools.provision(req.key));
     this.counters.provisioned++;
     if (req.primeAfter) this.pools.primeLater(vm);
@@ -282,7 +283,7 @@ export class NodeEngine extends EventEmitter {
   claimWarm(req: ClaimRequest): SandboxRecord | undefined {
     if (!this.hasRoom())
       throw new SandboxError(
-        'at-capacity',
+        'sandboxd.at-capacity',
         `node ${this.opts.nodeName} is at capacity (${this.opts.maxClaims} claims)`,
       );
     const vm = this.pools.take(req.key);
@@ -332,13 +333,13 @@ export class NodeEngine extends EventEmitter {
   vm(id: string): Vm {
     const rec = this.mustGet(id);
     const vm = this.driver.get(rec.vmId);
-    if (!vm) throw new SandboxError('not-found', `sandbox ${id} has no VM any more`);
+    if (!vm) throw new SandboxError('sandboxd.not-found', `sandbox ${id} has no VM any more`);
     return vm;
   }
 
   private mustGet(id: string): SandboxRecord {
     const rec = this.claims.get(id);
-    if (!rec) throw new SandboxError('not-found', `sandbox ${id} not found`);
+    if (!rec) throw new SandboxError('sandboxd.not-found', `sandbox ${id} not found`);
     return rec;
   }
 
@@ -396,9 +397,9 @@ export class NodeEngine extends EventEmitter {
     const rec = this.mustGet(id);
     this.assertNotEgress(rec, 'fork');
     if (!Number.isInteger(count) || count < 1 || count > 16)
-      throw new SandboxError('bad-request', `count: must be 1..16 (got ${count})`);
+      throw new SandboxError('sandboxd.bad-request', `count: must be 1..16 (got ${count})`);
     if (!this.hasRoom(count))
-      throw new SandboxError('at-capacity', `forking ${count} would exceed ${this.opts.maxClaims} claims`);
+      throw new SandboxError('sandboxd.at-capacity', `forking ${count} would exceed ${this.opts.maxClaims} claims`);
     const children = await this.reserving(count, () =>
       this.vm(id).fork(count, { labels: { [LABEL_NODE]: this.opts.nodeName } }),
     );
@@ -432,8 +433,8 @@ export class NodeEngine extends EventEmitter {
 
   async claimCheckpoint(id: string, ttlSeconds?: number): Promise<SandboxRecord> {
     const ck = this.checkpoints.get(id);
-    if (!ck) throw new SandboxError('not-found', `checkpoint ${id} not found`);
-    if (!this.hasRoom()) throw new SandboxError('at-capacity', `node ${this.opts.nodeName} is at capacity`);
+    if (!ck) throw new SandboxError('sandboxd.not-found', `checkpoint ${id} not found`);
+    if (!this.hasRoom()) throw new SandboxError('sandboxd.at-capacity', `node ${this.opts.nodeName} is at capacity`);
     const vm = await this.reserving(1, () =>
       this.driver.clone(ck.template, { labels: { [LABEL_NODE]: this.opts.nodeName } }),
     );
@@ -446,7 +447,7 @@ export class NodeEngine extends EventEmitter {
 
   private assertNotEgress(rec: SandboxRecord, verb: string): void {
     if (rec.key.net === 'egress')
-      throw new SandboxError('conflict', `${verb} is not supported on the egress lane (sandbox ${rec.id})`);
+      throw new SandboxError('sandboxd.conflict', `${verb} is not supported on the egress lane (sandbox ${rec.id})`);
   }
 
   private stateJson(): string {

@@ -80,7 +80,7 @@ export class WarmPools {
 
   assertKnownTemplate(template: string): void {
     if (!GUEST_TEMPLATES[template])
-      throw new SandboxError('bad-request', `template: unknown template "${template}"`, {
+      throw new SandboxError('sandboxd.bad-request', `template: unknown template "${template}"`, {
         hint: `known templates: ${this.knownTemplates().join(', ')}`,
       });
   }
@@ -131,7 +131,7 @@ export class WarmPools {
   /** Replace this node's warm targets wholesale; pools left out are drained (claims are never touched). */
   setTargets(targets: Array<{ key: PoolKey; warm: number }>): void {
     const wanted = new Map(targets.map((t) => [keyString(t.key), t]));
-    if (wanted.size !== targets.length) throw new SandboxError('bad-request', 'pools: duplicate pool');
+    if (wanted.size !== targets.length) throw new SandboxError('sandboxd.bad-request', 'pools: duplicate pool');
     for (const t of targets) this.assertKnownTemplate(t.key.template);
     for (const [k, pool] of this.pools) {
       if (!wanted.has(k)) pool.target = 0;

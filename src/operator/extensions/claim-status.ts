@@ -4,6 +4,7 @@
  */
 import { isDeepStrictEqual } from 'node:util';
 import type { Condition, Lifecycle, Sandbox, SandboxClaim, SandboxClaimStatus } from '../../api/index.js';
+import type { ErrorCode } from '../../error-codes.js';
 
 export const ClaimReasons = {
   templateNotFound: 'TemplateNotFound',
@@ -18,6 +19,23 @@ export const ClaimReasons = {
   sandboxNotReady: 'SandboxNotReady',
   createPending: 'SandboxCreatePending',
 } as const;
+
+export type ClaimReason = (typeof ClaimReasons)[keyof typeof ClaimReasons];
+
+/** The SandboxError code of a pass that ends with a claim reason (an Outcome, a ClaimInputError). */
+export const CLAIM_REASON_CODES: Readonly<Record<ClaimReason, ErrorCode>> = {
+  TemplateNotFound: 'claim.template-not-found',
+  WarmPoolNotFound: 'claim.warm-pool-not-found',
+  InvalidMetadata: 'claim.invalid-metadata',
+  EnvVarsInjectionRejected: 'claim.env-vars-injection-rejected',
+  VolumeClaimTemplatesError: 'claim.volume-claim-templates-error',
+  ReconcilerError: 'claim.reconciler-error',
+  ClaimExpired: 'claim.claim-expired',
+  SandboxMissing: 'claim.sandbox-missing',
+  SandboxExpired: 'claim.sandbox-expired',
+  SandboxNotReady: 'claim.sandbox-not-ready',
+  SandboxCreatePending: 'claim.sandbox-create-pending',
+};
 
 export const CLAIM_EXPIRED_MESSAGE = 'Claim expired. Sandbox cleanup initiated.';
 

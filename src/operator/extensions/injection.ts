@@ -4,6 +4,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { SandboxError } from '../../errors.js';
+import { CLAIM_REASON_CODES } from './claim-status.js';
 import type {
   EnvVar,
   EnvVarsInjectionPolicy,
@@ -19,7 +20,7 @@ export class ClaimInputError extends SandboxError {
     readonly reason: 'InvalidMetadata' | 'EnvVarsInjectionRejected' | 'VolumeClaimTemplatesError',
     message: string,
   ) {
-    super(`claim.${reason}`, message);
+    super(CLAIM_REASON_CODES[reason], message);
     this.name = 'ClaimInputError';
   }
 }

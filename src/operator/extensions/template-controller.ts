@@ -110,7 +110,7 @@ export function registerTemplateController({ manager, config }: ControllerContex
     if (existing) {
       if (!isControlledBy(existing, template))
         throw new SandboxError(
-          'template.networkpolicy',
+          'sandbox-template.network-policy',
           `refusing to update NetworkPolicy "${npName}" as it is not controlled by SandboxTemplate "${name}"`,
         );
       if (sameSpec(existing.spec, spec)) return;

@@ -30,7 +30,7 @@ export const DEFAULT_CERT_POLICY: CertPolicy = { validityMs: 365 * DAY_MS, renew
 export function checkCertPolicy(p: CertPolicy): CertPolicy {
   if (!(p.renewBeforeMs > 0) || !(p.validityMs > p.renewBeforeMs + 1000))
     throw new SandboxError(
-      'WebhookCertPolicyInvalid',
+      'webhook.cert-policy-invalid',
       `webhook certificate validity ${p.validityMs} ms must exceed its renew-before window ${p.renewBeforeMs} ms by more than a second`,
       { hint: 'lengthen the validity or shorten the renew-before window' },
     );
@@ -147,7 +147,7 @@ export async function ensureCertSecret(
     // Lost the create race: loop and adopt the winner's Secret.
   }
   throw new SandboxError(
-    'WebhookCertsContended',
+    'webhook.certs-contended',
     `could not settle Secret ${id.namespace}/${secretName} after 5 attempts`,
     {
       hint: 'another process keeps rewriting it; check for a second operator with a different service name',
@@ -179,7 +179,7 @@ export async function readCertDir(certDir: string): Promise<Pick<CertificateBund
     ]);
     return { certPem, keyPem };
   } catch (err) {
-    throw new SandboxError('WebhookCertsMissing', `no tls.crt/tls.key in ${certDir}`, {
+    throw new SandboxError('webhook.certs-missing', `no tls.crt/tls.key in ${certDir}`, {
       cause: err,
       hint: 'with --manage-webhook-certs=false the certificates must be provisioned (e.g. by cert-manager) before start',
     });

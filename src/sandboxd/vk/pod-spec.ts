@@ -79,8 +79,8 @@ export function vmRequestFor(pod: Pod, kind: VirtualNodeKind, knownTemplates: re
 export function claimFailure(err: unknown): { reason: string; message: string; retry: boolean } {
   const message = err instanceof Error ? err.message : String(err);
   if (err instanceof SandboxError) {
-    if (err.code === 'at-capacity') return { reason: 'AtCapacity', message, retry: true };
-    if (err.code === 'bad-request') return { reason: 'InvalidSandboxRequest', message, retry: false };
+    if (err.code === 'sandboxd.at-capacity') return { reason: 'AtCapacity', message, retry: true };
+    if (err.code === 'sandboxd.bad-request') return { reason: 'InvalidSandboxRequest', message, retry: false };
   }
   return { reason: 'VMCreateFailed', message, retry: true };
 }
