@@ -2,7 +2,7 @@ import { Command, Option } from 'commander';
 import { SandboxError } from '../errors.js';
 
 /**
- * sandbox-operator flags: the upstream names and defaults (agent-sandbox-spec §11), so manifests written for the
+ * sandbox-operator flags: the upstream operator's names and defaults, so manifests written for the
  * upstream controller work unchanged. The only place the operator reads its configuration.
  */
 export const RUNTIMES = ['standard', 'vk-cocoon', 'sandboxd'] as const;

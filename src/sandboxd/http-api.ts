@@ -12,7 +12,7 @@ import type { PeerDirectory } from './peers.js';
 import { parsePoolKey } from './pool-key.js';
 
 /**
- * sandboxd's HTTP API (cocoonstack-spec §1): plain HTTP/1.1 + JSON, bearer tokens, `{"error": "..."}` on every
+ * sandboxd's HTTP API (docs/sandboxd-api.md): plain HTTP/1.1 + JSON, bearer tokens, `{"error": "..."}` on every
  * non-2xx, request bodies capped at 1 MiB. Handlers only parse and authorize; the engine does the work, and the
  * table of error codes (src/error-codes.ts) gives each error's HTTP status.
  */

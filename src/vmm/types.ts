@@ -1,5 +1,5 @@
 /**
- * Shared types of the VMM layer: the VM lifecycle as an explicit state machine (style.md §3), template
+ * Shared types of the VMM layer: the VM lifecycle as an explicit state machine (docs/vm.md "Lifecycle"), template
  * and VM specs, and the driver interface that sandboxd builds on.
  */
 import { SandboxError } from '../errors.js';

@@ -1,10 +1,10 @@
 /**
- * Serving certificates of the conversion webhook (spec §11): a Secret (`ca.crt`, `tls.crt`, `tls.key`) is
- * reused when present and still fit (valid for longer than the renew-before window, 30 days by default, and
- * covering the needed names), else an
- * ECDSA P-256 CA and serving certificate are generated (a create race adopts the winner); tls.crt/tls.key go to
- * the cert dir; every webhook-converted CRD gets the client config and caBundle by merge patch.
- * With `manageCerts: false` (cert-manager) tls.crt/tls.key must already be in the cert dir and CRDs are left alone.
+ * Serving certificates of the conversion webhook (docs/api.md "Conversion webhook"): a Secret (`ca.crt`, `tls.crt`,
+ * `tls.key`) is reused when present and still fit (valid for longer than the renew-before window, 30 days by default,
+ * and covering the needed names), else an ECDSA P-256 CA and serving certificate are generated (a create race adopts
+ * the winner); tls.crt/tls.key go to the cert dir; every webhook-converted CRD gets the client config and caBundle by
+ * merge patch. With `manageCerts: false` (cert-manager) tls.crt/tls.key must already be in the cert dir and CRDs are
+ * left alone.
  */
 import { X509Certificate } from 'node:crypto';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
@@ -187,7 +187,7 @@ export async function readCertDir(certDir: string): Promise<Pick<CertificateBund
 }
 
 export interface ConversionClientTarget {
-  /** Service reference (spec §11 defaults), used unless `url` is set. */
+  /** Service reference (sandbox-webhook-service in sandbox-system by default), used unless `url` is set. */
   service: { name: string; namespace: string; path: string; port?: number };
   /** `clientConfig.url` instead of a Service (the local platform reaches the operator by URL). */
   url?: string;

@@ -1,7 +1,7 @@
 /**
  * The HTTPS server of the conversion webhook: `POST /convert` (ConversionReview v1/v1beta1), `GET /healthz`.
- * No client certificates are required (spec §11). `setCertificate` swaps the serving certificate at run time
- * (cert-rotation.ts): new handshakes get the new one, open connections keep theirs.
+ * No client certificates are asked for (docs/api.md "Conversion webhook"). `setCertificate` swaps the serving
+ * certificate at run time (cert-rotation.ts): new handshakes get the new one, open connections keep theirs.
  */
 import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';

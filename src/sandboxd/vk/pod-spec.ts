@@ -7,7 +7,7 @@ import { SandboxError } from '../../errors.js';
 import { parsePoolKey, type PoolKey } from '../pool-key.js';
 import type { ContainerStatus, Pod, PodCondition, PodStatus, VirtualNodeKind } from './types.js';
 
-/** vk-sandbox's default lease when a Pod names none (cocoonstack-spec §7.2). */
+/** vk-sandbox's default lease when a Pod names none (docs/runtime-adapter.md). */
 export const DEFAULT_POD_TTL_SECONDS = 86_400;
 
 export interface VmRequest {
