@@ -21,7 +21,10 @@ export const ERROR_CODES = {
   'agent.aborted': { status: 503, meaning: 'the caller aborted a request to the guest agent before it was answered' },
   'agent.disconnected': { status: 502, meaning: 'the connection to the guest agent closed or failed (the VM stopped)' },
   'agent.file-too-large': { status: 400, meaning: 'a guest file is larger than the limit the caller gave' },
-  'agent.frame-too-large': { status: 413, meaning: 'a frame over the wire protocol limit (arguments too large)' },
+  'agent.frame-too-large': {
+    status: 413,
+    meaning: 'a frame over the wire protocol limit: request arguments too large to send, or a guest that sent one',
+  },
   'agent.invalid-argument': { status: 400, meaning: 'an argument the agent client refuses before sending (a signal)' },
   'agent.protocol': { status: 502, meaning: 'the guest agent broke the wire protocol' },
   'agent.timeout': { status: 504, meaning: 'a request got no answer from the guest agent in time' },
