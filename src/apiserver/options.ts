@@ -27,6 +27,8 @@ export interface ApiServerConfig {
   readonly unauthorizedCacheTtlMs: number;
   readonly nodeTimeoutMs: number;
   readonly watchCacheEvents: number;
+  readonly enableWarmPoolDriver: boolean;
+  readonly warmPoolSyncIntervalMs: number;
   readonly logLevel: string;
   /** The e2b-compatible API (docs/e2b.md); undefined listens mean off. */
   readonly e2b: {
@@ -112,6 +114,20 @@ export function apiServerCommand(): Command {
       int('watch-cache-events', 1000),
       100_000,
     )
+    .addOption(
+      new Option(
+        '--enable-warm-pool-driver [bool]',
+        'fill SandboxWarmPools on the nodes (leader-elected; one writer of their status)',
+      )
+        .default(true)
+        .argParser(bool),
+    )
+    .option(
+      '--warm-pool-sync-interval <d>',
+      'how often the driver resyncs pools and samples warm counts',
+      seconds('warm-pool-sync-interval'),
+      5000,
+    )
     .option('--log-level <level>', 'log level (debug, info, warn, error)', 'info')
     .option('--e2b-listen <host:port>', 'serve the e2b-compatible control plane (E2B_API_URL) here; off by default')
     .option(
@@ -150,6 +166,8 @@ interface RawOptions {
   authorizationWebhookCacheUnauthorizedTtl: number;
   nodeTimeout: number;
   watchCacheEvents: number;
+  enableWarmPoolDriver: boolean;
+  warmPoolSyncInterval: number;
   logLevel: string;
   e2bListen?: string;
   e2bSandboxListen?: string;
@@ -221,6 +239,8 @@ export function toApiServerConfig(o: RawOptions): ApiServerConfig {
     unauthorizedCacheTtlMs: o.authorizationWebhookCacheUnauthorizedTtl,
     nodeTimeoutMs: o.nodeTimeout,
     watchCacheEvents: o.watchCacheEvents,
+    enableWarmPoolDriver: o.enableWarmPoolDriver,
+    warmPoolSyncIntervalMs: o.warmPoolSyncInterval,
     logLevel: o.logLevel,
     e2b: {
       listen: e2bListen,

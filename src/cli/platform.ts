@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rename, rm, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { applyCrdDir, issueCert, startCluster, type ClusterHandle } from '../cluster/index.js';
@@ -35,6 +35,8 @@ export interface PlatformOptions {
   warm: number;
   /** The template those warm VMs are of (sandbox/base; tests use sandbox/minimal). */
   template?: string;
+  /** The nodes' own warm pools (sandboxd `--pools`), instead of `<template>=<warm>`. */
+  pools?: string;
   /** Extra sandboxd flags (benchmarks: e.g. `--refill-delay=60000` to keep refills off a measured burst). */
   sandboxdArgs?: string[];
   /**
@@ -72,6 +74,8 @@ export interface Platform {
   apiserver: { address: string; caFile: string; apiServiceAvailableMs: number } | undefined;
   /** The e2b API of the aggregated layout: what E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY are set to. */
   e2b: E2bEndpoints | undefined;
+  /** A dir with `kubectl-sandbox` (the kubectl plugin), to put on PATH. */
+  pluginDir: string;
   pids(): number[];
   stop(): Promise<void>;
 }
@@ -125,8 +129,12 @@ export async function startPlatform(opts: PlatformOptions): Promise<Platform> {
     const sandboxd = await startSandboxdNodes(cluster, components, opts, tokenFile, waits);
     const started = aggregated ? await startApiServer(cluster, components, opts, tokenFile) : undefined;
     await Promise.all(waits);
+    const pluginDir = join(opts.dataDir, 'bin');
+    await mkdir(pluginDir, { recursive: true });
+    await symlink(join(REPO, 'bin', 'kubectl-sandbox.mjs'), join(pluginDir, 'kubectl-sandbox'));
     return {
       cluster,
+      pluginDir,
       layout: opts.layout,
       sandboxd,
       operatorHealth,
@@ -282,8 +290,7 @@ async function startApiServer(
 /** sandboxd's --pools: the layout's template, plus the e2b API's sandbox/base where that is another one. */
 function poolsFlag(opts: PlatformOptions): string[] {
   const template = opts.template ?? 'sandbox/base';
-  const pools: string[] = [];
-  if (opts.warm > 0) pools.push(`${template}=${opts.warm}`);
+  const pools: string[] = opts.pools ? [opts.pools] : opts.warm > 0 ? [`${template}=${opts.warm}`] : [];
   if (opts.layout === 'aggregated' && (opts.e2bWarm ?? 0) > 0 && template !== 'sandbox/base')
     pools.push(`sandbox/base=${opts.e2bWarm}`);
   return pools.length ? [`--pools=${pools.join(',')}`] : [];
@@ -297,6 +304,7 @@ export interface PlatformState {
   error?: string;
   kubeconfigPath?: string;
   binDir?: string;
+  pluginDir?: string;
   netns?: string;
   hostInterface?: string;
   pids?: number[];

@@ -17,6 +17,8 @@ export interface SandboxRecord {
   claimedAt: string;
   deadline: string;
   hibernated: boolean;
+  /** Memory-resident pause (QMP stop): frozen vCPUs, RAM kept. */
+  paused?: boolean;
   fromCheckpoint?: string;
   /** How the claim was served: warm pop or on-demand clone. */
   source: 'warm' | 'provisioned' | 'fork' | 'checkpoint';
@@ -47,6 +49,8 @@ export interface ClaimOptions {
   /** The claimed VM's size. */
   vcpus?: number;
   memoryMiB?: number;
+  /** The checkpoint the VM was cloned from. */
+  fromCheckpoint?: string;
 }
 
 /**
@@ -102,6 +106,7 @@ export class ClaimRecords {
       ...(opts.onExpiry ? { onExpiry: opts.onExpiry } : {}),
       ...(opts.vcpus ? { vcpus: opts.vcpus } : {}),
       ...(opts.memoryMiB ? { memoryMiB: opts.memoryMiB } : {}),
+      ...(opts.fromCheckpoint ? { fromCheckpoint: opts.fromCheckpoint } : {}),
     };
     this.touch(rec);
     this.restore(rec);

@@ -149,6 +149,7 @@ async function upForeground(opts: UpOptions): Promise<void> {
     supervisorPid: process.pid,
     kubeconfigPath: c.kubeconfigPath,
     binDir: c.binDir,
+    pluginDir: platform.pluginDir,
     netns: c.netns,
     hostInterface: c.hostInterface,
     pids: platform.pids(),
@@ -165,7 +166,7 @@ async function upForeground(opts: UpOptions): Promise<void> {
       : {}),
   });
   if (stopping) return;
-  const kubectl = `KUBECONFIG=${c.kubeconfigPath} ${join(c.binDir, 'kubectl')}`;
+  const kubectl = `KUBECONFIG=${c.kubeconfigPath} PATH=${platform.pluginDir}:$PATH ${join(c.binDir, 'kubectl')}`;
   process.stdout.write(
     [
       `sandbox-operator platform is up (control plane Ready in ${(c.readyMs / 1000).toFixed(1)} s)`,
@@ -228,9 +229,8 @@ async function upDetached(opts: UpOptions): Promise<void> {
     if (state?.status === 'ready' && state.kubeconfigPath && state.binDir) {
       process.stderr.write(`platform ready; stop it with \`sbx down\`\n`);
       const e2b = state.e2b ? await e2bExports(state.e2b) : '';
-      process.stdout.write(
-        `export KUBECONFIG=${resolve(state.kubeconfigPath)} PATH=${resolve(state.binDir)}:$PATH${e2b}\n`,
-      );
+      const path = [state.binDir, state.pluginDir].filter((d): d is string => !!d).map((d) => resolve(d));
+      process.stdout.write(`export KUBECONFIG=${resolve(state.kubeconfigPath)} PATH=${path.join(':')}:$PATH${e2b}\n`);
       return;
     }
     if (state?.status === 'failed')
