@@ -203,7 +203,7 @@ export class SandboxdApi {
     const claimRef = optionalString(body.claim_ref, 'claim_ref');
     const onExpiry = optionalString(body.on_expiry, 'on_expiry');
     if (onExpiry !== undefined && onExpiry !== 'release' && onExpiry !== 'hibernate')
-      throw new HttpError(400, 'on_expiry: must be release or hibernate');
+      throw new SandboxError('sandboxd.bad-request', 'on_expiry: must be release or hibernate');
     const noRedirect = body.no_redirect === true;
     const object = storedObject(body.object, claimRef);
     e.assertKnownTemplate(key.template);

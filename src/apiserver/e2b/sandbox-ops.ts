@@ -180,11 +180,14 @@ export class SandboxOps {
     return (await this.refresh(e)).entry;
   }
 
-  /** Pause: hibernate on the node; kept for the longest lease while paused. 409 when already paused. */
+  /**
+   * Pause: the node's pause (the subresource's too: memory-resident or hibernation, as the node is configured); kept
+   * for the longest lease while paused. 409 when already paused.
+   */
   async pause(id: string): Promise<void> {
     const e = (await this.refresh(this.entry(id))).entry;
     if (stateOf(e) === 'paused') throw new E2bError(409, `sandbox "${id}" is already paused`);
-    await this.verb(e, 'hibernate');
+    await this.verb(e, 'pause');
     await this.setTimeout(e, MAX_TIMEOUT_SECONDS);
   }
 
@@ -196,7 +199,7 @@ export class SandboxOps {
     let { entry } = await this.refresh(this.entry(id));
     const resumed = stateOf(entry) === 'paused';
     if (resumed) {
-      await this.verb(entry, 'wake');
+      await this.verb(entry, 'resume');
       entry = await this.setTimeout(entry, seconds || DEFAULT_TIMEOUT_SECONDS);
     } else if (seconds && Date.parse(entry.deadline) < Date.now() + seconds * 1000) {
       entry = await this.setTimeout(entry, seconds);
@@ -272,12 +275,14 @@ export class SandboxOps {
     });
   }
 
-  private async verb(e: SandboxEntry, verb: 'hibernate' | 'wake'): Promise<void> {
-    await this.d.client
+  /** The node answers pause and resume with the row, applied at once (both APIs read the new phase). */
+  private async verb(e: SandboxEntry, verb: 'pause' | 'resume'): Promise<void> {
+    const out = (await this.d.client
       .call(e.node, e.address, 'POST', `/v1/sandboxes/${encodeURIComponent(e.claimId)}/${verb}`)
       .catch((err: unknown) => {
         throw nodeFailure(err, e.name);
-      });
+      })) as { sandbox?: NodeRow };
+    if (out.sandbox) this.d.store.upsert(e.node, e.address, out.sandbox);
   }
 }
 

@@ -29,7 +29,9 @@ export function metadataOf(e: SandboxEntry): Record<string, string> {
   }
 }
 
-export const stateOf = (e: SandboxEntry): 'running' | 'paused' => (e.phase === 'Hibernated' ? 'paused' : 'running');
+/** Paused in either of the node's modes (memory-resident or hibernated), by this API or the pause subresource. */
+export const stateOf = (e: SandboxEntry): 'running' | 'paused' =>
+  e.phase === 'Paused' || e.phase === 'Hibernated' ? 'paused' : 'running';
 
 const iso = (ts: string) => new Date(Date.parse(ts)).toISOString();
 
