@@ -14,7 +14,16 @@ import {
 } from '../../cluster/index.js';
 import { SandboxError, errorMessage } from '../../errors.js';
 import { createLogger } from '../../log/logger.js';
-import { readState, startPlatform, statePath, writeState, type Layout, type Platform } from '../platform.js';
+import { parseApiKeys } from '../../apiserver/e2b/api-keys.js';
+import {
+  readState,
+  startPlatform,
+  statePath,
+  writeState,
+  type Layout,
+  type Platform,
+  type PlatformState,
+} from '../platform.js';
 
 interface UpOptions {
   detach?: boolean;
@@ -228,9 +237,7 @@ async function upDetached(opts: UpOptions): Promise<void> {
     const state = await readState(env.stateDir);
     if (state?.status === 'ready' && state.kubeconfigPath && state.binDir) {
       process.stderr.write(`platform ready; stop it with \`sbx down\`\n`);
-      const e2b = state.e2b ? await e2bExports(state.e2b) : '';
-      const path = [state.binDir, state.pluginDir].filter((d): d is string => !!d).map((d) => resolve(d));
-      process.stdout.write(`export KUBECONFIG=${resolve(state.kubeconfigPath)} PATH=${path.join(':')}:$PATH${e2b}\n`);
+      process.stdout.write(`${await exportLine(state)}\n`);
       return;
     }
     if (state?.status === 'failed')
@@ -278,12 +285,18 @@ async function killVmsUnder(runRoots: string[]): Promise<void> {
   for (const r of runRoots) await rm(r, { recursive: true, force: true });
 }
 
-/** ` E2B_API_URL=… E2B_SANDBOX_URL=… E2B_API_KEY=…` for the export line (the key read from its 0600 file). */
-async function e2bExports(e2b: NonNullable<Awaited<ReturnType<typeof readState>>>['e2b']): Promise<string> {
-  if (!e2b) return '';
-  const key = (await readFile(e2b.apiKeyFile, 'utf8'))
-    .split('\n')
-    .map((l) => l.trim())
-    .find((l) => l && !l.startsWith('#'));
-  return ` E2B_API_URL=${e2b.apiUrl} E2B_SANDBOX_URL=${e2b.sandboxUrl}${key ? ` E2B_API_KEY=${key}` : ''}`;
+/**
+ * The line `sbx up --detach` prints last, for `eval`: KUBECONFIG, PATH (kubectl and the kubectl plugin) and, in the
+ * aggregated layout, E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY (the first key of its 0600 file), so an e2b SDK
+ * needs nothing else.
+ */
+export async function exportLine(state: PlatformState): Promise<string> {
+  const path = [state.binDir, state.pluginDir].filter((d): d is string => !!d).map((d) => resolve(d));
+  let line = `export KUBECONFIG=${resolve(state.kubeconfigPath ?? '')} PATH=${path.join(':')}:$PATH`;
+  if (state.e2b) {
+    const [key] = parseApiKeys(await readFile(state.e2b.apiKeyFile, 'utf8'));
+    line += ` E2B_API_URL=${state.e2b.apiUrl} E2B_SANDBOX_URL=${state.e2b.sandboxUrl}`;
+    if (key) line += ` E2B_API_KEY=${key}`;
+  }
+  return line;
 }
