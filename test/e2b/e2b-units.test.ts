@@ -16,7 +16,9 @@ import { SandboxStore } from '../../src/apiserver/sandboxes/store.js';
 import { silentLogger } from '../../src/log/logger.js';
 import { fileSignature, signatureProblem } from '../../src/sandboxd/envd/access.js';
 import { permissionString } from '../../src/sandboxd/envd/entry-info.js';
+import { httpFailure, toConnectError } from '../../src/sandboxd/envd/errors.js';
 import { endEvent } from '../../src/sandboxd/envd/processes.js';
+import { agentError } from '../../src/guest/agent-errors.js';
 import { targetOf } from '../../src/sandboxd/envd/server.js';
 import { basicAuthUser, resolvePath } from '../../src/sandboxd/envd/users.js';
 import type { IncomingMessage } from 'node:http';
@@ -104,6 +106,17 @@ describe('e2b API units', () => {
     assert.deepEqual(routeTarget(req({ host: '49983-iabc.e2b.local' })), { id: 'iabc', port: 49983 });
     assert.equal(routeTarget(req({ host: '127.0.0.1:8080' })), undefined);
     assert.deepEqual(targetOf(req({ 'e2b-sandbox-id': 'sb_1' })), { id: 'sb_1', port: 49983 });
+  });
+
+  it("agent errors as the SDK's errors: a missing path is not_found (exists() is false), an existing one already_exists", () => {
+    const missing = agentError('file.stat', { code: 'ENOENT', message: 'lstat /tmp/x: no such file or directory' });
+    assert.equal(toConnectError(missing).code, Code.NotFound);
+    assert.equal(httpFailure(missing).status, 404);
+    assert.equal(
+      toConnectError(agentError('file.mkdir', { code: 'EEXIST', message: 'exists' })).code,
+      Code.AlreadyExists,
+    );
+    assert.equal(toConnectError(agentError('file.read', { code: 'EWHATEVER', message: 'odd' })).code, Code.Internal);
   });
 
   it('exits as envd reports them: a signal is -1, not exited, "signal: killed"', () => {

@@ -1,29 +1,33 @@
 /**
- * How the data plane reports failures: agent errors (errno-like `AGENT_*` codes, src/guest) become Connect codes
+ * How the data plane reports failures: agent errors (`agent.*` codes, src/guest) become Connect codes
  * for RPCs and HTTP statuses for `/files`, with the SDK's `{code, message}` bodies. The SDK maps these to its own
  * errors (not_found → FileNotFoundError, already_exists → false from makeDir, ...), so the mapping is the API.
  */
 import type { ServerResponse } from 'node:http';
 import { Code, ConnectError } from '@connectrpc/connect';
+import type { ErrorCode } from '../../error-codes.js';
 import { SandboxError } from '../../errors.js';
 
-const CONNECT_BY_AGENT: Record<string, Code> = {
-  AGENT_ENOENT: Code.NotFound,
-  AGENT_EEXIST: Code.AlreadyExists,
-  AGENT_EACCES: Code.PermissionDenied,
-  AGENT_EPERM: Code.PermissionDenied,
-  AGENT_EISDIR: Code.InvalidArgument,
-  AGENT_ENOTDIR: Code.InvalidArgument,
-  AGENT_EINVAL: Code.InvalidArgument,
-  AGENT_ENOTEMPTY: Code.FailedPrecondition,
-  AGENT_ENOSPC: Code.ResourceExhausted,
-  AGENT_ELIMIT: Code.ResourceExhausted,
-  AGENT_ESRCH: Code.NotFound,
-  AGENT_TIMEOUT: Code.DeadlineExceeded,
-  AGENT_DISCONNECTED: Code.Unavailable,
-  AGENT_UNREACHABLE: Code.Unavailable,
-  VM_INVALID_STATE: Code.Unavailable,
-  ABORTED: Code.Canceled,
+/** Typed by the table of codes (src/error-codes.ts), so a code renamed there cannot silently fall through here. */
+const CONNECT_BY_AGENT: Partial<Record<ErrorCode, Code>> = {
+  'agent.enoent': Code.NotFound,
+  'agent.eexist': Code.AlreadyExists,
+  'agent.eacces': Code.PermissionDenied,
+  'agent.eisdir': Code.InvalidArgument,
+  'agent.enotdir': Code.InvalidArgument,
+  'agent.einval': Code.InvalidArgument,
+  'agent.invalid-argument': Code.InvalidArgument,
+  'agent.enotempty': Code.FailedPrecondition,
+  'agent.file-too-large': Code.ResourceExhausted,
+  'agent.elimit': Code.ResourceExhausted,
+  'agent.esrch': Code.NotFound,
+  'agent.timeout': Code.DeadlineExceeded,
+  'agent.disconnected': Code.Unavailable,
+  'agent.unreachable': Code.Unavailable,
+  'vm.invalid-state': Code.Unavailable,
+  'vm.gone': Code.Unavailable,
+  'agent.aborted': Code.Canceled,
+  'agent.ecanceled': Code.Canceled,
 };
 
 /** Any error as a ConnectError (a ConnectError passes through). */

@@ -30,7 +30,16 @@ export function keepaliveMs(ctx: HandlerContext): number {
   return (Number.isFinite(v) && v >= 1 && v <= 3600 ? v : 50) * 1000;
 }
 
-/** Whether the handler's signal fired because the client's Connect-Timeout-Ms passed (not a disconnect). */
+/**
+ * How close to its Connect-Timeout-Ms a disconnect counts as the deadline: the SDK aborts on its own timer, started
+ * before the request reached us, so its disconnect usually beats our deadline by the request's transit time.
+ */
+const DEADLINE_SLACK_MS = 2000;
+
+/** Whether the handler's signal fired because the client's Connect-Timeout-Ms passed (not a plain disconnect). */
 export function deadlinePassed(ctx: HandlerContext): boolean {
-  return ctx.signal.aborted && ConnectError.from(ctx.signal.reason).code === Code.DeadlineExceeded;
+  if (!ctx.signal.aborted) return false;
+  if (ConnectError.from(ctx.signal.reason).code === Code.DeadlineExceeded) return true;
+  const left = ctx.timeoutMs();
+  return left !== undefined && left <= DEADLINE_SLACK_MS;
 }
