@@ -1,5 +1,6 @@
-// Lint rules: typed TypeScript rules plus the module boundaries of docs/architecture.md
-// (api <- kube <- operator/apiserver/sandboxd; sandboxd -> vmm -> guest).
+// Lint rules: typed TypeScript rules plus the module boundaries of the README's folder table ("Architecture")
+// (api <- kube <- operator/apiserver/sandboxd; sandboxd -> vmm -> guest). src/pki (X.509) is a leaf every layer
+// may use (the local cluster, the kubelet certs, the webhook), so it imports none of them.
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
@@ -35,4 +36,5 @@ export default tseslint.config(
   boundary('apiserver', ['operator', 'sandboxd', 'vmm', 'guest', 'cli']),
   boundary('vmm', ['api', 'kube', 'operator', 'apiserver', 'sandboxd', 'cli', 'cluster']),
   boundary('guest', ['api', 'kube', 'operator', 'apiserver', 'sandboxd', 'vmm', 'cli', 'cluster']),
+  boundary('pki', ['api', 'kube', 'operator', 'apiserver', 'sandboxd', 'vmm', 'guest', 'cli', 'cluster']),
 );

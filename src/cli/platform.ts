@@ -1,30 +1,44 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createWriteStream } from 'node:fs';
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
-import { request } from 'node:http';
+import { mkdir, readFile, rename, rm, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { applyCrdDir, issueCert, startCluster, type ClusterHandle } from '../cluster/index.js';
-import { SandboxError } from '../errors.js';
+import {
+  APISERVICE_NAME,
+  applyAggregatedRbac,
+  registerAggregatedApi,
+  SANDBOX_CRD,
+  serviceAccountKubeconfig,
+} from '../cluster/aggregated.js';
 import { freePort } from '../net/free-port.js';
 import { defaultRunRoot } from '../sandboxd/engine.js';
 import type { Logger } from '../log/logger.js';
+import { Components, type Component } from './components.js';
 
 /**
  * The local platform that `sbx up` runs, in one composition root: the control plane with simulated standard nodes,
- * the generated CRDs, sandbox-operator (conversion webhook reachable by the apiserver at the cluster's host
- * address) and N sandboxd nodes (real microVMs, each registering virtual-kubelet nodes).
+ * the generated CRDs, and N sandboxd nodes (real microVMs). The CRD layout adds sandbox-operator (conversion
+ * webhook reachable by the apiserver at the cluster's host address) and virtual-kubelet nodes on each sandboxd;
+ * the aggregated layout adds sandbox-apiserver, registered as the APIService for agents.x-k8s.io/v1beta1, and
+ * leaves the Sandbox CRD out (docs/aggregated-layout.md).
  */
+export type Layout = 'crd' | 'aggregated';
+
 export interface PlatformOptions {
   cacheDir: string;
   binDir: string | undefined;
   dataDir: string;
+  layout: Layout;
   simulatedNodes: number;
   sandboxdNodes: number;
   /** Warm VMs each sandboxd keeps of the base template, so the first claim is fast. */
   warm: number;
+  /** The template those warm VMs are of (sandbox/base; tests use sandbox/minimal). */
+  template?: string;
+  /** The nodes' own warm pools (sandboxd `--pools`), instead of `<template>=<warm>`. */
+  pools?: string;
+  /** Extra sandboxd flags (benchmarks: e.g. `--refill-delay=60000` to keep refills off a measured burst). */
+  sandboxdArgs?: string[];
   etcdFsync: boolean;
   logger: Logger;
   progress: (line: string) => void;
@@ -36,51 +50,28 @@ export interface ComponentProcess {
   logPath: string;
 }
 
+export interface SandboxdNode {
+  node: string;
+  address: string;
+  tokenFile: string;
+  vmRunRoot: string;
+}
+
 export interface Platform {
   cluster: ClusterHandle;
+  layout: Layout;
   components: ComponentProcess[];
-  sandboxd: Array<{ node: string; address: string; tokenFile: string; vmRunRoot: string }>;
-  operatorHealth: string;
+  sandboxd: SandboxdNode[];
+  operatorHealth: string | undefined;
+  /** The aggregated layout's server: where it listens and the CA that signs its certificate. */
+  apiserver: { address: string; caFile: string; apiServiceAvailableMs: number } | undefined;
+  /** A dir with `kubectl-sandbox` (the kubectl plugin), to put on PATH. */
+  pluginDir: string;
   pids(): number[];
   stop(): Promise<void>;
 }
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
-const bin = (name: string) => join(REPO, 'bin', `${name}.mjs`);
-
-async function waitHttp(
-  url: string,
-  child: ChildProcess,
-  name: string,
-  logPath: string,
-  timeoutMs: number,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (child.exitCode !== null || child.signalCode !== null) {
-      const tail = (await readFile(logPath, 'utf8').catch(() => '')).trimEnd().split('\n').slice(-10).join('\n');
-      throw new SandboxError(
-        'platform.component-died',
-        `${name} exited (${child.exitCode ?? child.signalCode}). Last log lines:\n${tail}`,
-        {
-          hint: `see ${logPath}`,
-        },
-      );
-    }
-    const ok = await new Promise<boolean>((resolve) => {
-      const req = request(url, { timeout: 1000 }, (res) => {
-        res.resume();
-        resolve(res.statusCode === 200);
-      });
-      req.on('error', () => resolve(false));
-      req.on('timeout', () => req.destroy());
-      req.end();
-    });
-    if (ok) return;
-    await sleep(200);
-  }
-  throw new SandboxError('platform.not-ready', `${name} not ready after ${timeoutMs} ms`, { hint: `see ${logPath}` });
-}
 
 export async function startPlatform(opts: PlatformOptions): Promise<Platform> {
   await rm(opts.dataDir, { recursive: true, force: true });
@@ -94,95 +85,42 @@ export async function startPlatform(opts: PlatformOptions): Promise<Platform> {
     logger: opts.logger,
     progress: opts.progress,
   });
-  const children: Array<{ name: string; child: ChildProcess; logPath: string }> = [];
+  const components = new Components(opts.dataDir);
   const stop = async () => {
-    for (const { child } of [...children].reverse()) {
-      if (child.exitCode !== null || child.signalCode !== null) continue;
-      child.kill('SIGTERM');
-      const exited = await Promise.race([
-        new Promise((r) => child.once('exit', r)).then(() => true),
-        sleep(20_000).then(() => false),
-      ]);
-      if (!exited) child.kill('SIGKILL');
-    }
+    await components.stop();
     await cluster.stop();
   };
-  const launch = (name: string, script: string, args: string[]) => {
-    const logPath = join(opts.dataDir, `${name}.log`);
-    const log = createWriteStream(logPath);
-    const child = spawn(process.execPath, [bin(script), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    child.stdout?.pipe(log);
-    child.stderr?.pipe(log);
-    children.push({ name, child, logPath });
-    return { child, logPath };
-  };
-
   try {
-    opts.progress('installing the agent-sandbox CRDs');
-    await applyCrdDir(cluster.kubectl, join(REPO, 'deploy', 'crds'));
+    const aggregated = opts.layout === 'aggregated';
+    opts.progress(
+      `installing the agent-sandbox CRDs${aggregated ? ` (all but ${SANDBOX_CRD}: the aggregated layout serves sandboxes)` : ''}`,
+    );
+    await applyCrdDir(cluster.kubectl, join(REPO, 'deploy', 'crds'), aggregated ? [SANDBOX_CRD] : []);
     await cluster.kubectl(['create', 'namespace', 'sandbox-system']);
-
-    const host = cluster.hostAddress;
-    const webhookPort = await freePort(host);
-    const healthPort = await freePort();
-    const metricsPort = await freePort();
-    opts.progress('starting sandbox-operator');
-    const op = launch('sandbox-operator', 'sandbox-operator', [
-      `--kubeconfig=${cluster.kubeconfigPath}`,
-      `--webhook-host=${host}`,
-      `--webhook-port=${webhookPort}`,
-      `--webhook-url=https://${host}:${webhookPort}/convert`,
-      `--webhook-cert-dir=${join(opts.dataDir, 'webhook-certs')}`,
-      `--metrics-bind-address=127.0.0.1:${metricsPort}`,
-      `--health-probe-bind-address=127.0.0.1:${healthPort}`,
-      `--cluster-domain=${cluster.clusterDomain}`,
-    ]);
-    const operatorHealth = `http://127.0.0.1:${healthPort}`;
-
     const tokenFile = join(opts.dataDir, 'sandboxd.token');
     await writeFile(tokenFile, randomBytes(24).toString('base64url'), { mode: 0o600 });
-    const sandboxd: Platform['sandboxd'] = [];
-    const waits: Array<Promise<void>> = [
-      waitHttp(`${operatorHealth}/readyz`, op.child, 'sandbox-operator', op.logPath, 120_000),
-    ];
-    for (let i = 0; i < opts.sandboxdNodes; i++) {
-      const node = `node-${i}`;
-      const dir = join(opts.dataDir, node);
-      await mkdir(dir, { recursive: true });
-      const kubelet = await issueCert(dir, cluster.pki.ca, {
-        name: 'kubelet',
-        commonName: `system:node:${node}`,
-        ips: [host],
-        usage: 'server',
-      });
-      const port = await freePort(host);
-      opts.progress(
-        `starting sandboxd ${node} (microVM templates are built on first use; the first start takes minutes)`,
-      );
-      const d = launch(`sandboxd-${node}`, 'sandboxd', [
-        `--node-name=${node}`,
-        `--listen=${host}:${port}`,
-        `--data-dir=${join(dir, 'data')}`,
-        `--token-file=${tokenFile}`,
-        `--kubeconfig=${cluster.kubeconfigPath}`,
-        `--kubelet-address=${host}`,
-        `--kubelet-port=${10250 + i * 10}`,
-        `--kubelet-tls-cert=${kubelet.cert}`,
-        `--kubelet-tls-key=${kubelet.key}`,
-        `--kubelet-client-ca=${cluster.pki.ca.cert}`,
-        ...(opts.warm > 0 ? [`--pools=sandbox/base=${opts.warm}`] : []),
-        '--destroy-on-exit',
-      ]);
-      sandboxd.push({ node, address: `${host}:${port}`, tokenFile, vmRunRoot: defaultRunRoot(join(dir, 'data')) });
-      waits.push(waitHttp(`http://${host}:${port}/healthz`, d.child, `sandboxd ${node}`, d.logPath, 30 * 60_000));
+    const waits: Array<Promise<void>> = [];
+    let operatorHealth: string | undefined;
+    if (!aggregated) {
+      const started = await startOperator(cluster, components, opts.dataDir);
+      operatorHealth = started.health;
+      waits.push(started.ready);
     }
+    const sandboxd = await startSandboxdNodes(cluster, components, opts, tokenFile, waits);
+    const apiserver = aggregated ? await startApiServer(cluster, components, opts, tokenFile) : undefined;
     await Promise.all(waits);
+    const pluginDir = join(opts.dataDir, 'bin');
+    await mkdir(pluginDir, { recursive: true });
+    await symlink(join(REPO, 'bin', 'kubectl-sandbox.mjs'), join(pluginDir, 'kubectl-sandbox'));
     return {
       cluster,
+      pluginDir,
+      layout: opts.layout,
       sandboxd,
       operatorHealth,
-      components: children.map((c) => ({ name: c.name, pid: c.child.pid ?? -1, logPath: c.logPath })),
-      pids: () => [...cluster.processes().map((p) => p.pid), ...children.map((c) => c.child.pid ?? -1)],
+      apiserver,
+      components: components.list.map((c) => ({ name: c.name, pid: c.child.pid ?? -1, logPath: c.logPath })),
+      pids: () => [...cluster.processes().map((p) => p.pid), ...components.pids()],
       stop,
     };
   } catch (err) {
@@ -191,13 +129,130 @@ export async function startPlatform(opts: PlatformOptions): Promise<Platform> {
   }
 }
 
+async function startOperator(cluster: ClusterHandle, components: Components, dataDir: string) {
+  const host = cluster.hostAddress;
+  const webhookPort = await freePort(host);
+  const healthPort = await freePort();
+  const metricsPort = await freePort();
+  const op = components.launch('sandbox-operator', 'sandbox-operator', [
+    `--kubeconfig=${cluster.kubeconfigPath}`,
+    `--webhook-host=${host}`,
+    `--webhook-port=${webhookPort}`,
+    `--webhook-url=https://${host}:${webhookPort}/convert`,
+    `--webhook-cert-dir=${join(dataDir, 'webhook-certs')}`,
+    `--metrics-bind-address=127.0.0.1:${metricsPort}`,
+    `--health-probe-bind-address=127.0.0.1:${healthPort}`,
+    `--cluster-domain=${cluster.clusterDomain}`,
+  ]);
+  const health = `http://127.0.0.1:${healthPort}`;
+  return { health, ready: components.waitReady(op, `${health}/readyz`, 120_000) };
+}
+
+async function startSandboxdNodes(
+  cluster: ClusterHandle,
+  components: Components,
+  opts: PlatformOptions,
+  tokenFile: string,
+  waits: Array<Promise<void>>,
+): Promise<SandboxdNode[]> {
+  const host = cluster.hostAddress;
+  const aggregated = opts.layout === 'aggregated';
+  const nodes: SandboxdNode[] = [];
+  for (let i = 0; i < opts.sandboxdNodes; i++) {
+    const node = `node-${i}`;
+    const dir = join(opts.dataDir, node);
+    await mkdir(dir, { recursive: true });
+    const port = await freePort(host);
+    const vk: string[] = [];
+    if (aggregated) vk.push('--vk-nodes=');
+    else {
+      const kubelet = await issueCert(dir, cluster.pki.ca, {
+        name: 'kubelet',
+        commonName: `system:node:${node}`,
+        ips: [host],
+        usage: 'server',
+      });
+      vk.push(
+        `--kubelet-address=${host}`,
+        `--kubelet-port=${10250 + i * 10}`,
+        `--kubelet-tls-cert=${kubelet.cert}`,
+        `--kubelet-tls-key=${kubelet.key}`,
+        `--kubelet-client-ca=${cluster.pki.ca.cert}`,
+      );
+    }
+    opts.progress(
+      `starting sandboxd ${node} (microVM templates are built on first use; the first start takes minutes)`,
+    );
+    const d = components.launch(`sandboxd-${node}`, 'sandboxd', [
+      `--node-name=${node}`,
+      `--listen=${host}:${port}`,
+      `--data-dir=${join(dir, 'data')}`,
+      `--token-file=${tokenFile}`,
+      `--kubeconfig=${cluster.kubeconfigPath}`,
+      ...vk,
+      ...(opts.pools
+        ? [`--pools=${opts.pools}`]
+        : opts.warm > 0
+          ? [`--pools=${opts.template ?? 'sandbox/base'}=${opts.warm}`]
+          : []),
+      ...(opts.sandboxdArgs ?? []),
+      '--destroy-on-exit',
+    ]);
+    nodes.push({ node, address: `${host}:${port}`, tokenFile, vmRunRoot: defaultRunRoot(join(dir, 'data')) });
+    waits.push(components.waitReady(d, `http://${host}:${port}/healthz`, 30 * 60_000));
+  }
+  return nodes;
+}
+
+/**
+ * sandbox-apiserver on this machine's end of the cluster's veth pair, with a ServiceAccount token bound to the
+ * RBAC in deploy/aggregated (not the admin certificate), then its APIService, waited for until Available.
+ */
+async function startApiServer(
+  cluster: ClusterHandle,
+  components: Components,
+  opts: PlatformOptions,
+  tokenFile: string,
+): Promise<NonNullable<Platform['apiserver']>> {
+  const host = cluster.hostAddress;
+  await applyAggregatedRbac(cluster.kubectl);
+  const kubeconfig = await serviceAccountKubeconfig(cluster.kubectl, {
+    path: join(opts.dataDir, 'sandbox-apiserver.kubeconfig'),
+    server: cluster.server,
+    caPem: await readFile(cluster.pki.ca.cert, 'utf8'),
+    namespace: 'sandbox-system',
+    name: 'sandbox-apiserver',
+  });
+  const port = await freePort(host);
+  const certDir = join(opts.dataDir, 'apiserver-certs');
+  opts.progress('starting sandbox-apiserver');
+  const c: Component = components.launch('sandbox-apiserver', 'sandbox-apiserver', [
+    `--kubeconfig=${kubeconfig}`,
+    `--bind-address=${host}`,
+    `--secure-port=${port}`,
+    `--cert-dir=${certDir}`,
+    `--tls-sans=${host}`,
+    `--cluster-domain=${cluster.clusterDomain}`,
+    `--sandboxd-token-file=${tokenFile}`,
+  ]);
+  const caFile = join(certDir, 'ca.crt');
+  await components.waitFile(c, caFile, 60_000);
+  const caPem = await readFile(caFile, 'utf8');
+  await components.waitReady(c, `https://${host}:${port}/readyz`, 120_000, caPem);
+  opts.progress(`registering APIService ${APISERVICE_NAME}`);
+  const availableMs = await registerAggregatedApi(cluster.kubectl, { address: host, port, caPem });
+  return { address: `${host}:${port}`, caFile, apiServiceAvailableMs: availableMs };
+}
+
 /** What a detached platform leaves behind so `sbx down` can stop exactly what it started. */
 export interface PlatformState {
   status: 'starting' | 'ready' | 'failed';
+  layout?: Layout;
   supervisorPid: number;
   error?: string;
   kubeconfigPath?: string;
   binDir?: string;
+  pluginDir?: string;
   netns?: string;
   hostInterface?: string;
   pids?: number[];

@@ -1,15 +1,21 @@
-import { execFile } from 'node:child_process';
-import { mkdir } from 'node:fs/promises';
+import { readFile, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { SandboxError } from '../errors.js';
-
-const run = promisify(execFile);
+import {
+  createCertificateAuthority,
+  issueCertificate,
+  newKey,
+  privateKeyPem,
+  publicKeyPem,
+  type PemPair,
+  type Usage,
+} from '../pki/index.js';
 
 /**
- * The local control plane's PKI, made with the system `openssl` (3.x): a cluster CA (also signs kubelet serving
- * certs of our virtual nodes), a front-proxy CA + client cert (so an aggregated apiserver can be registered and
- * trust the apiserver's proxied requests), the service-account signing key, and one client cert per component.
+ * The local control plane's PKI, made with src/pki: a cluster CA (also signs kubelet serving certs of our
+ * virtual nodes), a front-proxy CA + client cert (so an aggregated apiserver can be registered and trust the
+ * apiserver's proxied requests), the service-account signing key, and one client cert per component. Every
+ * path below is a PEM file in `dir` (keys 0600), because the Kubernetes binaries take files.
  */
 export interface Pki {
   dir: string;
@@ -25,6 +31,7 @@ export interface Pki {
   serviceAccountPub: string;
 }
 
+/** Paths of a certificate and its key. */
 export interface CertPair {
   cert: string;
   key: string;
@@ -39,76 +46,47 @@ export interface CertRequest {
   usage: 'server' | 'client' | 'both';
 }
 
-async function openssl(args: string[]): Promise<void> {
+const DAY_MS = 24 * 3600 * 1000;
+const CA_VALIDITY_MS = 3650 * DAY_MS;
+const LEAF_VALIDITY_MS = 365 * DAY_MS;
+const USAGES: Record<CertRequest['usage'], Usage[]> = {
+  server: ['server'],
+  client: ['client'],
+  both: ['server', 'client'],
+};
+
+async function writePair(dir: string, name: string, pem: PemPair): Promise<CertPair> {
+  const pair = { cert: join(dir, `${name}.crt`), key: join(dir, `${name}.key`) };
+  await writeFile(pair.key, pem.keyPem, { mode: 0o600 });
+  await writeFile(pair.cert, pem.certPem, { mode: 0o644 });
+  return pair;
+}
+
+async function readPair(pair: CertPair): Promise<PemPair> {
   try {
-    await run('openssl', args, { timeout: 30_000 });
+    const [certPem, keyPem] = await Promise.all([readFile(pair.cert, 'utf8'), readFile(pair.key, 'utf8')]);
+    return { certPem, keyPem };
   } catch (err) {
-    const e = err as NodeJS.ErrnoException & { stderr?: string };
-    if (e.code === 'ENOENT')
-      throw new SandboxError('cluster.pki', 'openssl not found', { hint: 'install openssl (apt-get install openssl)' });
-    throw new SandboxError('cluster.pki', `openssl ${args[0]} failed: ${e.stderr ?? e.message}`, { cause: err });
+    throw new SandboxError('cluster.pki', `cannot read the CA ${pair.cert}: ${(err as Error).message}`, {
+      cause: err,
+      hint: 'the cluster data directory is incomplete; stop the cluster and start it again',
+    });
   }
 }
 
-async function newKey(path: string): Promise<void> {
-  await openssl(['genpkey', '-algorithm', 'EC', '-pkeyopt', 'ec_paramgen_curve:P-256', '-out', path]);
-}
-
 async function newCa(dir: string, name: string, commonName: string): Promise<CertPair> {
-  const pair = { cert: join(dir, `${name}.crt`), key: join(dir, `${name}.key`) };
-  await newKey(pair.key);
-  await openssl([
-    'req',
-    '-x509',
-    '-new',
-    '-key',
-    pair.key,
-    '-subj',
-    `/CN=${commonName}`,
-    '-days',
-    '3650',
-    '-out',
-    pair.cert,
-    '-addext',
-    'basicConstraints=critical,CA:TRUE',
-    '-addext',
-    'keyUsage=critical,keyCertSign,cRLSign,digitalSignature',
-  ]);
-  return pair;
+  return writePair(dir, name, createCertificateAuthority({ commonName }, { validityMs: CA_VALIDITY_MS }));
 }
 
 /** Issue a leaf certificate signed by `ca`. Exported so node daemons can get kubelet serving certs. */
 export async function issueCert(dir: string, ca: CertPair, req: CertRequest): Promise<CertPair> {
-  const pair = { cert: join(dir, `${req.name}.crt`), key: join(dir, `${req.name}.key`) };
-  await newKey(pair.key);
-  const subject = `${req.organization ? `/O=${req.organization}` : ''}/CN=${req.commonName}`;
-  const eku = { server: 'serverAuth', client: 'clientAuth', both: 'serverAuth,clientAuth' }[req.usage];
-  const sans = [...(req.dnsNames ?? []).map((d) => `DNS:${d}`), ...(req.ips ?? []).map((i) => `IP:${i}`)];
-  await openssl([
-    'req',
-    '-x509',
-    '-new',
-    '-key',
-    pair.key,
-    '-subj',
-    subject,
-    '-days',
-    '365',
-    '-out',
-    pair.cert,
-    '-CA',
-    ca.cert,
-    '-CAkey',
-    ca.key,
-    '-addext',
-    'basicConstraints=critical,CA:FALSE',
-    '-addext',
-    'keyUsage=critical,digitalSignature,keyEncipherment',
-    '-addext',
-    `extendedKeyUsage=${eku}`,
-    ...(sans.length ? ['-addext', `subjectAltName=${sans.join(',')}`] : []),
-  ]);
-  return pair;
+  const pem = issueCertificate(await readPair(ca), {
+    subject: { commonName: req.commonName, ...(req.organization ? { organizations: [req.organization] } : {}) },
+    usages: USAGES[req.usage],
+    subjectAltNames: [...(req.dnsNames ?? []), ...(req.ips ?? [])],
+    validityMs: LEAF_VALIDITY_MS,
+  });
+  return writePair(dir, req.name, pem);
 }
 
 export interface PkiOptions {
@@ -154,8 +132,9 @@ export async function createPki(opts: PkiOptions): Promise<Pki> {
   ]);
   const serviceAccountKey = join(dir, 'sa.key');
   const serviceAccountPub = join(dir, 'sa.pub');
-  await newKey(serviceAccountKey);
-  await openssl(['pkey', '-in', serviceAccountKey, '-pubout', '-out', serviceAccountPub]);
+  const sa = newKey();
+  await writeFile(serviceAccountKey, privateKeyPem(sa.privateKey), { mode: 0o600 });
+  await writeFile(serviceAccountPub, publicKeyPem(sa.publicKey), { mode: 0o644 });
   return {
     dir,
     ca,

@@ -102,3 +102,17 @@ export const APIServices: ResourceType = {
   plural: 'apiservices',
   namespaced: false,
 };
+export const TokenReviews: ResourceType = {
+  group: 'authentication.k8s.io',
+  version: 'v1',
+  kind: 'TokenReview',
+  plural: 'tokenreviews',
+  namespaced: false,
+};
+export const SubjectAccessReviews: ResourceType = {
+  group: 'authorization.k8s.io',
+  version: 'v1',
+  kind: 'SubjectAccessReview',
+  plural: 'subjectaccessreviews',
+  namespaced: false,
+};

@@ -67,6 +67,7 @@ export async function buildOperator(config: OperatorConfig, log: Logger, client?
         const hook = await startWebhook({
           port: config.webhookPort,
           host: config.webhookHost,
+          maxBodyBytes: config.webhookMaxBodyBytes,
           certDir: config.webhookCertDir,
           manageCerts: config.manageWebhookCerts,
           serviceName: config.webhookServiceName,
@@ -74,7 +75,7 @@ export async function buildOperator(config: OperatorConfig, log: Logger, client?
           clusterDomain: config.clusterDomain,
           webhookUrl: config.webhookUrl,
           extensions: config.extensions,
-          store: config.manageWebhookCerts ? KubeWebhookCertStore.fromKubeconfig(config.kubeconfig) : undefined,
+          store: config.manageWebhookCerts ? new KubeWebhookCertStore(kube) : undefined,
           logger: log,
         });
         webhookReady = true;

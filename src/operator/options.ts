@@ -2,7 +2,7 @@ import { Command, Option } from 'commander';
 import { SandboxError } from '../errors.js';
 
 /**
- * sandbox-operator flags: the upstream names and defaults (agent-sandbox-spec §11), so manifests written for the
+ * sandbox-operator flags: the upstream operator's names and defaults, so manifests written for the
  * upstream controller work unchanged. The only place the operator reads its configuration.
  */
 export const RUNTIMES = ['standard', 'vk-cocoon', 'sandboxd'] as const;
@@ -32,7 +32,9 @@ export interface OperatorConfig {
   readonly metricsBindAddress: string;
   readonly healthProbeBindAddress: string;
   readonly webhookPort: number;
+  /** Empty: the host of webhookUrl, else all interfaces. */
   readonly webhookHost: string;
+  readonly webhookMaxBodyBytes: number;
   readonly webhookCertDir: string;
   readonly webhookServiceName: string;
   readonly webhookNamespace: string;
@@ -46,16 +48,16 @@ export interface OperatorConfig {
 const bool = (v: string) => {
   if (v === 'true' || v === '1') return true;
   if (v === 'false' || v === '0') return false;
-  throw new SandboxError('operator.flag', `expected true or false, got "${v}"`);
+  throw new SandboxError('operator.flags', `expected true or false, got "${v}"`);
 };
 const int = (v: string) => {
   const n = Number(v);
-  if (!Number.isFinite(n)) throw new SandboxError('operator.flag', `expected a number, got "${v}"`);
+  if (!Number.isFinite(n)) throw new SandboxError('operator.flags', `expected a number, got "${v}"`);
   return Math.trunc(n);
 };
 const duration = (v: string) => {
   const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)$/.exec(v);
-  if (!m) throw new SandboxError('operator.flag', `expected a duration like 30s or 5m, got "${v}"`);
+  if (!m) throw new SandboxError('operator.flags', `expected a duration like 30s or 5m, got "${v}"`);
   return Number(m[1]) * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] as 'ms' | 's' | 'm' | 'h'];
 };
 
@@ -95,7 +97,12 @@ export function operatorCommand(): Command {
     .option('--metrics-bind-address <addr>', 'Prometheus /metrics address ("0" disables)', ':8080')
     .option('--health-probe-bind-address <addr>', '/healthz and /readyz address ("0" disables)', ':8081')
     .option('--webhook-port <port>', 'conversion webhook HTTPS port', int, 9443)
-    .option('--webhook-host <host>', 'conversion webhook listen address', '0.0.0.0')
+    .option(
+      '--webhook-host <host>',
+      'conversion webhook listen address (default: the host of --webhook-url, else all interfaces)',
+      '',
+    )
+    .option('--webhook-max-body-bytes <n>', 'largest ConversionReview the webhook accepts', int, 32 * 1024 * 1024)
     .option('--webhook-cert-dir <dir>', 'serving certificate directory', '/tmp/k8s-webhook-server/serving-certs')
     .option('--webhook-service-name <name>', 'conversion webhook Service', 'sandbox-webhook-service')
     .option(
@@ -123,6 +130,7 @@ export function toConfig(opts: Record<string, unknown>): OperatorConfig {
   positive('sandbox-template-concurrent-workers', opts.sandboxTemplateConcurrentWorkers);
   positive('sandbox-warm-pool-max-batch-size', opts.sandboxWarmPoolMaxBatchSize);
   positive('kube-api-burst', opts.kubeApiBurst);
+  positive('webhook-max-body-bytes', opts.webhookMaxBodyBytes);
   if (errors.length)
     throw new SandboxError('operator.flags', errors.join('; '), { hint: 'see sandbox-operator --help' });
   const webhookNamespace = String(opts.webhookNamespace);
@@ -150,6 +158,7 @@ export function toConfig(opts: Record<string, unknown>): OperatorConfig {
     healthProbeBindAddress: String(opts.healthProbeBindAddress),
     webhookPort: opts.webhookPort as number,
     webhookHost: String(opts.webhookHost),
+    webhookMaxBodyBytes: opts.webhookMaxBodyBytes as number,
     webhookCertDir: String(opts.webhookCertDir),
     webhookServiceName: String(opts.webhookServiceName),
     webhookNamespace,

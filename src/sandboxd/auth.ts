@@ -1,9 +1,11 @@
 import { timingSafeEqual } from 'node:crypto';
 
 /**
- * sandboxd's three token kinds (cocoonstack-spec §1.1): the node's root token (operator path: full access), tenant
- * tokens (may create claims, never drive operator surfaces) and per-sandbox tokens returned by a claim (guard that
- * sandbox's own endpoints). With no root token and no tenants configured the API is open — only when a flag says so.
+ * sandboxd's three token kinds (docs/sandboxd-api.md "Transport, authentication, errors"): the node's root token
+ * (operator path: full access), tenant tokens (may create claims, never drive operator surfaces) and per-sandbox tokens
+ * returned by a claim (guard that sandbox's own endpoints). With no root token and no tenants configured the API is
+ * open — only when a flag says so; once any token is configured, a request without one is nobody, whatever that flag
+ * says.
  */
 export type Principal =
   { kind: 'root' } | { kind: 'tenant'; name: string } | { kind: 'anonymous' } | { kind: 'bearer'; token: string };
@@ -23,7 +25,8 @@ function same(a: string, b: string): boolean {
 /** Who is calling; `bearer` = an unknown token that may still be a sandbox token (checked per sandbox). */
 export function identify(header: string | undefined, cfg: AuthConfig): Principal | undefined {
   const m = header ? /^Bearer\s+(.+)$/i.exec(header.trim()) : null;
-  if (!m) return cfg.allowAnonymous ? { kind: 'anonymous' } : undefined;
+  // Anonymous callers are operators (isOperator): only a daemon with no token at all may have them.
+  if (!m) return cfg.allowAnonymous && !cfg.rootToken && cfg.tenants.size === 0 ? { kind: 'anonymous' } : undefined;
   const token = m[1]!.trim();
   if (cfg.rootToken && same(token, cfg.rootToken)) return { kind: 'root' };
   for (const [t, name] of cfg.tenants) if (same(token, t)) return { kind: 'tenant', name };
@@ -34,7 +37,14 @@ export function isOperator(p: Principal): boolean {
   return p.kind === 'root' || p.kind === 'anonymous';
 }
 
-export function mayAccessSandbox(p: Principal, sandboxToken: string): boolean {
+/** The tenant a principal claims for (recorded on its claims, which are all it lists). */
+export function tenantOf(p: Principal): string | undefined {
+  return p.kind === 'tenant' ? p.name : undefined;
+}
+
+/** Operators, and whoever holds the sandbox's token, in the header or (some routes) in the body. */
+export function mayAccessSandbox(p: Principal, sandboxToken: string, bodyToken?: string): boolean {
   if (isOperator(p)) return true;
-  return p.kind === 'bearer' && same(p.token, sandboxToken);
+  if (p.kind === 'bearer' && same(p.token, sandboxToken)) return true;
+  return bodyToken !== undefined && bodyToken !== '' && same(bodyToken, sandboxToken);
 }

@@ -38,6 +38,7 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
     engine,
     peers,
     auth: { rootToken: config.rootToken, tenants: config.tenants, allowAnonymous: config.allowAnonymous },
+    pauseMode: config.pauseMode,
     logger: log.child({ component: 'api' }),
   });
   const bound = await api.listen(config.listenHost, config.listenPort);

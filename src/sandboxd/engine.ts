@@ -1,13 +1,19 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { rename, writeFile } from 'node:fs/promises';
+import { mkdirSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
-import { QemuMicrovmDriver, templateFromImage, type Template, type Vm } from '../vmm/index.js';
-import { ensureGuestImage, GUEST_TEMPLATES, silentProgress } from '../guest/index.js';
-import { keyString, SIZE_TIERS, type PoolKey } from './pool-key.js';
+import { QemuMicrovmDriver, type Template, type Vm } from '../vmm/index.js';
+import { Checkpoints, type CheckpointRecord } from './checkpoints.js';
+import { ClaimRecords, type ClaimOptions, type SandboxRecord } from './claims.js';
+import { keyString, type PoolKey } from './pool-key.js';
+import { StateFile } from './state-file.js';
+import { LABEL_NODE, WarmPools, type PoolStatus } from './warm-pools.js';
+
+export type { CheckpointRecord } from './checkpoints.js';
+export type { SandboxRecord } from './claims.js';
+export type { PoolStatus } from './warm-pools.js';
 
 /**
  * The node's microVM engine: warm pools per key refilled by copy-on-write clones in the background, claims that
@@ -57,8 +63,12 @@ export interface ClaimRequest {
   key: PoolKey;
   ttlSeconds?: number;
   claimRef?: string;
+  /** The tenant claiming (API tenants); only it lists the claim. */
+  tenant?: string;
   /** Provision a dedicated VM when the pool is empty (default true). */
   provisionOnMiss?: boolean;
+  /** The Kubernetes object the claim is (sandbox-apiserver's creates); stored and returned in rows. */
+  object?: unknown;
   /**
    * Prime a provisioned VM after handing it out (see EngineOptions.primeWarmVms), for holders that keep a VM idle
    * until someone else uses it, like a virtual-kubelet pod in a warm pool. Off for API tenants, who would see a
@@ -67,91 +77,27 @@ export interface ClaimRequest {
   primeAfter?: boolean;
 }
 
-export interface SandboxRecord {
-  id: string;
-  token: string;
-  key: PoolKey;
-  vmId: string;
-  claimRef?: string;
-  claimedAt: string;
-  deadline: string;
-  hibernated: boolean;
-  fromCheckpoint?: string;
-  /** How the claim was served: warm pop or on-demand clone. */
-  source: 'warm' | 'provisioned' | 'fork' | 'checkpoint';
-}
+/** The most children one fork makes (the node's limit; the API answers 400 above it). */
+export const MAX_FORK_COUNT = 16;
 
-export interface PoolStatus {
-  key: PoolKey;
-  warm: number;
-  /** Of `warm`, how many have run their first command (see EngineOptions.primeWarmVms). */
-  primed: number;
-  refilling: number;
-  target: number;
-  golden: boolean;
+/** A fork child's identity when the caller gives one (sandbox-apiserver: the child Sandbox's object). */
+export interface ForkChild {
+  claimRef: string;
+  object: unknown;
 }
-
-interface Pool {
-  key: PoolKey;
-  target: number;
-  warm: Vm[];
-  refilling: number;
-  template?: Template;
-  lastError?: string;
-}
-
-export interface CheckpointRecord {
-  id: string;
-  name?: string;
-  sandboxId: string;
-  key: PoolKey;
-  createdAt: string;
-  template: Template;
-}
-
-/**
- * CSPRNG bytes drawn in 4 KiB blocks: one randomBytes call per ~128 claims instead of two per claim (each sync call
- * costs ~7 µs here, a visible share of a sub-millisecond claim). Bytes are never reused.
- */
-class RandomPool {
-  private buf = Buffer.alloc(0);
-  private off = 0;
-  take(n: number): Buffer {
-    if (this.off + n > this.buf.length) {
-      this.buf = randomBytes(4096);
-      this.off = 0;
-    }
-    const out = this.buf.subarray(this.off, this.off + n);
-    this.off += n;
-    return out;
-  }
-}
-const random = new RandomPool();
-
-const LABEL_POOL = 'sandboxd.pool';
-const LABEL_NODE = 'sandboxd.node';
 
 export class NodeEngine extends EventEmitter {
   readonly driver: QemuMicrovmDriver;
   readonly runRoot: string;
-  private readonly pools = new Map<string, Pool>();
-  private readonly claims = new Map<string, SandboxRecord>();
-  private readonly byClaimRef = new Map<string, string>();
-  private readonly checkpoints = new Map<string, CheckpointRecord>();
-  private readonly templates = new Map<string, Promise<Template>>();
+  private readonly pools: WarmPools;
+  private readonly claims: ClaimRecords;
+  private readonly checkpoints: Checkpoints;
+  private readonly state: StateFile;
   private readonly log: Logger;
   private readonly opts: Required<Omit<EngineOptions, 'driver' | 'logger' | 'runRoot'>>;
   private reaper: NodeJS.Timeout | undefined;
-  private persistTimer: NodeJS.Timeout | undefined;
-  private persisting: Promise<void> | undefined;
-  private refillTimer: NodeJS.Timeout | undefined;
-  private closed = false;
-  private provisioning = 0;
-  /** Warm VMs whose guest has run a command (see primeWarmVms); a pool keeps them at the end of `warm`. */
-  private readonly primed = new WeakSet<Vm>();
-  private priming = false;
-  /** Claimed VMs to prime after the pools' (ClaimRequest.primeAfter). */
-  private primeQueue: Vm[] = [];
+  /** Claims whose VM is still being cloned; they count against maxClaims like the ones in the table. */
+  private pending = 0;
   readonly counters = { claims: 0, warmHits: 0, provisioned: 0, releases: 0, reaps: 0, forks: 0 };
 
   constructor(opts: EngineOptions) {
@@ -173,6 +119,21 @@ export class NodeEngine extends EventEmitter {
     this.runRoot = opts.runRoot ?? defaultRunRoot(this.opts.dataDir);
     this.driver =
       opts.driver ?? new QemuMicrovmDriver({ runRoot: this.runRoot, logger: this.log, spareVmms: this.opts.spareVmms });
+    this.pools = new WarmPools({
+      driver: this.driver,
+      nodeName: this.opts.nodeName,
+      log: this.log,
+      refillConcurrency: this.opts.refillConcurrency,
+      refillDelayMs: this.opts.refillDelayMs,
+      primeWarmVms: this.opts.primeWarmVms,
+      onWarm: (key) => {
+        this.emit('warm', key);
+        this.emit('pools');
+      },
+    });
+    this.claims = new ClaimRecords(this.opts);
+    this.checkpoints = new Checkpoints(this.driver, join(this.opts.dataDir, 'checkpoints'), this.log);
+    this.state = new StateFile(join(this.opts.dataDir, 'state.json'), () => this.stateJson(), this.log);
   }
 
   get nodeName(): string {
@@ -185,7 +146,7 @@ export class NodeEngine extends EventEmitter {
 
   /** Re-attach to VMs a previous daemon left running; reap the ones nothing accounts for. */
   async start(): Promise<{ adopted: number; reaped: number }> {
-    const saved = this.readState();
+    const saved = this.state.read();
     let adopted = 0;
     let reaped = await this.driver.reapOrphanSpares();
     for (const rec of this.driver.list()) {
@@ -200,8 +161,7 @@ export class NodeEngine extends EventEmitter {
       try {
         const vm = await this.driver.adopt(rec.id);
         if (claim) {
-          this.claims.set(claim.id, claim);
-          if (claim.claimRef) this.byClaimRef.set(claim.claimRef, claim.id);
+          this.claims.restore(claim);
           adopted++;
         } else {
           // Not a recorded claim. It may be a warm VM, or one claimed in the last few ms before a crash (the claim
@@ -218,235 +178,68 @@ export class NodeEngine extends EventEmitter {
         reaped++;
       }
     }
-    for (const target of saved.targets) {
-      const pool = this.ensurePool(target.key, target.warm);
-      pool.target = target.warm;
-    }
+    const checkpoints = this.checkpoints.restore(saved.checkpoints);
+    for (const target of saved.targets) this.pools.ensurePool(target.key, target.warm, target.owner);
     this.reaper = setInterval(() => void this.reapExpired(), 1000);
     this.reaper.unref();
-    this.schedulePersist();
-    for (const pool of this.pools.values()) this.refill(pool);
-    this.log.info({ adopted, reaped, claims: this.claims.size }, 'engine started');
+    this.state.schedule();
+    this.pools.refillAll();
+    this.log.info({ adopted, reaped, claims: this.claims.size, checkpoints }, 'engine started');
     return { adopted, reaped };
   }
 
   async close(opts: { destroyVms: boolean }): Promise<void> {
-    this.closed = true;
+    this.pools.close();
     if (this.reaper) clearInterval(this.reaper);
-    if (this.refillTimer) clearTimeout(this.refillTimer);
-    await this.flushPersist();
+    await this.state.flush();
     await this.driver.close();
     if (opts.destroyVms) {
       await this.driver.destroyAll();
       this.claims.clear();
-      for (const p of this.pools.values()) p.warm = [];
-      await this.flushPersist();
+      this.pools.forgetWarm();
+      await this.state.flush();
       // Only this engine's VMs live here, and all are gone now.
       rmSync(this.runRoot, { recursive: true, force: true });
     }
   }
 
-  // ------------------------------------------------------------------ templates
+  // ------------------------------------------------------------------ templates and pools
 
   knownTemplates(): string[] {
-    return Object.keys(GUEST_TEMPLATES);
+    return this.pools.knownTemplates();
   }
 
   assertKnownTemplate(template: string): void {
-    if (!GUEST_TEMPLATES[template])
-      throw new SandboxError('bad-request', `template: unknown template "${template}"`, {
-        hint: `known templates: ${this.knownTemplates().join(', ')}`,
-      });
+    this.pools.assertKnownTemplate(template);
   }
 
   /** The snapshot every clone of this key starts from (built once, cached on disk by content hash). */
   template(key: PoolKey): Promise<Template> {
-    const k = keyString(key);
-    let t = this.templates.get(k);
-    if (!t) {
-      t = (async () => {
-        this.assertKnownTemplate(key.template);
-        const img = await ensureGuestImage(key.template, { progress: silentProgress });
-        const spec = templateFromImage(img);
-        const tier = SIZE_TIERS[key.size];
-        return this.driver.createTemplate(
-          {
-            ...spec,
-            name: `${key.template}@${key.net}-${key.size}`,
-            memoryMiB: Math.max(tier.memoryMiB, spec.memoryMiB ?? 0),
-            vcpus: tier.vcpus,
-            network: key.net,
-          },
-          { progress: (l) => this.log.info({ template: k }, l) },
-        );
-      })();
-      t.catch(() => this.templates.delete(k));
-      this.templates.set(k, t);
-    }
-    return t;
+    return this.pools.template(key);
   }
 
   /** Build the named template without a pool (e.g. at startup, to make the first claim fast). */
   async prepare(key: PoolKey): Promise<void> {
-    await this.template(key);
-  }
-
-  // ------------------------------------------------------------------ pools
-
-  private ensurePool(key: PoolKey, target: number): Pool {
-    const k = keyString(key);
-    let pool = this.pools.get(k);
-    if (!pool) {
-      pool = { key, target, warm: [], refilling: 0 };
-      this.pools.set(k, pool);
-    }
-    return pool;
+    await this.pools.template(key);
   }
 
   /** Replace this node's warm targets wholesale; pools left out are drained (claims are never touched). */
-  setTargets(targets: Array<{ key: PoolKey; warm: number }>): void {
-    const wanted = new Map(targets.map((t) => [keyString(t.key), t]));
-    if (wanted.size !== targets.length) throw new SandboxError('bad-request', 'pools: duplicate pool');
-    for (const t of targets) this.assertKnownTemplate(t.key.template);
-    for (const [k, pool] of this.pools) {
-      if (!wanted.has(k)) pool.target = 0;
-    }
-    for (const t of targets) this.ensurePool(t.key, t.warm).target = t.warm;
-    for (const pool of this.pools.values()) {
-      this.trim(pool);
-      this.refill(pool);
-    }
-    this.schedulePersist();
+  setTargets(targets: Array<{ key: PoolKey; warm: number }>, owner?: string): void {
+    this.pools.setTargets(targets, owner);
+    this.state.schedule();
+    this.emit('pools');
   }
 
   poolStatus(): PoolStatus[] {
-    return [...this.pools.values()]
-      .filter((p) => p.target > 0 || p.warm.length > 0 || p.refilling > 0)
-      .map((p) => ({
-        key: p.key,
-        warm: p.warm.length,
-        primed: p.warm.filter((v) => this.primed.has(v)).length,
-        refilling: p.refilling,
-        target: p.target,
-        golden: p.template !== undefined,
-      }));
+    return this.pools.status();
   }
 
   poolErrors(): Array<{ key: PoolKey; error: string }> {
-    return [...this.pools.values()].filter((p) => p.lastError).map((p) => ({ key: p.key, error: p.lastError! }));
+    return this.pools.errors();
   }
 
   warmCount(key: PoolKey): number {
-    return this.pools.get(keyString(key))?.warm.length ?? 0;
-  }
-
-  private trim(pool: Pool): void {
-    while (pool.warm.length > pool.target) {
-      const vm = pool.warm.shift()!; // unprimed ones first
-      void vm
-        .destroy()
-        .catch((err: unknown) => this.log.warn({ err, vm: vm.id }, 'destroying a surplus warm VM failed'));
-    }
-  }
-
-  /**
-   * Refill off the claim path: spawning QEMU blocks the event loop for milliseconds (fork/exec), so a claim never
-   * triggers it synchronously, and a burst of claims is served before the first clone starts.
-   */
-  private scheduleRefill(pool: Pool): void {
-    if (this.refillTimer) return;
-    this.refillTimer = setTimeout(() => {
-      this.refillTimer = undefined;
-      this.refill(pool);
-      for (const p of this.pools.values()) if (p !== pool) this.refill(p);
-    }, this.opts.refillDelayMs);
-    this.refillTimer.unref();
-  }
-
-  private refill(pool: Pool): void {
-    if (this.closed) return;
-    while (pool.warm.length + pool.refilling < pool.target && this.inFlight() < this.opts.refillConcurrency) {
-      pool.refilling++;
-      void this.cloneInto(pool).finally(() => {
-        pool.refilling--;
-        // Refill the neediest pool next, so one big pool does not starve the others.
-        for (const p of [...this.pools.values()].sort(
-          (a, b) => a.warm.length / (a.target || 1) - b.warm.length / (b.target || 1),
-        ))
-          this.refill(p);
-        this.prime();
-      });
-    }
-  }
-
-  /**
-   * Prime one VM at a time, and only while no clone is in flight (filling pools and serving misses come first):
-   * unprimed warm VMs, then claimed VMs queued by primeAfter. A warm VM claimed while it is being primed is the
-   * tenant's; its priming result is then ignored.
-   */
-  private prime(): void {
-    if (!this.opts.primeWarmVms || this.priming || this.closed || this.inFlight() > 0) return;
-    for (const pool of this.pools.values()) {
-      const vm = pool.warm.find((v) => !this.primed.has(v));
-      if (vm) return this.primeOne(vm, pool);
-    }
-    const claimed = this.primeQueue.shift();
-    if (claimed) this.primeOne(claimed);
-  }
-
-  private primeOne(vm: Vm, pool?: Pool): void {
-    this.priming = true;
-    void vm
-      .run(['true'], { timeoutMs: 30_000 })
-      .then(() => vm.agent.files.stat('/'))
-      .then(
-        () => {
-          this.primed.add(vm);
-          const i = pool ? pool.warm.indexOf(vm) : -1;
-          if (pool && i >= 0) pool.warm.push(...pool.warm.splice(i, 1));
-        },
-        (err: unknown) => {
-          const i = pool ? pool.warm.indexOf(vm) : -1;
-          if (!pool || i < 0) return; // claimed or released meanwhile: not ours to judge
-          this.log.warn({ err, vm: vm.id }, 'a warm VM failed its first command; replacing it');
-          pool.warm.splice(i, 1);
-          void vm.destroy().catch(() => undefined);
-          this.refill(pool);
-        },
-      )
-      .finally(() => {
-        this.priming = false;
-        this.prime();
-      });
-  }
-
-  private inFlight(): number {
-    let n = this.provisioning;
-    for (const p of this.pools.values()) n += p.refilling;
-    return n;
-  }
-
-  private async cloneInto(pool: Pool): Promise<void> {
-    try {
-      const template = await this.template(pool.key);
-      pool.template = template;
-      const vm = await this.driver.clone(template, {
-        labels: { [LABEL_POOL]: keyString(pool.key), [LABEL_NODE]: this.opts.nodeName },
-      });
-      if (this.closed || pool.warm.length >= pool.target) {
-        await vm.destroy();
-        return;
-      }
-      // Unprimed VMs go to the front: claims pop from the end, where the primed ones are.
-      pool.warm.unshift(vm);
-      pool.lastError = undefined;
-      this.emit('warm', pool.key);
-    } catch (err) {
-      if (this.closed) return; // shutting down: the driver is destroying VMs, including half-started ones
-      pool.lastError = err instanceof Error ? err.message : String(err);
-      this.log.warn({ err, pool: keyString(pool.key) }, 'refill clone failed');
-      await new Promise((r) => setTimeout(r, 1000).unref());
-    }
+    return this.pools.warmCount(key);
   }
 
   // ------------------------------------------------------------------ claims
@@ -459,6 +252,21 @@ export class NodeEngine extends EventEmitter {
     return this.opts.maxClaims;
   }
 
+  /** Whether `n` more claims fit under maxClaims, counting the ones still being cloned. */
+  hasRoom(n = 1): boolean {
+    return this.claims.size + this.pending + n <= this.opts.maxClaims;
+  }
+
+  /** Hold `n` claim slots while `make` runs (a clone takes tens of ms, and other claims arrive meanwhile). */
+  private async reserving<T>(n: number, make: () => Promise<T>): Promise<T> {
+    this.pending += n;
+    try {
+      return await make();
+    } finally {
+      this.pending -= n;
+    }
+  }
+
   /**
    * Hand over a running VM. Warm hit: pop from memory and answer (the refill and the state write happen after).
    * Miss: clone one now (tens of ms) unless `provisionOnMiss` is false.
@@ -467,22 +275,13 @@ export class NodeEngine extends EventEmitter {
     const warm = this.claimWarm(req);
     if (warm) return warm;
     this.assertKnownTemplate(req.key.template);
-    if (req.provisionOnMiss === false) throw new SandboxError('warm-miss', `no warm sandbox for ${keyString(req.key)}`);
-    this.provisioning++;
-    let vm: Vm;
-    try {
-      vm = await this.driver.clone(await this.template(req.key), { labels: { [LABEL_NODE]: this.opts.nodeName } });
-    } finally {
-      this.provisioning--;
-    }
+    if (req.provisionOnMiss === false)
+      throw new SandboxError('sandboxd.warm-miss', `no warm sandbox for ${keyString(req.key)}`);
+    const vm = await this.reserving(1, () => this.pools.provision(req.key));
     this.counters.provisioned++;
-    if (req.primeAfter && this.opts.primeWarmVms) {
-      this.primeQueue.push(vm);
-      queueMicrotask(() => this.prime());
-    }
-    const record = this.record(vm, req.key, 'provisioned', req.ttlSeconds, req.claimRef);
-    const pool = this.pools.get(keyString(req.key));
-    if (pool) this.scheduleRefill(pool);
+    if (req.primeAfter) this.pools.primeLater(vm);
+    const record = this.record(vm, req.key, 'provisioned', req);
+    this.pools.refillSoon(req.key);
     return record;
   }
 
@@ -491,51 +290,25 @@ export class NodeEngine extends EventEmitter {
    * a record for a VM popped from the pool, or undefined when the pool has none (then claim() provisions).
    */
   claimWarm(req: ClaimRequest): SandboxRecord | undefined {
-    if (this.claims.size >= this.opts.maxClaims)
+    if (!this.hasRoom())
       throw new SandboxError(
-        'at-capacity',
+        'sandboxd.at-capacity',
         `node ${this.opts.nodeName} is at capacity (${this.opts.maxClaims} claims)`,
       );
-    const pool = this.pools.get(keyString(req.key));
-    const vm = pool?.warm.pop();
-    if (!pool || !vm) return undefined;
+    const vm = this.pools.take(req.key);
+    if (!vm) return undefined;
     this.counters.warmHits++;
-    const record = this.record(vm, req.key, 'warm', req.ttlSeconds, req.claimRef);
-    this.scheduleRefill(pool);
-    return record;
-  }
-
-  private record(
-    vm: Vm,
-    key: PoolKey,
-    source: SandboxRecord['source'],
-    ttlSeconds: number | undefined,
-    claimRef?: string,
-  ): SandboxRecord {
-    const now = Date.now();
-    const rec: SandboxRecord = {
-      id: `sb_${random.take(8).toString('hex')}`,
-      token: random.take(24).toString('base64url'),
-      key,
-      vmId: vm.id,
-      claimedAt: new Date(now).toISOString(),
-      deadline: new Date(now + this.ttlMs(ttlSeconds)).toISOString(),
-      hibernated: false,
-      source,
-      ...(claimRef ? { claimRef } : {}),
-    };
-    this.claims.set(rec.id, rec);
-    if (claimRef) this.byClaimRef.set(claimRef, rec.id);
-    this.counters.claims++;
-    this.schedulePersist();
-    this.emit('claimed', rec);
+    const rec = this.record(vm, req.key, 'warm', req);
+    this.emit('pools');
     return rec;
   }
 
-  private ttlMs(ttlSeconds: number | undefined): number {
-    const s =
-      !ttlSeconds || ttlSeconds <= 0 ? this.opts.defaultTtlSeconds : Math.min(ttlSeconds, this.opts.maxTtlSeconds);
-    return s * 1000;
+  private record(vm: Vm, key: PoolKey, source: SandboxRecord['source'], opts: ClaimOptions): SandboxRecord {
+    const rec = this.claims.add(vm.id, key, source, opts);
+    this.counters.claims++;
+    this.state.schedule();
+    this.emit('claimed', rec);
+    return rec;
   }
 
   get(id: string): SandboxRecord | undefined {
@@ -543,53 +316,63 @@ export class NodeEngine extends EventEmitter {
   }
 
   byRef(claimRef: string): SandboxRecord | undefined {
-    const id = this.byClaimRef.get(claimRef);
-    return id ? this.claims.get(id) : undefined;
+    return this.claims.byRef(claimRef);
   }
 
-  list(filter: { claimRef?: string } = {}): SandboxRecord[] {
-    const all = [...this.claims.values()];
-    return filter.claimRef ? all.filter((c) => c.claimRef === filter.claimRef) : all;
+  /** The version of the latest change to the claim table (the change feed's snapshot version). */
+  get changeCounter(): number {
+    return this.claims.changeCounter;
+  }
+
+  /** Claims, all of them or those with this claimRef and/or made by this tenant. */
+  list(filter: { claimRef?: string; tenant?: string } = {}): SandboxRecord[] {
+    const { claimRef, tenant } = filter;
+    return this.claims
+      .all()
+      .filter(
+        (c) => (claimRef === undefined || c.claimRef === claimRef) && (tenant === undefined || c.tenant === tenant),
+      );
   }
 
   /** Whether the VM of claim `id` has run its first command (EngineOptions.primeWarmVms). */
   isPrimed(id: string): boolean {
-    return this.primed.has(this.vm(id));
+    return this.pools.isPrimed(this.vm(id));
   }
 
   vm(id: string): Vm {
     const rec = this.mustGet(id);
     const vm = this.driver.get(rec.vmId);
-    if (!vm) throw new SandboxError('not-found', `sandbox ${id} has no VM any more`);
+    if (!vm) throw new SandboxError('sandboxd.not-found', `sandbox ${id} has no VM any more`);
     return vm;
   }
 
   private mustGet(id: string): SandboxRecord {
     const rec = this.claims.get(id);
-    if (!rec) throw new SandboxError('not-found', `sandbox ${id} not found`);
+    if (!rec) throw new SandboxError('sandboxd.not-found', `sandbox ${id} not found`);
     return rec;
   }
 
   async release(id: string): Promise<void> {
     const rec = this.mustGet(id);
-    this.claims.delete(id);
-    if (rec.claimRef && this.byClaimRef.get(rec.claimRef) === id) this.byClaimRef.delete(rec.claimRef);
+    this.claims.delete(rec);
+    rec.rv = this.claims.nextChange();
     this.counters.releases++;
-    this.schedulePersist();
+    this.state.schedule();
     this.emit('released', rec);
     await this.driver.get(rec.vmId)?.destroy();
   }
 
   renew(id: string, ttlSeconds: number): SandboxRecord {
     const rec = this.mustGet(id);
-    rec.deadline = new Date(Date.now() + this.ttlMs(ttlSeconds)).toISOString();
-    this.schedulePersist();
+    this.claims.extend(rec, ttlSeconds);
+    this.state.schedule();
+    this.emit('changed', rec);
     return rec;
   }
 
   private async reapExpired(): Promise<void> {
     const now = Date.now();
-    for (const rec of [...this.claims.values()]) {
+    for (const rec of this.claims.all()) {
       if (Date.parse(rec.deadline) <= now) {
         this.counters.reaps++;
         this.log.info({ sandbox: rec.id, claimRef: rec.claimRef }, 'lease expired; releasing');
@@ -602,9 +385,12 @@ export class NodeEngine extends EventEmitter {
     const rec = this.mustGet(id);
     this.assertNotEgress(rec, 'hibernate');
     if (rec.hibernated) return;
+    if (rec.paused) await this.resume(id); // a frozen guest is snapshotted from running
     await this.vm(id).hibernate();
     rec.hibernated = true;
-    this.schedulePersist();
+    this.claims.touch(rec);
+    this.state.schedule();
+    this.emit('changed', rec);
   }
 
   async wake(id: string): Promise<void> {
@@ -612,125 +398,122 @@ export class NodeEngine extends EventEmitter {
     if (!rec.hibernated) return;
     await this.vm(id).restore();
     rec.hibernated = false;
-    this.schedulePersist();
+    this.claims.touch(rec);
+    this.state.schedule();
+    this.emit('changed', rec);
   }
 
-  async fork(id: string, count: number, ttlSeconds?: number): Promise<SandboxRecord[]> {
+  /**
+   * Memory-resident pause (QMP stop): the vCPUs stop, the guest's RAM stays in the VMM, resume takes ~2 ms. What
+   * the node does for "pause" unless `--pause-mode=hibernate` (docs/sandboxd-api.md "Sandboxes").
+   */
+  async pause(id: string): Promise<void> {
+    const rec = this.mustGet(id);
+    this.assertNotEgress(rec, 'pause');
+    if (rec.paused || rec.hibernated) return;
+    await this.vm(id).pause();
+    rec.paused = true;
+    this.changed(rec);
+  }
+
+  /** Undo pause or hibernate, whichever the sandbox is in; idempotent on a running one. */
+  async resume(id: string): Promise<void> {
+    const rec = this.mustGet(id);
+    if (rec.hibernated) return this.wake(id);
+    if (!rec.paused) return;
+    await this.vm(id).resume();
+    rec.paused = false;
+    this.changed(rec);
+  }
+
+  private changed(rec: SandboxRecord): void {
+    this.claims.touch(rec);
+    this.state.schedule();
+    this.emit('changed', rec);
+  }
+
+  /** Children share the parent's disk and memory at the moment of the fork; each is an independent claim. */
+  async fork(id: string, count: number, ttlSeconds?: number, objects?: readonly ForkChild[]): Promise<SandboxRecord[]> {
     const rec = this.mustGet(id);
     this.assertNotEgress(rec, 'fork');
-    if (!Number.isInteger(count) || count < 1 || count > 16)
-      throw new SandboxError('bad-request', `count: must be 1..16 (got ${count})`);
-    if (this.claims.size + count > this.opts.maxClaims)
-      throw new SandboxError('at-capacity', `forking ${count} would exceed ${this.opts.maxClaims} claims`);
-    const children = await this.vm(id).fork(count, { labels: { [LABEL_NODE]: this.opts.nodeName } });
+    if (rec.paused || rec.hibernated)
+      throw new SandboxError(
+        'sandboxd.conflict',
+        `sandbox ${id} is ${rec.paused ? 'paused' : 'hibernated'}: resume it first`,
+      );
+    if (!Number.isInteger(count) || count < 1 || count > MAX_FORK_COUNT)
+      throw new SandboxError('sandboxd.bad-request', `count: must be 1..${MAX_FORK_COUNT} (got ${count})`);
+    if (objects && objects.length !== count)
+      throw new SandboxError('sandboxd.bad-request', `objects: ${objects.length} given for count ${count}`);
+    for (const o of objects ?? [])
+      if (this.claims.byRef(o.claimRef))
+        throw new SandboxError('sandboxd.conflict', `claim_ref ${o.claimRef} is already claimed`);
+    if (!this.hasRoom(count))
+      throw new SandboxError('sandboxd.at-capacity', `forking ${count} would exceed ${this.opts.maxClaims} claims`);
+    const children = await this.reserving(count, () =>
+      this.vm(id).fork(count, { labels: { [LABEL_NODE]: this.opts.nodeName } }),
+    );
     this.counters.forks += children.length;
-    return children.map((vm) => this.record(vm, rec.key, 'fork', ttlSeconds));
+    // A tenant's sandbox forks into the same tenant's sandboxes.
+    return children.map((vm, i) =>
+      this.record(vm, rec.key, 'fork', {
+        ttlSeconds,
+        tenant: rec.tenant,
+        ...(objects ? { claimRef: objects[i]!.claimRef, object: objects[i]!.object } : {}),
+      }),
+    );
   }
+
+  // ------------------------------------------------------------------ checkpoints
 
   async checkpoint(id: string, name?: string): Promise<CheckpointRecord> {
     const rec = this.mustGet(id);
     this.assertNotEgress(rec, 'checkpoint');
     const template = await this.vm(id).checkpoint(name ? `${name}@${id}` : undefined);
-    const ck: CheckpointRecord = {
-      id: `ck_${randomBytes(8).toString('hex')}`,
-      sandboxId: id,
-      key: rec.key,
-      createdAt: new Date().toISOString(),
-      template,
-      ...(name ? { name } : {}),
-    };
-    this.checkpoints.set(ck.id, ck);
-    this.schedulePersist();
+    const ck = await this.checkpoints.add(id, rec.key, template, name);
+    // Written before the answer (a checkpoint takes seconds; the write is nothing next to it), so a checkpoint
+    // the API has answered for is never lost to a crash, and its directory never looks orphaned at the next start.
+    await this.state.flush();
     return ck;
   }
 
   listCheckpoints(): CheckpointRecord[] {
-    return [...this.checkpoints.values()].sort((a, b) => b.createdAt.localeCompare(a.createdAt));
+    return this.checkpoints.list();
   }
 
   deleteCheckpoint(id: string): boolean {
-    const ck = this.checkpoints.get(id);
-    if (!ck) return false;
-    this.checkpoints.delete(id);
-    this.driver.deleteTemplate(ck.template);
-    this.schedulePersist();
+    if (!this.checkpoints.delete(id)) return false;
+    this.state.schedule();
     return true;
   }
 
-  async claimCheckpoint(id: string, ttlSeconds?: number): Promise<SandboxRecord> {
+  async claimCheckpoint(
+    id: string,
+    ttlSeconds?: number,
+    identity?: { claimRef: string; object: unknown },
+  ): Promise<SandboxRecord> {
     const ck = this.checkpoints.get(id);
-    if (!ck) throw new SandboxError('not-found', `checkpoint ${id} not found`);
-    if (this.claims.size >= this.opts.maxClaims)
-      throw new SandboxError('at-capacity', `node ${this.opts.nodeName} is at capacity`);
-    const vm = await this.driver.clone(ck.template, { labels: { [LABEL_NODE]: this.opts.nodeName } });
-    const rec = this.record(vm, ck.key, 'checkpoint', ttlSeconds);
-    rec.fromCheckpoint = id;
-    return rec;
+    if (!ck) throw new SandboxError('sandboxd.not-found', `checkpoint ${id} not found`);
+    if (identity && this.claims.byRef(identity.claimRef))
+      throw new SandboxError('sandboxd.conflict', `claim_ref ${identity.claimRef} is already claimed`);
+    if (!this.hasRoom()) throw new SandboxError('sandboxd.at-capacity', `node ${this.opts.nodeName} is at capacity`);
+    const vm = await this.reserving(1, () =>
+      this.driver.clone(ck.template, { labels: { [LABEL_NODE]: this.opts.nodeName } }),
+    );
+    return this.record(vm, ck.key, 'checkpoint', { ttlSeconds, fromCheckpoint: id, ...identity });
   }
 
   private assertNotEgress(rec: SandboxRecord, verb: string): void {
     if (rec.key.net === 'egress')
-      throw new SandboxError('conflict', `${verb} is not supported on the egress lane (sandbox ${rec.id})`);
-  }
-
-  // ------------------------------------------------------------------ persistence
-
-  private statePath(): string {
-    return join(this.opts.dataDir, 'state.json');
-  }
-
-  private readState(): { claims: SandboxRecord[]; targets: Array<{ key: PoolKey; warm: number }> } {
-    try {
-      const s = JSON.parse(readFileSync(this.statePath(), 'utf8')) as {
-        claims?: SandboxRecord[];
-        targets?: Array<{ key: PoolKey; warm: number }>;
-      };
-      return { claims: s.claims ?? [], targets: s.targets ?? [] };
-    } catch {
-      return { claims: [], targets: [] };
-    }
-  }
-
-  /**
-   * State is written off the claim path: coalesced for 20 ms, then written by libuv's thread pool (tmp + rename),
-   * one write at a time, so a burst of claims never waits on the disk.
-   */
-  private schedulePersist(): void {
-    if (this.persistTimer) return;
-    this.persistTimer = setTimeout(() => this.persistInBackground(), 20);
-  }
-
-  private persistInBackground(): void {
-    this.persistTimer = undefined;
-    if (this.persisting) {
-      this.schedulePersist();
-      return;
-    }
-    const tmp = `${this.statePath()}.tmp`;
-    this.persisting = writeFile(tmp, this.stateJson(), { mode: 0o600 })
-      .then(() => rename(tmp, this.statePath()))
-      .catch((err: unknown) => {
-        this.log.warn({ err }, 'could not write the claim table; retrying in 1 s');
-        this.persistTimer ??= setTimeout(() => this.persistInBackground(), 1000);
-      })
-      .finally(() => (this.persisting = undefined));
-  }
-
-  /** Write the state now (shutdown): after any background write, which would otherwise rename over this one. */
-  private async flushPersist(): Promise<void> {
-    if (this.persistTimer) clearTimeout(this.persistTimer);
-    this.persistTimer = undefined;
-    await this.persisting;
-    const tmp = `${this.statePath()}.tmp`;
-    writeFileSync(tmp, this.stateJson(), { mode: 0o600 });
-    renameSync(tmp, this.statePath());
+      throw new SandboxError('sandboxd.conflict', `${verb} is not supported on the egress lane (sandbox ${rec.id})`);
   }
 
   private stateJson(): string {
     return JSON.stringify({
       node: this.opts.nodeName,
-      claims: [...this.claims.values()],
-      targets: [...this.pools.values()].filter((p) => p.target > 0).map((p) => ({ key: p.key, warm: p.target })),
+      claims: this.claims.all(),
+      targets: this.pools.targets(),
+      checkpoints: this.checkpoints.list(),
     });
   }
 }

@@ -1,20 +1,26 @@
 import { SandboxError } from '../errors.js';
 
 /**
- * A warm pool is identified by template / net / size (cocoonstack-spec §1.2). `engine` is accepted and echoed
- * but has one value here (QEMU microvm).
+ * A warm pool is identified by template / net / size (docs/sandboxd-api.md "Pool key"); the names and values are
+ * the API's (src/api/pool-key.ts), shared with the control plane so both sides spell a key the same way. `engine`
+ * is accepted and echoed but has one value here (QEMU microvm).
  */
-export type Net = 'none' | 'egress';
-export type Size = 'small' | 'medium' | 'large' | 'xlarge';
+import {
+  normalizeTemplate,
+  poolKeyString,
+  POOL_NETS,
+  POOL_SIZES,
+  type PoolKeyOf,
+  type PoolNet,
+  type PoolSize,
+} from '../api/pool-key.js';
 
-export interface PoolKey {
-  template: string;
-  net: Net;
-  size: Size;
-}
-
-export const NETS: readonly Net[] = ['none', 'egress'];
-export const SIZES: readonly Size[] = ['small', 'medium', 'large', 'xlarge'];
+export type Net = PoolNet;
+export type Size = PoolSize;
+export type PoolKey = PoolKeyOf;
+export const NETS = POOL_NETS;
+export const SIZES = POOL_SIZES;
+export { normalizeTemplate };
 
 /**
  * VM shape per size tier. Smaller than sandboxd's bare-metal tiers (1/512 MiB ... 4/8 GiB): this host has 2 cores
@@ -27,29 +33,27 @@ export const SIZE_TIERS: Readonly<Record<Size, { vcpus: number; memoryMiB: numbe
   xlarge: { vcpus: 2, memoryMiB: 2048 },
 };
 
-export function normalizeTemplate(template: string): string {
-  return template.trim().replace(/:latest$/, '');
-}
-
 /** Default and validate a key from untrusted input; errors name the field. */
 export function parsePoolKey(input: { template?: unknown; net?: unknown; size?: unknown }): PoolKey {
   if (typeof input.template !== 'string' || !input.template.trim())
-    throw new SandboxError('bad-request', 'template: required (an image-like name such as sandbox/base)');
+    throw new SandboxError('sandboxd.bad-request', 'template: required (an image-like name such as sandbox/base)');
   const net = input.net === undefined || input.net === '' ? 'none' : input.net;
   if (typeof net !== 'string' || !(NETS as readonly string[]).includes(net))
-    throw new SandboxError('bad-request', `net: must be one of ${NETS.join(', ')} (got ${JSON.stringify(input.net)})`);
+    throw new SandboxError(
+      'sandboxd.bad-request',
+      `net: must be one of ${NETS.join(', ')} (got ${JSON.stringify(input.net)})`,
+    );
   const size = input.size === undefined || input.size === '' ? 'small' : input.size;
   if (typeof size !== 'string' || !(SIZES as readonly string[]).includes(size))
     throw new SandboxError(
-      'bad-request',
+      'sandboxd.bad-request',
       `size: must be one of ${SIZES.join(', ')} (got ${JSON.stringify(input.size)})`,
     );
   return { template: normalizeTemplate(input.template), net: net as Net, size: size as Size };
 }
 
-export function keyString(k: PoolKey): string {
-  return `${k.template}|${k.net}|${k.size}`;
-}
+/** The key as one string (map keys, labels): the same spelling the control plane uses. */
+export const keyString = poolKeyString;
 
 export function parseKeyString(s: string): PoolKey {
   const [template = '', net = 'none', size = 'small'] = s.split('|');

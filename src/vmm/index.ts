@@ -2,7 +2,8 @@
  * Public surface of src/vmm: the QEMU microvm driver, VM handles and their state machine.
  * No Kubernetes imports; src/guest provides the agent client and the image builds.
  */
-export { QemuMicrovmDriver, Vm } from './qemu-driver.js';
+export { QemuMicrovmDriver } from './qemu-driver.js';
+export { Vm } from './vm.js';
 export { QmpClient } from './qmp.js';
 export type { QmpEvent } from './qmp.js';
 export { liveQemuPids, pidAlive } from './process.js';

@@ -2,148 +2,30 @@
  * The QEMU `-M microvm` driver. Templates are cold-booted once with RAM in a shared file and snapshotted
  * with `x-ignore-shared` (only device state is written); clones map that file copy-on-write
  * (`share=off`) and load the device state, so a clone costs ~tens of ms and only the pages it dirties.
- * Each VM is a `Vm` object: a serial mailbox over an explicit state machine (types.ts), owning one QEMU
- * process, its QMP connection and its agent connection, and a run dir that `destroy` removes entirely.
+ * Each VM is a `Vm` object (vm.ts, vm-core.ts); the driver creates them, keeps those it manages, and adopts
+ * the ones an earlier process left running (run-records.ts).
  */
-import { freePort } from '../net/free-port.js';
-import { randomBytes } from 'node:crypto';
-import {
-  existsSync,
-  mkdirSync,
-  openSync,
-  closeSync,
-  readdirSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-  renameSync,
-  statSync,
-  chmodSync,
-} from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { SandboxError } from '../errors.js';
+import type { Progress } from '../guest/index.js';
 import { silentLogger, type Logger } from '../log/logger.js';
-import {
-  AgentClient,
-  type ExecOptions,
-  type ExecProcess,
-  type ExecResult,
-  type AgentFiles,
-  type Progress,
-  cachedArtifact,
-  contentHash,
-  stderrProgress,
-} from '../guest/index.js';
-import { hostHasHardwareKvm, hostTscKHz, qemuVersion, unprivilegedUser } from './host.js';
-import { migrateToFile } from './migration.js';
+import { freePort } from '../net/free-port.js';
+import { hostHasHardwareKvm, hostTscKHz, qemuVersion } from './host.js';
 import { resolveDriverOptions, type QemuDriverOptions, type ResolvedDriverOptions } from './options.js';
-import { adoptQemu, launchQemu, pidAlive, pidCpuMs, pidStartTicks, type QemuProcess } from './process.js';
-import { QmpClient } from './qmp.js';
-import {
-  assertAllowed,
-  type CloneOptions,
-  type HostForward,
-  type NetworkLane,
-  type Template,
-  type TemplateSpec,
-  type VmAction,
-  type VmRecord,
-  type VmState,
-  type VmStats,
-} from './types.js';
-import type { Duplex } from 'node:stream';
-import type { Socket } from 'node:net';
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const GUEST_HZ = 100; // CONFIG_HZ_100 in our kernel fragment
-
-function tailOf(file: string, label: string): string {
-  try {
-    const t = readFileSync(file, 'utf8').trim();
-    return t ? `; ${label}: ${t.slice(-400)}` : '';
-  } catch {
-    return '';
-  }
-}
-
-/** Milliseconds spent in each named phase of a start, for the debug log (where a slow clone's time went). */
-class PhaseClock {
-  private last = performance.now();
-  private readonly phases: Record<string, number> = {};
-  mark(name: string): void {
-    const now = performance.now();
-    this.phases[name] = Math.round((now - this.last) * 100) / 100;
-    this.last = now;
-  }
-  done(): Record<string, number> {
-    return this.phases;
-  }
-}
-
-/** Label of a spare VMM's record until a clone takes it (so a restarted daemon can reap it). */
-const SPARE_LABEL = 'sbx.spare';
-const isSpare = (rec: VmRecord): boolean => rec.labels[SPARE_LABEL] === 'true';
-
-function newId(prefix = 'vm'): string {
-  return `${prefix}-${randomBytes(4).toString('hex')}`;
-}
-
-function slug(name: string): string {
-  return name.replace(/[^a-zA-Z0-9._-]+/g, '_').replace(/^_+|_+$/g, '') || 'template';
-}
-
-type MemBackend = { kind: 'file'; path: string; share: boolean } | { kind: 'ram' };
-
-interface LaunchPlan {
-  id: string;
-  runDir: string;
-  accel: 'kvm' | 'tcg';
-  memoryMiB: number;
-  vcpus: number;
-  network: NetworkLane;
-  hostForwards: readonly HostForward[];
-  image: Template['image'];
-  cmdline: string;
-  mem: MemBackend;
-  incoming: boolean;
-}
-
-async function withDeadline<T>(p: Promise<T>, ms: number, err: () => SandboxError): Promise<T> {
-  let t: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      p,
-      new Promise<T>((_, reject) => {
-        t = setTimeout(() => reject(err()), ms);
-      }),
-    ]);
-  } finally {
-    if (t) clearTimeout(t);
-  }
-}
-
-/** Reject as soon as the process exits (a crash mid-operation must not wait for a timeout). */
-function unlessExited<T>(proc: QemuProcess, p: Promise<T>, what: string, logFile: string): Promise<T> {
-  return Promise.race([
-    p,
-    proc.exited.then((how) => {
-      let tail = '';
-      try {
-        tail = readFileSync(logFile, 'utf8').trim().split('\n').slice(-3).join(' | ');
-      } catch {
-        /* no log */
-      }
-      throw new SandboxError('VM_PROCESS_EXITED', `QEMU exited (${how}) during ${what}${tail ? `: ${tail}` : ''}`, {
-        hint: `see ${logFile}; a crash here usually means a bad image or snapshot`,
-      });
-    }),
-  ]);
-}
+import { adoptQemu, launchQemu, type QemuProcess } from './process.js';
+import { kernelCmdline, qemuArgv, type LaunchPlan } from './qemu-argv.js';
+import { killRecorded, newId, readRecords } from './run-records.js';
+import { isSpare, SPARE_LABEL, SparePool } from './spares.js';
+import { buildTemplate, loadTemplate, templateHash } from './templates.js';
+import type { CloneOptions, NetworkLane, Template, TemplateSpec, VmRecord } from './types.js';
+import { Vm } from './vm.js';
 
 export class QemuMicrovmDriver {
   readonly options: ResolvedDriverOptions;
   private readonly log: Logger;
   private readonly vms = new Map<string, Vm>();
+  private readonly spares: SparePool;
   private tsc: number | undefined;
   private resolvedAccel: 'kvm' | 'tcg' | undefined;
   private qemuVer: string | undefined;
@@ -151,6 +33,7 @@ export class QemuMicrovmDriver {
   constructor(opts: QemuDriverOptions & { logger?: Logger } = {}) {
     this.options = resolveDriverOptions(opts);
     this.log = opts.logger ?? silentLogger;
+    this.spares = new SparePool(this.options.spareVmms, (t) => this.startSpare(t), this.log);
     mkdirSync(this.options.runRoot, { recursive: true, mode: 0o755 });
     chmodSync(this.options.runRoot, 0o755);
   }
@@ -175,95 +58,18 @@ export class QemuMicrovmDriver {
   }
 
   kernelCmdline(spec: { image: Template['image']; network: NetworkLane }, accel: 'kvm' | 'tcg'): string {
-    const parts = ['console=ttyS0', 'quiet', 'panic=-1', 'random.trust_cpu=on'];
-    if (accel === 'tcg') {
-      // Mandatory under TCG: without them 20-60 % of boots hang calibrating the TSC against the PIT.
-      const khz = this.tscKHz();
-      parts.push(`tsc_early_khz=${khz}`, `lpj=${Math.round((khz * 1000) / GUEST_HZ)}`, 'tsc=reliable');
-      // QEMU's emulated APIC bus runs at 1 GHz; our kernel's lapic_timer_period parameter (build-kernel.sh)
-      // then skips ~0.26 s of APIC timer calibration against the PIT.
-      parts.push(`lapic_timer_period=${1_000_000_000 / GUEST_HZ}`);
-    }
-    if (spec.image.rootfs) parts.push('sbx.root=/dev/vda', `sbx.rootfstype=${spec.image.rootfsType ?? 'ext4'}`);
-    if (spec.network === 'egress') parts.push('sbx.net=1');
-    return parts.join(' ');
+    return kernelCmdline(spec, accel, () => this.tscKHz());
   }
 
-  /** @internal The full QEMU argv for a plan. Template, clones and restores differ only in memory backend and -incoming. */
+  /** @internal The full QEMU argv for a plan. */
   buildArgv(plan: LaunchPlan): string[] {
-    const d = plan.runDir;
-    // process= sets the comm name, so `ps` shows which VM a QEMU is.
-    const a: string[] = ['-name', `sbx-${plan.id},process=sbx-${plan.id}`];
-    a.push('-M', 'microvm,acpi=off,memory-backend=mem0');
-    a.push('-accel', plan.accel, '-cpu', plan.accel === 'kvm' ? 'host' : 'max');
-    a.push('-m', `${plan.memoryMiB}M`, '-smp', String(plan.vcpus));
-    a.push('-nodefaults', '-no-user-config', '-display', 'none', '-no-reboot');
-    a.push('-chardev', `file,id=con,path=${join(d, 'console.log')}`, '-serial', 'chardev:con');
-    // Incoming VMs get their RAM from the snapshot; loading the kernel again would only cost heap
-    // (QEMU keeps ELF segments as ROM blobs: ~20 MB private memory per clone).
-    if (!plan.incoming) a.push('-kernel', plan.image.kernel, '-initrd', plan.image.initramfs, '-append', plan.cmdline);
-    if (plan.mem.kind === 'file') {
-      a.push(
-        '-object',
-        `memory-backend-file,id=mem0,size=${plan.memoryMiB}M,mem-path=${plan.mem.path},share=${plan.mem.share ? 'on' : 'off'}`,
-      );
-    } else {
-      a.push('-object', `memory-backend-ram,id=mem0,size=${plan.memoryMiB}M`);
-    }
-    // One port (the agent; id 0 is reserved for a console): the default 31 ports cost the guest ~60 ms of
-    // virtqueue setup at boot under TCG.
-    a.push('-device', 'virtio-serial-device,max_ports=2');
-    a.push('-chardev', `socket,id=agent,path=${join(d, 'agent.sock')},server=on,wait=off`);
-    a.push('-device', 'virtserialport,chardev=agent,name=sandbox.agent');
-    a.push(
-      '-chardev',
-      `socket,id=qmp,path=${join(d, 'qmp.sock')},server=on,wait=off`,
-      '-mon',
-      'chardev=qmp,mode=control',
-    );
-    if (plan.image.rootfs) {
-      a.push(
-        '-drive',
-        `file=${plan.image.rootfs},if=none,id=rootfs,format=raw,readonly=on`,
-        '-device',
-        'virtio-blk-device,drive=rootfs',
-      );
-    }
-    if (plan.network === 'egress') {
-      const fwd = plan.hostForwards.map((f) => `,hostfwd=tcp:127.0.0.1:${f.hostPort}-:${f.guestPort}`).join('');
-      a.push('-netdev', `user,id=n0${fwd}`, '-device', 'virtio-net-device,netdev=n0');
-    }
-    a.push('-object', 'rng-random,id=rng0,filename=/dev/urandom', '-device', 'virtio-rng-device,rng=rng0');
-    const runAs = this.options.runAs === null ? undefined : (this.options.runAs ?? unprivilegedUser());
-    // Hardening: seccomp sandbox; QEMU never spawns (migration goes to our sockets/fds); drop to an unprivileged user.
-    a.push(
-      '-sandbox',
-      `on,obsolete=deny,elevateprivileges=${runAs ? 'allow' : 'deny'},spawn=deny,resourcecontrol=deny`,
-    );
-    if (runAs) a.push('-runas', runAs);
-    if (plan.incoming) a.push('-incoming', 'defer');
-    // Diagnostics only (e.g. `-d in_asm -D {runDir}/tcg.log` to count what TCG translates; docs/vm.md).
-    for (const x of this.options.extraQemuArgs) a.push(x.replaceAll('{runDir}', d));
-    return a;
+    return qemuArgv(plan, this.options);
   }
 
   // ---------------------------------------------------------------- templates
 
   templateHash(spec: TemplateSpec, accel: 'kvm' | 'tcg'): string {
-    const network = spec.network ?? 'none';
-    return contentHash([
-      // Bump when buildArgv's devices change: a snapshot only loads into the same device layout.
-      'template-v2',
-      spec.name,
-      spec.image.hash,
-      String(spec.memoryMiB ?? 128),
-      String(spec.vcpus ?? 1),
-      network,
-      accel,
-      this.qemuVersion(),
-      this.kernelCmdline({ image: spec.image, network }, accel),
-      JSON.stringify(spec.warmup ?? []),
-    ]);
+    return templateHash(this, spec, accel);
   }
 
   /** Cold-boot the template once and snapshot it; cached on disk by content hash. */
@@ -274,7 +80,7 @@ export class QemuMicrovmDriver {
     let lastErr: unknown;
     for (const accel of this.candidateAccels()) {
       try {
-        const t = await this.createTemplateWith(spec, accel, opts);
+        const t = await buildTemplate(this, spec, accel, opts);
         this.resolvedAccel = accel;
         return t;
       } catch (err) {
@@ -289,164 +95,14 @@ export class QemuMicrovmDriver {
     throw lastErr;
   }
 
-  private async createTemplateWith(
-    spec: TemplateSpec,
-    accel: 'kvm' | 'tcg',
-    opts: { progress?: Progress; bootTimeoutMs?: number },
-  ): Promise<Template> {
-    const progress = opts.progress ?? stderrProgress;
-    for (const f of [spec.image.kernel, spec.image.initramfs, ...(spec.image.rootfs ? [spec.image.rootfs] : [])]) {
-      if (!existsSync(f)) {
-        throw new SandboxError('VM_IMAGE_MISSING', `guest image file ${f} does not exist`, {
-          hint: 'rebuild the guest image (ensureGuestImage) or fix the path',
-        });
-      }
-    }
-    const hash = this.templateHash(spec, accel);
-    const dir = await cachedArtifact(
-      slug(spec.name),
-      hash,
-      async (tmp) => {
-        progress(`template ${spec.name}: cold boot (${accel})`);
-        const t = await this.bootAndSnapshot(spec, accel, tmp, hash, opts.bootTimeoutMs ?? 90_000);
-        writeFileSync(join(tmp, 'template.json'), JSON.stringify({ ...t, dir: undefined }, null, 2));
-        progress(`template ${spec.name}: booted in ${t.bootMs} ms, snapshotted`);
-      },
-      { progress, root: this.options.templateRoot },
-    );
-    return this.loadTemplate(dir);
-  }
-
   loadTemplate(dir: string): Template {
-    let t: Template;
-    try {
-      t = JSON.parse(readFileSync(join(dir, 'template.json'), 'utf8')) as Template;
-    } catch (err) {
-      throw new SandboxError('TEMPLATE_INVALID', `no valid template in ${dir}`, {
-        cause: err,
-        hint: 'remove the directory and create the template again',
-      });
-    }
-    return { ...t, dir, memFile: join(dir, 'mem'), stateFile: join(dir, 'state') };
+    return loadTemplate(dir);
   }
 
   /** Remove a template's files (clones already running keep their mapping). */
   deleteTemplate(t: Template): void {
-    for (const vm of this.spares.get(t.dir)?.ready.splice(0) ?? []) void vm.destroy().catch(() => undefined);
+    this.spares.dropTemplate(t);
     rmSync(t.dir, { recursive: true, force: true });
-  }
-
-  private async bootAndSnapshot(
-    spec: TemplateSpec,
-    accel: 'kvm' | 'tcg',
-    outDir: string,
-    hash: string,
-    bootTimeoutMs: number,
-  ): Promise<Template> {
-    const network = spec.network ?? 'none';
-    const memoryMiB = spec.memoryMiB ?? 128;
-    const vcpus = spec.vcpus ?? 1;
-    const cmdline = this.kernelCmdline({ image: spec.image, network }, accel);
-    const id = newId('tpl');
-    const runDir = join(this.options.runRoot, id);
-    mkdirSync(runDir, { recursive: true });
-    const memFile = join(outDir, 'mem');
-    const argv = this.buildArgv({
-      id,
-      runDir,
-      accel,
-      memoryMiB,
-      vcpus,
-      network,
-      hostForwards: [],
-      image: spec.image,
-      cmdline,
-      mem: { kind: 'file', path: memFile, share: true },
-      incoming: false,
-    });
-    const logFile = join(runDir, 'qemu.log');
-    const started = performance.now();
-    const proc = launchQemu(this.options.qemuBinary, argv, { logFile });
-    let qmp: QmpClient | undefined;
-    let agent: AgentClient | undefined;
-    try {
-      qmp = await unlessExited(
-        proc,
-        QmpClient.connect(join(runDir, 'qmp.sock'), { timeoutMs: 10_000 }),
-        'template boot',
-        logFile,
-      );
-      agent = await unlessExited(
-        proc,
-        AgentClient.connect(join(runDir, 'agent.sock'), { connectTimeoutMs: bootTimeoutMs }),
-        'template boot',
-        logFile,
-      ).catch((err: unknown) => {
-        let consoleTail = '';
-        try {
-          consoleTail = readFileSync(join(runDir, 'console.log'), 'utf8').slice(-600);
-        } catch {
-          /* none */
-        }
-        throw new SandboxError(
-          'VM_BOOT_FAILED',
-          `template ${spec.name} did not boot: ${(err as Error).message}${consoleTail ? `\nconsole: ${consoleTail}` : ''}${tailOf(logFile, 'qemu.log')}${proc.alive ? '' : ' (QEMU exited)'}`,
-          {
-            cause: err,
-            hint: 'check the kernel/initramfs; under TCG the TSC arguments must be present',
-          },
-        );
-      });
-      const bootMs = Math.round(performance.now() - started);
-      for (const cmd of spec.warmup ?? []) {
-        const r = await agent.run(cmd, { timeoutMs: 120_000 });
-        if (r.exitCode !== 0) {
-          throw new SandboxError(
-            'TEMPLATE_WARMUP_FAILED',
-            `warmup ${cmd.join(' ')} exited ${r.exitCode}: ${r.stderr.toString().slice(0, 500)}`,
-            { hint: 'fix the template warmup command' },
-          );
-        }
-      }
-      await agent.sync();
-      // Snapshot with the host still connected: the agent sits in a plain read() of its port, and a clone
-      // (whose host dials before the state loads) wakes straight from it on the first bytes, with no
-      // port-open event or signal to handle first. Closed only after QEMU has quit.
-      await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: true }] });
-      await qmp.execute('stop');
-      await unlessExited(
-        proc,
-        migrateToFile(qmp, join(outDir, 'state'), this.options.runRoot, { what: `template ${spec.name} snapshot` }),
-        'template snapshot',
-        logFile,
-      );
-      await qmp.execute('quit').catch(() => undefined);
-      await withDeadline(
-        proc.exited,
-        10_000,
-        () => new SandboxError('VM_STOP_TIMEOUT', 'template QEMU did not exit after quit'),
-      );
-      return {
-        name: spec.name,
-        hash,
-        dir: outDir,
-        memFile,
-        stateFile: join(outDir, 'state'),
-        memoryMiB,
-        vcpus,
-        network,
-        accel,
-        image: spec.image,
-        cmdline,
-        createdAt: new Date().toISOString(),
-        bootMs,
-      };
-    } finally {
-      agent?.close();
-      qmp?.close();
-      await proc.kill();
-      rmSync(runDir, { recursive: true, force: true });
-    }
   }
 
   // ---------------------------------------------------------------- clones
@@ -454,25 +110,25 @@ export class QemuMicrovmDriver {
   /** Start a VM from a template snapshot; resolves once its agent answers. */
   async clone(template: Template, opts: CloneOptions = {}): Promise<Vm> {
     if (!existsSync(template.memFile) || !existsSync(template.stateFile)) {
-      throw new SandboxError('TEMPLATE_MISSING', `template ${template.name} has no snapshot in ${template.dir}`, {
+      throw new SandboxError('template.missing', `template ${template.name} has no snapshot in ${template.dir}`, {
         hint: 'create the template again (createTemplate)',
       });
     }
     if (opts.id !== undefined && (this.vms.has(opts.id) || existsSync(join(this.options.runRoot, opts.id)))) {
-      throw new SandboxError('VM_EXISTS', `a VM with id ${opts.id} already exists`, {
+      throw new SandboxError('vm.exists', `a VM with id ${opts.id} already exists`, {
         hint: 'pick another id or destroy the existing VM',
       });
     }
     if (template.network === 'none' && opts.hostForwards?.length) {
       throw new SandboxError(
-        'INVALID_ARGUMENT',
+        'vm.invalid-argument',
         `template ${template.name} has no network; host forwards need the egress lane`,
         { hint: 'use a template with network: egress' },
       );
     }
     const readyTimeoutMs = opts.readyTimeoutMs ?? 15_000;
     // A spare has its own id and no host forwards (both are fixed when QEMU starts).
-    const spare = opts.id === undefined && !opts.hostForwards?.length ? this.takeSpare(template) : undefined;
+    const spare = opts.id === undefined && !opts.hostForwards?.length ? this.spares.take(template) : undefined;
     let vm: Vm;
     let start: () => Promise<void>;
     if (spare) {
@@ -498,7 +154,7 @@ export class QemuMicrovmDriver {
     } finally {
       // Replacements start once this clone is up: spawning QEMU blocks the event loop for milliseconds, which
       // would otherwise land on this clone's handshake.
-      this.refillSpares(template);
+      this.spares.refill(template);
     }
   }
 
@@ -552,49 +208,9 @@ export class QemuMicrovmDriver {
 
   // ---------------------------------------------------------------- spare VMMs
 
-  /** Loaded, paused spares per template dir, and how many are being started. */
-  private readonly spares = new Map<string, { ready: Vm[]; starting: number }>();
-  /** Bumped by destroySpares(): a spare that finishes starting under an older epoch is destroyed. */
-  private spareEpoch = 0;
-  /** Set by close(): no spare starts again (a clone finishing during shutdown must not start one). */
-  private sparesClosed = false;
-
   /** Spares of a template that are loaded and ready to be taken. */
   readySpares(template: Template): number {
-    return this.spares.get(template.dir)?.ready.length ?? 0;
-  }
-
-  private takeSpare(template: Template): Vm | undefined {
-    const ready = this.spares.get(template.dir)?.ready;
-    while (ready?.length) {
-      const vm = ready.shift()!;
-      if (vm.state === 'starting' && vm.pid !== undefined) return vm;
-      void vm.destroy().catch(() => undefined);
-    }
-    return undefined;
-  }
-
-  private refillSpares(template: Template): void {
-    if (this.options.spareVmms === 0 || this.sparesClosed) return;
-    let entry = this.spares.get(template.dir);
-    if (!entry) this.spares.set(template.dir, (entry = { ready: [], starting: 0 }));
-    const epoch = this.spareEpoch;
-    while (entry.ready.length + entry.starting < this.options.spareVmms) {
-      entry.starting++;
-      const e = entry;
-      void this.startSpare(template)
-        .then(
-          async (vm) => {
-            if (epoch !== this.spareEpoch || !existsSync(template.stateFile)) await vm.destroy();
-            else e.ready.push(vm);
-          },
-          (err: unknown) => {
-            // A spare destroyed while it started (destroySpares/close) is not a failure worth a warning.
-            if (epoch === this.spareEpoch) this.log.warn({ err, template: template.name }, 'spare VMM failed to start');
-          },
-        )
-        .finally(() => e.starting--);
-    }
+    return this.spares.ready(template);
   }
 
   private async startSpare(template: Template): Promise<Vm> {
@@ -625,17 +241,7 @@ export class QemuMicrovmDriver {
    * run dir is kept: removeStale() refuses a live VM).
    */
   async killRecorded(rec: VmRecord & { alive: boolean }): Promise<boolean> {
-    if (rec.pid !== undefined && rec.alive) {
-      try {
-        process.kill(rec.pid, 'SIGKILL');
-      } catch {
-        /* already gone */
-      }
-      for (let i = 0; i < 100 && pidAlive(rec.pid); i++) await sleep(20);
-      if (pidAlive(rec.pid)) return false;
-    }
-    rmSync(join(this.options.runRoot, rec.id), { recursive: true, force: true });
-    return true;
+    return killRecorded(rec, this.options.runRoot);
   }
 
   /** @internal */
@@ -654,28 +260,7 @@ export class QemuMicrovmDriver {
 
   /** Every VM with a run dir (including ones started by an earlier daemon), with liveness checked. */
   list(): (VmRecord & { alive: boolean })[] {
-    const out: (VmRecord & { alive: boolean })[] = [];
-    let names: string[] = [];
-    try {
-      names = readdirSync(this.options.runRoot);
-    } catch {
-      return out;
-    }
-    for (const name of names) {
-      const file = join(this.options.runRoot, name, 'vm.json');
-      if (!existsSync(file)) continue;
-      try {
-        const r = JSON.parse(readFileSync(file, 'utf8')) as VmRecord;
-        const alive =
-          r.pid !== undefined &&
-          pidAlive(r.pid) &&
-          (r.pidStartTicks === undefined || pidStartTicks(r.pid) === r.pidStartTicks);
-        out.push({ ...r, alive });
-      } catch {
-        /* half-written record: skip */
-      }
-    }
-    return out;
+    return readRecords(this.options.runRoot);
   }
 
   /** Re-attach to a VM that is still running (e.g. after a daemon restart), or to a hibernated one. */
@@ -684,7 +269,7 @@ export class QemuMicrovmDriver {
     if (existing) return existing;
     const rec = this.list().find((r) => r.id === id);
     if (!rec)
-      throw new SandboxError('VM_NOT_FOUND', `no VM ${id} under ${this.options.runRoot}`, {
+      throw new SandboxError('vm.not-found', `no VM ${id} under ${this.options.runRoot}`, {
         hint: 'list VMs with `sbx vm list`',
       });
     const { alive, ...record } = rec;
@@ -694,7 +279,7 @@ export class QemuMicrovmDriver {
       return vm;
     }
     if (!alive || record.pid === undefined) {
-      throw new SandboxError('VM_GONE', `VM ${id} is not running any more (QEMU pid ${record.pid ?? '?'} is gone)`, {
+      throw new SandboxError('vm.gone', `VM ${id} is not running any more (QEMU pid ${record.pid ?? '?'} is gone)`, {
         hint: `destroy it: sbx vm destroy ${id}`,
       });
     }
@@ -711,7 +296,7 @@ export class QemuMicrovmDriver {
   /** Remove the run dir of a VM that is not running (stale record). */
   removeStale(id: string): void {
     const rec = this.list().find((r) => r.id === id);
-    if (rec?.alive) throw new SandboxError('VM_RUNNING', `VM ${id} is running`, { hint: 'destroy it instead' });
+    if (rec?.alive) throw new SandboxError('vm.running', `VM ${id} is running`, { hint: 'destroy it instead' });
     rmSync(join(this.options.runRoot, id), { recursive: true, force: true });
   }
 
@@ -723,14 +308,13 @@ export class QemuMicrovmDriver {
 
   /** Stop making spares for good and destroy the ones there are; VMs keep running (call before exiting). */
   async close(): Promise<void> {
-    this.sparesClosed = true;
+    this.spares.close();
     await this.destroySpares();
   }
 
   /** Destroy the spare VMMs (ready and starting) and stop refilling them until the next clone. */
   async destroySpares(): Promise<void> {
-    this.spareEpoch++;
-    this.spares.clear();
+    this.spares.reset();
     const spares = [...this.vms.values()].filter((vm) => isSpare(vm.record));
     await Promise.all(spares.map((vm) => vm.destroy().catch(() => undefined)));
   }
@@ -740,630 +324,5 @@ export class QemuMicrovmDriver {
     const argv = this.buildArgv(plan);
     const proc = launchQemu(this.options.qemuBinary, argv, { logFile: join(plan.runDir, 'qemu.log'), extraFds });
     return { proc, argv };
-  }
-
-  /** @internal Materialise a full-state file into a new template (shared RAM file + device state). */
-  async materialiseTemplate(
-    name: string,
-    from: VmRecord,
-    fullState: string,
-    image: Template['image'],
-    cmdline: string,
-  ): Promise<Template> {
-    const hash = randomBytes(8).toString('hex');
-    const dir = join(this.options.templateRoot, `${slug(name)}-${hash}`);
-    mkdirSync(dir, { recursive: true });
-    const id = newId('mat');
-    const runDir = join(this.options.runRoot, id);
-    mkdirSync(runDir, { recursive: true });
-    const plan: LaunchPlan = {
-      id,
-      runDir,
-      accel: from.accel,
-      memoryMiB: from.memoryMiB,
-      vcpus: from.vcpus,
-      network: from.network,
-      hostForwards: [],
-      image,
-      cmdline,
-      mem: { kind: 'file', path: join(dir, 'mem'), share: true },
-      incoming: true,
-    };
-    const fd = openSync(fullState, 'r');
-    let proc: QemuProcess | undefined;
-    let qmp: QmpClient | undefined;
-    const logFile = join(runDir, 'qemu.log');
-    try {
-      proc = this.launch(plan, [fd]).proc;
-      closeSync(fd);
-      qmp = await unlessExited(proc, QmpClient.connect(join(runDir, 'qmp.sock')), 'checkpoint', logFile);
-      await qmp.execute('migrate-incoming', { uri: 'fd:3' });
-      await unlessExited(proc, waitIncoming(qmp, 60_000), 'checkpoint load', logFile);
-      await qmp.execute('migrate-set-capabilities', { capabilities: [{ capability: 'x-ignore-shared', state: true }] });
-      await unlessExited(
-        proc,
-        migrateToFile(qmp, join(dir, 'state'), this.options.runRoot, { what: 'checkpoint' }),
-        'checkpoint',
-        logFile,
-      );
-      await qmp.execute('quit').catch(() => undefined);
-      await withDeadline(
-        proc.exited,
-        10_000,
-        () => new SandboxError('VM_STOP_TIMEOUT', 'checkpoint QEMU did not exit'),
-      );
-      const t: Template = {
-        name,
-        hash,
-        dir,
-        memFile: join(dir, 'mem'),
-        stateFile: join(dir, 'state'),
-        memoryMiB: from.memoryMiB,
-        vcpus: from.vcpus,
-        network: from.network,
-        accel: from.accel,
-        image,
-        cmdline,
-        createdAt: new Date().toISOString(),
-        bootMs: 0,
-      };
-      writeFileSync(join(dir, 'template.json'), JSON.stringify({ ...t, dir: undefined }, null, 2));
-      return t;
-    } catch (err) {
-      rmSync(dir, { recursive: true, force: true });
-      throw err;
-    } finally {
-      try {
-        closeSync(fd);
-      } catch {
-        /* closed */
-      }
-      qmp?.close();
-      await proc?.kill();
-      rmSync(runDir, { recursive: true, force: true });
-    }
-  }
-}
-
-/** Wait until an incoming migration has been loaded (runstate leaves `inmigrate`). */
-async function waitIncoming(qmp: QmpClient, timeoutMs: number): Promise<string> {
-  const deadline = Date.now() + timeoutMs;
-  for (let delay = 1; ; delay = Math.min(delay + 1, 10)) {
-    const st = await qmp.execute<{ status: string }>('query-status');
-    if (st.status !== 'inmigrate') {
-      if (st.status === 'running' || st.status === 'paused' || st.status === 'postmigrate') return st.status;
-      throw new SandboxError('VM_RESTORE_FAILED', `VM state load ended in runstate ${st.status}`, {
-        hint: 'the snapshot does not match this QEMU/device config; recreate the template',
-      });
-    }
-    if (Date.now() > deadline) {
-      throw new SandboxError('VM_RESTORE_TIMEOUT', `VM state did not load within ${timeoutMs} ms`, {
-        hint: 'the host may be overloaded; retry',
-      });
-    }
-    await sleep(delay);
-  }
-}
-
-/**
- * One microVM. Lifecycle operations go through a serial mailbox and the state machine; exec/files go
- * straight to the agent (the agent multiplexes) after a state check.
- */
-export class Vm {
-  private _state: VmState;
-  private proc: QemuProcess | undefined;
-  private qmp: QmpClient | undefined;
-  private _agent: AgentClient | undefined;
-  private mailbox: Promise<unknown> = Promise.resolve();
-  private readonly startedAt = Date.now();
-  private expectingExit = false;
-  /** Why the VM failed (QEMU exit status and log tails), once it has. */
-  failure: string | undefined;
-
-  constructor(
-    private readonly driver: QemuMicrovmDriver,
-    readonly record: VmRecord,
-    private readonly log: Logger,
-  ) {
-    this._state = record.state;
-  }
-
-  get id(): string {
-    return this.record.id;
-  }
-
-  get state(): VmState {
-    return this._state;
-  }
-
-  get pid(): number | undefined {
-    return this.proc?.alive ? this.proc.pid : undefined;
-  }
-
-  get runDir(): string {
-    return this.record.runDir;
-  }
-
-  /** The agent connection (only while running). */
-  get agent(): AgentClient {
-    this.check('exec');
-    if (!this._agent || this._agent.closed) {
-      throw new SandboxError('AGENT_DISCONNECTED', `the agent of VM ${this.id} is not connected`, {
-        hint: 'the VM may have crashed; check its stats and destroy it',
-      });
-    }
-    return this._agent;
-  }
-
-  get files(): AgentFiles {
-    return this.agent.files;
-  }
-
-  exec(argv: readonly string[], opts?: ExecOptions): ExecProcess {
-    return this.agent.exec(argv, opts);
-  }
-
-  async run(argv: readonly string[], opts?: Omit<ExecOptions, 'collect'>): Promise<ExecResult> {
-    return this.agent.run(argv, opts);
-  }
-
-  async connectTcp(port: number, host?: string): Promise<Duplex> {
-    return this.agent.connectTcp(port, host);
-  }
-
-  private setState(s: VmState): void {
-    if (this._state === s) return;
-    this.log.info({ from: this._state, to: s }, 'vm state');
-    this._state = s;
-    this.record.state = s;
-    this.persist();
-  }
-
-  private persist(): void {
-    if (this._state === 'destroyed') return;
-    try {
-      const tmp = join(this.record.runDir, 'vm.json.tmp');
-      writeFileSync(tmp, JSON.stringify(this.record, null, 2));
-      renameSync(tmp, join(this.record.runDir, 'vm.json'));
-    } catch {
-      /* run dir gone (destroy raced) */
-    }
-  }
-
-  /** Serialise lifecycle actions; each is checked against the state machine when it runs. */
-  private check(action: VmAction): void {
-    try {
-      assertAllowed(this.id, this._state, action);
-    } catch (err) {
-      if (this.failure && err instanceof SandboxError)
-        throw new SandboxError(err.code, `${err.message}: ${this.failure}`, { hint: err.hint });
-      throw err;
-    }
-  }
-
-  private act<T>(action: VmAction, fn: () => Promise<T>): Promise<T> {
-    const run = async () => {
-      this.check(action);
-      return fn();
-    };
-    const p = this.mailbox.then(run, run);
-    this.mailbox = p.catch(() => undefined);
-    return p;
-  }
-
-  private watchExit(proc: QemuProcess): void {
-    void proc.exited.then((how) => {
-      if (this.proc !== proc || this.expectingExit) return;
-      this.failure = `QEMU exited (${how})${tailOf(join(this.record.runDir, 'qemu.log'), 'qemu.log')}${tailOf(join(this.record.runDir, 'console.log'), 'console')}`;
-      this.log.warn({ how, failure: this.failure }, 'QEMU exited unexpectedly');
-      this._agent?.close();
-      this.qmp?.close();
-      if (this._state !== 'destroyed' && this._state !== 'hibernated') this.setState('failed');
-    });
-  }
-
-  /** @internal Launch QEMU with -incoming, load a state file, run, connect the agent. */
-  async startFromState(
-    plan: LaunchPlan,
-    stateFile: string,
-    opts: { ignoreShared: boolean; readyTimeoutMs: number; signal?: AbortSignal },
-  ): Promise<void> {
-    await this.loadState(plan, stateFile, opts);
-    await this.runLoaded(opts);
-  }
-
-  /** What loadState() left for runLoaded(): the paused VM's runstate and its dialled agent socket. */
-  private loaded: { status: string; socket: Socket; phases: PhaseClock } | undefined;
-
-  /**
-   * @internal Launch QEMU with -incoming and load a state file. The guest stays paused (it has run no
-   * instruction yet) with the agent socket already connected; runLoaded() lets it run.
-   */
-  async loadState(
-    plan: LaunchPlan,
-    stateFile: string,
-    opts: { ignoreShared: boolean; readyTimeoutMs: number; signal?: AbortSignal },
-  ): Promise<void> {
-    if (this._state === 'destroyed') throw new SandboxError('VM_DESTROYED', `VM ${this.id} was destroyed`);
-    const logFile = join(plan.runDir, 'qemu.log');
-    const fd = openSync(stateFile, 'r');
-    let launched: { proc: QemuProcess; argv: string[] };
-    try {
-      launched = this.driver.launch(plan, [fd]);
-    } finally {
-      closeSync(fd);
-    }
-    const { proc, argv } = launched;
-    const phases = new PhaseClock();
-    this.proc = proc;
-    this.expectingExit = false;
-    this.record.argv = argv;
-    this.record.pid = proc.pid;
-    this.record.pidStartTicks = pidStartTicks(proc.pid);
-    this.persist();
-    this.watchExit(proc);
-    const deadline = Date.now() + opts.readyTimeoutMs;
-    const timeoutErr = () =>
-      new SandboxError('VM_START_TIMEOUT', `VM ${this.id} was not ready within ${opts.readyTimeoutMs} ms`, {
-        hint: 'the host may be overloaded; see qemu.log and console.log in the run dir',
-      });
-    await this.explainExit(proc, async () => {
-      const qmp = await unlessExited(
-        proc,
-        withDeadline(
-          QmpClient.connect(this.record.qmpSocket, { timeoutMs: opts.readyTimeoutMs }),
-          opts.readyTimeoutMs,
-          timeoutErr,
-        ),
-        'start',
-        logFile,
-      );
-      this.qmp = qmp;
-      phases.mark('qmp');
-      // Dial the agent while the state loads, so the restored guest finds its host connected.
-      const socketP = AgentClient.dial(this.record.agentSocket, {
-        connectTimeoutMs: Math.max(100, deadline - Date.now()),
-        signal: opts.signal,
-      });
-      socketP.catch(() => undefined);
-      try {
-        if (opts.ignoreShared)
-          await qmp.execute('migrate-set-capabilities', {
-            capabilities: [{ capability: 'x-ignore-shared', state: true }],
-          });
-        await qmp.execute('migrate-incoming', { uri: 'fd:3' });
-        const status = await unlessExited(
-          proc,
-          waitIncoming(qmp, Math.max(100, deadline - Date.now())),
-          'state load',
-          logFile,
-        );
-        const socket = await unlessExited(proc, socketP, 'agent connect', logFile);
-        phases.mark('load');
-        this.loaded = { status, socket, phases };
-      } catch (err) {
-        void socketP.then(
-          (s) => s.destroy(),
-          () => undefined,
-        );
-        throw err;
-      }
-    });
-  }
-
-  /** @internal Let a VM from loadState() run and complete the agent handshake. */
-  async runLoaded(opts: { readyTimeoutMs: number; signal?: AbortSignal }): Promise<void> {
-    const loaded = this.loaded;
-    const proc = this.proc;
-    if (!loaded || !proc || !this.qmp) throw new SandboxError('VM_NOT_LOADED', `VM ${this.id} has no loaded state`);
-    this.loaded = undefined;
-    const { phases } = loaded;
-    phases.mark('idle');
-    const logFile = join(this.record.runDir, 'qemu.log');
-    await this.explainExit(proc, async () => {
-      // The handshake is written right after `cont` is sent, not after QEMU confirms it (1-8 ms here): the guest
-      // finds the HELLO waiting as soon as it runs. The answer cannot come before the guest runs anyway.
-      const contP = loaded.status !== 'running' ? this.requireQmp().execute('cont') : Promise.resolve();
-      const agentP = AgentClient.handshake(loaded.socket, this.record.agentSocket, {
-        connectTimeoutMs: opts.readyTimeoutMs,
-        signal: opts.signal,
-      });
-      agentP.catch(() => undefined);
-      try {
-        await contP;
-        phases.mark('cont');
-        this._agent = await unlessExited(proc, agentP, 'agent connect', logFile);
-        phases.mark('agent');
-      } catch (err) {
-        loaded.socket.destroy();
-        void agentP.then(
-          (a) => a.close(),
-          () => undefined,
-        );
-        throw err;
-      }
-    });
-    this.log.debug({ phasesMs: phases.done() }, 'vm started');
-    this.setState('running');
-  }
-
-  /** A QEMU that died mid-way surfaces first as a broken socket; report the exit and its log instead. */
-  private async explainExit(proc: QemuProcess, fn: () => Promise<void>): Promise<void> {
-    try {
-      await fn();
-    } catch (err) {
-      const how = await Promise.race([proc.exited, sleep(300).then(() => undefined)]);
-      if (how !== undefined && !(err instanceof SandboxError && err.code === 'VM_PROCESS_EXITED')) {
-        const logFile = join(this.record.runDir, 'qemu.log');
-        throw new SandboxError(
-          'VM_PROCESS_EXITED',
-          `QEMU exited (${how}) while starting VM ${this.id}${tailOf(logFile, 'qemu.log')}`,
-          {
-            cause: err,
-            hint: `see ${logFile}; a crash here usually means a bad or mismatched snapshot`,
-          },
-        );
-      }
-      throw err;
-    }
-  }
-
-  /** @internal Re-attach to a running QEMU (daemon restart). */
-  async attach(proc: QemuProcess): Promise<void> {
-    this.proc = proc;
-    this.watchExit(proc);
-    this.qmp = await QmpClient.connect(this.record.qmpSocket, { timeoutMs: 5_000 });
-    const st = await this.qmp.execute<{ status: string }>('query-status');
-    if (st.status === 'running') {
-      this._agent = await AgentClient.connect(this.record.agentSocket, { connectTimeoutMs: 5_000 });
-      this._state = 'running';
-    } else if (st.status === 'paused') {
-      this._state = 'paused';
-    } else {
-      this._state = 'failed';
-    }
-    this.record.state = this._state;
-    this.persist();
-  }
-
-  private requireQmp(): QmpClient {
-    if (!this.qmp || this.qmp.closed) {
-      throw new SandboxError('VM_PROCESS_EXITED', `QEMU of VM ${this.id} is not reachable`, {
-        hint: 'the VM crashed; destroy it',
-      });
-    }
-    return this.qmp;
-  }
-
-  /** QMP stop: the guest is frozen (its agent stops answering) until resume. */
-  pause(): Promise<void> {
-    return this.act('pause', async () => {
-      await this.requireQmp().execute('stop');
-      this.setState('paused');
-    });
-  }
-
-  resume(): Promise<void> {
-    return this.act('resume', async () => {
-      await this.requireQmp().execute('cont');
-      this.setState('running');
-      // The guest clock stood still while paused; fix it without delaying the caller.
-      this._agent?.setTime().catch(() => undefined);
-    });
-  }
-
-  /** Save the full VM state to disk and stop QEMU: the VM's memory is freed. */
-  hibernate(): Promise<void> {
-    return this.act('hibernate', async () => {
-      const qmp = this.requireQmp();
-      const proc = this.proc!;
-      const file = join(this.record.runDir, 'hibernate.state');
-      if (this._state === 'running') await this._agent?.sync().catch(() => undefined);
-      await qmp.execute('stop');
-      await qmp.execute('migrate-set-capabilities', {
-        capabilities: [{ capability: 'x-ignore-shared', state: false }],
-      });
-      await unlessExited(
-        proc,
-        migrateToFile(qmp, file, this.record.runDir, { what: `hibernate ${this.id}` }),
-        'hibernate',
-        join(this.record.runDir, 'qemu.log'),
-      );
-      this.expectingExit = true;
-      this._agent?.close();
-      this._agent = undefined;
-      await qmp.execute('quit').catch(() => undefined);
-      qmp.close();
-      this.qmp = undefined;
-      await withDeadline(
-        proc.exited,
-        10_000,
-        () => new SandboxError('VM_STOP_TIMEOUT', 'QEMU did not exit after hibernate'),
-      ).catch(() => proc.kill());
-      this.proc = undefined;
-      this.record.pid = undefined;
-      this.record.pidStartTicks = undefined;
-      this.record.hibernateFile = file;
-      for (const s of ['qmp.sock', 'agent.sock']) rmSync(join(this.record.runDir, s), { force: true });
-      this.setState('hibernated');
-    });
-  }
-
-  /** Bring a hibernated VM back (anonymous RAM filled from the saved state). */
-  restore(opts: { readyTimeoutMs?: number } = {}): Promise<void> {
-    return this.act('restore', async () => {
-      const file = this.record.hibernateFile;
-      if (!file || !existsSync(file)) {
-        throw new SandboxError('VM_STATE_MISSING', `hibernated state of VM ${this.id} is missing`, {
-          hint: 'the VM cannot be restored; destroy it',
-        });
-      }
-      const plan = this.planFor({ kind: 'ram' });
-      try {
-        await this.startFromState(plan, file, { ignoreShared: false, readyTimeoutMs: opts.readyTimeoutMs ?? 30_000 });
-      } catch (err) {
-        this.expectingExit = true;
-        this._agent?.close();
-        this.qmp?.close();
-        await this.proc?.kill();
-        this.proc = undefined;
-        this._state = 'hibernated';
-        throw err;
-      }
-      rmSync(file, { force: true });
-      this.record.hibernateFile = undefined;
-      this.persist();
-    });
-  }
-
-  private planFor(mem: MemBackend): LaunchPlan {
-    const tpl = this.templateInfo();
-    return {
-      id: this.id,
-      runDir: this.record.runDir,
-      accel: this.record.accel,
-      memoryMiB: this.record.memoryMiB,
-      vcpus: this.record.vcpus,
-      network: this.record.network,
-      hostForwards: this.record.hostForwards,
-      image: tpl.image,
-      cmdline: tpl.cmdline,
-      mem,
-      incoming: true,
-    };
-  }
-
-  /** Image and cmdline come from the argv the VM was launched with (its template may be gone). */
-  private templateInfo(): { image: Template['image']; cmdline: string } {
-    const a = this.record.argv;
-    const val = (flag: string) => {
-      const i = a.indexOf(flag);
-      return i >= 0 ? a[i + 1] : undefined;
-    };
-    const drive = a.find((x) => x.startsWith('file=') && x.includes('id=rootfs'));
-    const rootfs = drive ? /^file=([^,]+)/.exec(drive)?.[1] : undefined;
-    const cmdline = val('-append') ?? '';
-    const image: Template['image'] = {
-      kernel: val('-kernel') ?? '',
-      initramfs: val('-initrd') ?? '',
-      hash: this.record.template.hash,
-    };
-    if (rootfs) {
-      image.rootfs = rootfs;
-      image.rootfsType = /sbx\.rootfstype=squashfs/.test(cmdline) ? 'squashfs' : 'ext4';
-    }
-    return { image, cmdline };
-  }
-
-  /**
-   * Snapshot the running VM into a new template (its RAM and files, including the copy-on-write layer).
-   * The VM is paused for the duration of the save, then continues.
-   */
-  checkpoint(name = `${this.record.template.name}@${this.id}`): Promise<Template> {
-    return this.act('checkpoint', () => this.checkpointNow(name));
-  }
-
-  private async checkpointNow(name: string): Promise<Template> {
-    const qmp = this.requireQmp();
-    const wasRunning = this._state === 'running';
-    const file = join(this.record.runDir, `checkpoint-${randomBytes(3).toString('hex')}.state`);
-    try {
-      if (wasRunning) {
-        await this._agent?.sync().catch(() => undefined);
-        await qmp.execute('stop');
-      }
-      await qmp.execute('migrate-set-capabilities', {
-        capabilities: [{ capability: 'x-ignore-shared', state: false }],
-      });
-      await migrateToFile(qmp, file, this.record.runDir, { what: `checkpoint ${this.id}` });
-      if (wasRunning) {
-        await qmp.execute('cont');
-        this._agent?.setTime().catch(() => undefined);
-      }
-      const { image, cmdline } = this.templateInfo();
-      return await this.driver.materialiseTemplate(name, this.record, file, image, cmdline);
-    } finally {
-      rmSync(file, { force: true });
-      if (wasRunning && this.qmp && !this.qmp.closed) {
-        const st = await this.qmp.execute<{ status: string }>('query-status').catch(() => undefined);
-        if (st && st.status !== 'running') await this.qmp.execute('cont').catch(() => undefined);
-      }
-    }
-  }
-
-  /** Fork n children that start from this VM's current state (files included); the parent keeps running. */
-  fork(n: number, opts: Omit<CloneOptions, 'id'> = {}): Promise<Vm[]> {
-    if (!Number.isInteger(n) || n < 1 || n > 64) {
-      return Promise.reject(
-        new SandboxError('INVALID_ARGUMENT', `fork count ${n} must be 1..64`, {
-          hint: 'fork fewer children at a time',
-        }),
-      );
-    }
-    return this.act('fork', async () => {
-      const tpl = await this.checkpointNow(`${this.record.template.name}@fork-${this.id}`);
-      const children: Vm[] = [];
-      try {
-        for (let i = 0; i < n; i++) {
-          children.push(await this.driver.clone(tpl, { ...opts, labels: { ...opts.labels, forkedFrom: this.id } }));
-        }
-        return children;
-      } catch (err) {
-        await Promise.all(children.map((c) => c.destroy().catch(() => undefined)));
-        throw err;
-      } finally {
-        // Children keep their private mapping of the RAM file; nothing else needs it.
-        this.driver.deleteTemplate(tpl);
-      }
-    });
-  }
-
-  /** Kill QEMU and remove everything of the VM (process, sockets, files). Idempotent. */
-  destroy(): Promise<void> {
-    if (this._state === 'destroyed') return Promise.resolve();
-    const run = async () => {
-      if (this._state === 'destroyed') return;
-      this.expectingExit = true;
-      this._agent?.close();
-      this.loaded?.socket.destroy();
-      this.qmp?.close();
-      await this.proc?.kill();
-      this._state = 'destroyed';
-      this.record.state = 'destroyed';
-      rmSync(this.record.runDir, { recursive: true, force: true });
-      this.driver.forget(this.id);
-    };
-    // destroy must not wait behind a hung lifecycle action: kill first, then drain the mailbox.
-    const p = run();
-    this.mailbox = this.mailbox.then(
-      () => p,
-      () => p,
-    );
-    return p;
-  }
-
-  async stats(): Promise<VmStats> {
-    assertAllowed(this.id, this._state, 'stats');
-    const s: VmStats = { id: this.id, state: this._state, uptimeMs: Date.now() - this.startedAt };
-    const pid = this.pid;
-    if (pid === undefined) return s;
-    s.pid = pid;
-    try {
-      const roll = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
-      const kib = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+) kB`, 'm').exec(roll)?.[1] ?? NaN);
-      s.rssKiB = kib('Rss');
-      s.pssKiB = kib('Pss');
-      s.privateDirtyKiB = kib('Private_Dirty');
-      s.cpuMs = pidCpuMs(pid);
-    } catch {
-      /* exited meanwhile */
-    }
-    return s;
-  }
-
-  /** Size of the hibernated state on disk, if hibernated. */
-  hibernatedBytes(): number | undefined {
-    const f = this.record.hibernateFile;
-    return f && existsSync(f) ? statSync(f).size : undefined;
   }
 }

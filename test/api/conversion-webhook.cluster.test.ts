@@ -14,8 +14,14 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { ALL_RESOURCES, crdNameOf, CONVERTIBLE_RESOURCES, deprecationWarningOf } from '../../src/api/index.js';
+import { KubeClient } from '../../src/kube/index.js';
 import { silentLogger } from '../../src/log/logger.js';
-import { KubeWebhookCertStore, startWebhook, type WebhookHandle } from '../../src/operator/webhook/index.js';
+import {
+  KubeWebhookCertStore,
+  startWebhook,
+  type WebhookHandle,
+  type WebhookOptions,
+} from '../../src/operator/webhook/index.js';
 import { createTestNamespace, getTestCluster, type TestCluster } from '../support/cluster.js';
 import { eventually } from '../support/eventually.js';
 
@@ -31,6 +37,7 @@ describe('agent-sandbox CRDs + conversion webhook on the real control plane', ()
   let cluster: TestCluster;
   let ns: { name: string; cleanup(): Promise<void> };
   let webhook: WebhookHandle | undefined;
+  let client: KubeClient | undefined;
   let certDir: string;
   const originalConversion = new Map<string, Obj>();
 
@@ -63,17 +70,9 @@ describe('agent-sandbox CRDs + conversion webhook on the real control plane', ()
     JSON.parse((await must(['get', resource, name, '-o', 'json'])).stdout) as Obj;
   const spec = (o: Obj) => o['spec'] as Obj;
   const annotations = (o: Obj) => ((o['metadata'] as Obj)['annotations'] ?? {}) as Record<string, string>;
-
-  before(async () => {
-    cluster = await getTestCluster();
-    ns = await createTestNamespace('conv');
-    for (const r of CONVERTIBLE_RESOURCES) {
-      const crd = JSON.parse(await cluster.kubectl(['get', 'crd', crdNameOf(r), '-o', 'json'])) as Obj;
-      originalConversion.set(crdNameOf(r), (crd['spec'] as Obj)['conversion'] as Obj);
-    }
-    certDir = await mkdtemp(join(tmpdir(), 'sbx-webhook-'));
+  const webhookOptions = (): WebhookOptions => {
     const host = cluster.hostAddress.includes(':') ? `[${cluster.hostAddress}]` : cluster.hostAddress;
-    webhook = await startWebhook({
+    return {
       port: 0,
       host: cluster.hostAddress,
       certDir,
@@ -83,9 +82,21 @@ describe('agent-sandbox CRDs + conversion webhook on the real control plane', ()
       clusterDomain: cluster.clusterDomain,
       webhookUrl: (port) => `https://${host}:${port}/convert`,
       extensions: true,
-      store: KubeWebhookCertStore.fromKubeconfig(cluster.kubeconfigPath),
+      store: new KubeWebhookCertStore(client!),
       logger: silentLogger,
-    });
+    };
+  };
+
+  before(async () => {
+    cluster = await getTestCluster();
+    ns = await createTestNamespace('conv');
+    for (const r of CONVERTIBLE_RESOURCES) {
+      const crd = JSON.parse(await cluster.kubectl(['get', 'crd', crdNameOf(r), '-o', 'json'])) as Obj;
+      originalConversion.set(crdNameOf(r), (crd['spec'] as Obj)['conversion'] as Obj);
+    }
+    certDir = await mkdtemp(join(tmpdir(), 'sbx-webhook-'));
+    client = await KubeClient.fromKubeconfig(cluster.kubeconfigPath);
+    webhook = await startWebhook(webhookOptions());
     assert.deepEqual([...webhook.patchedCrds].sort(), CONVERTIBLE_RESOURCES.map(crdNameOf).sort());
     // The apiserver picks the new conversion config up asynchronously.
     await eventually(
@@ -111,6 +122,7 @@ describe('agent-sandbox CRDs + conversion webhook on the real control plane', ()
       }
     }
     await webhook?.close();
+    client?.close();
     if (certDir) await rm(certDir, { recursive: true, force: true });
     await ns?.cleanup();
   });
@@ -351,5 +363,55 @@ describe('agent-sandbox CRDs + conversion webhook on the real control plane', ()
     } finally {
       await must(['delete', 'nodeinventory', name]);
     }
+  });
+
+  it('renews a short-lived certificate: the caBundle follows and conversion never fails across the switch', async () => {
+    await webhook?.close();
+    webhook = undefined;
+    // Valid 30 s, renewed when 20 s remain: the first renewal ~10 s after start. Its own Secret, so the
+    // year-long certificate of the tests above is not reused.
+    webhook = await startWebhook({
+      ...webhookOptions(),
+      secretName: 'sandbox-webhook-certs-short',
+      certValidityMs: 30_000,
+      renewBeforeMs: 20_000,
+    });
+    const firstCa = webhook.caPem!;
+    const caBundle = async () => {
+      const crd = JSON.parse(await cluster.kubectl(['get', 'crd', 'sandboxes.agents.x-k8s.io', '-o', 'json'])) as Obj;
+      const hook = ((spec(crd)['conversion'] as Obj)['webhook'] as Obj)['clientConfig'] as Obj;
+      return Buffer.from(String(hook['caBundle']), 'base64').toString();
+    };
+    assert.equal(await caBundle(), firstCa);
+    await apply({
+      apiVersion: 'agents.x-k8s.io/v1beta1',
+      kind: 'Sandbox',
+      metadata: { name: 'sb-rotation' },
+      spec: { podTemplate: pod },
+    });
+    // Read through the webhook without pause until a few seconds after the switch; every read must succeed.
+    const failures: string[] = [];
+    let reads = 0;
+    let switchedAt: number | undefined;
+    const deadline = Date.now() + 45_000;
+    while (Date.now() < deadline && (switchedAt === undefined || Date.now() - switchedAt < 4_000)) {
+      const r = await kubectl(['get', 'sandboxes.v1alpha1.agents.x-k8s.io', 'sb-rotation', '-o', 'json']);
+      reads++;
+      if (!r.ok) failures.push(r.stderr);
+      if (switchedAt === undefined && webhook.caPem !== firstCa) switchedAt = Date.now();
+    }
+    assert.ok(switchedAt !== undefined, 'the certificate was renewed within 45 s');
+    assert.deepEqual(failures, [], `${failures.length} of ${reads} reads failed`);
+    // The CRD trusts the new CA (next to the old one while that is valid), and the Secret holds the new bundle.
+    assert.ok((await caBundle()).startsWith(webhook.caPem!));
+    // Renewals come every ~10 s and the server switches a moment after the Secret is written, so compare once both
+    // sides have settled on the same renewal.
+    await eventually(
+      async () => {
+        const secret = await get('secret', 'sandbox-webhook-certs-short');
+        return Buffer.from(String((secret['data'] as Obj)['ca.crt']), 'base64').toString() === webhook?.caPem;
+      },
+      { until: (same) => same, timeoutMs: 10_000, what: 'the Secret and the server on the same CA' },
+    );
   });
 });

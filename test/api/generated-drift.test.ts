@@ -8,7 +8,15 @@ import { dirname, join, resolve } from 'node:path';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { renderCrdFiles } from '../../src/api/crd.js';
-import { CORE_GEN_JSON, CORE_GEN_TS, KUBERNETES_VERSION, readCoreSources, renderCore } from '../../scripts/generate.js';
+import {
+  CORE_GEN_JSON,
+  CORE_GEN_TS,
+  KUBERNETES_VERSION,
+  META_GEN_JSON,
+  readCoreSources,
+  renderCore,
+  renderMeta,
+} from '../../scripts/generate.js';
 
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const crdDir = join(repoRoot, 'deploy/crds');
@@ -47,6 +55,17 @@ describe('generated files', () => {
         'core-v1.36.gen.json is stale: npm run generate -- --core',
       );
       assert.ok(readFileSync(CORE_GEN_TS, 'utf8') === ts, 'core-v1.36.gen.ts is stale: npm run generate -- --core');
+    },
+  );
+
+  it(
+    'src/apiserver/generated/meta-v1.36.gen.json matches the Kubernetes OpenAPI documents',
+    { skip: !goModuleCached() && `k8s.io/kubernetes@v${KUBERNETES_VERSION} is not in the Go module cache` },
+    async () => {
+      assert.ok(
+        readFileSync(META_GEN_JSON, 'utf8') === (await renderMeta()),
+        'meta-v1.36.gen.json is stale: npm run generate -- --core',
+      );
     },
   );
 });

@@ -4,7 +4,11 @@
  */
 import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { request } from 'node:https';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import { silentLogger } from '../../src/log/logger.js';
@@ -15,12 +19,11 @@ import {
   handleConversionReview,
   injectCaBundle,
   startConversionWebhookServer,
+  startWebhook,
   unfitReason,
-  type StoredSecret,
-  type WebhookCertStore,
-  type CrdConversionState,
 } from '../../src/operator/webhook/index.js';
 import * as arb from './arbitraries.js';
+import { MemoryStore } from './memory-cert-store.js';
 
 const wire = <T>(o: T): T => JSON.parse(JSON.stringify(o)) as T;
 const review = (objects: unknown[], desiredAPIVersion: string, apiVersion = 'apiextensions.k8s.io/v1') => ({
@@ -160,37 +163,44 @@ describe('handleConversionReview', () => {
   });
 });
 
-function post(port: number, ca: string, body: string, path = '/convert', method = 'POST') {
+/** One request; the body goes out in 1 MiB writes (so a large one is streamed when `headers` say chunked). */
+function post(
+  port: number,
+  ca: string,
+  body: string,
+  path = '/convert',
+  method = 'POST',
+  headers: Record<string, string | number> = {},
+) {
   return new Promise<{ status: number; body: string }>((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, path, method, ca, servername: 'svc.ns.svc' }, (res) => {
+    const req = request({ host: '127.0.0.1', port, path, method, ca, servername: 'svc.ns.svc', headers }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
     });
     req.on('error', reject);
-    req.end(body);
+    for (let i = 0; i < body.length; i += 1 << 20) req.write(body.slice(i, i + (1 << 20)));
+    req.end();
   });
 }
 
+const serving = generateBundle({
+  serviceName: 'svc',
+  namespace: 'ns',
+  clusterDomain: 'cluster.local',
+  extraSans: ['127.0.0.1'],
+});
+const startServer = () =>
+  startConversionWebhookServer({ port: 0, host: '127.0.0.1', tls: serving, logger: silentLogger });
+
 describe('conversion webhook HTTPS server', () => {
   it('serves /convert over TLS trusted through the generated CA, and survives garbage', async () => {
-    const bundle = generateBundle({
-      serviceName: 'svc',
-      namespace: 'ns',
-      clusterDomain: 'cluster.local',
-      extraSans: ['127.0.0.1'],
-    });
-    const server = await startConversionWebhookServer({
-      port: 0,
-      host: '127.0.0.1',
-      tls: bundle,
-      logger: silentLogger,
-    });
+    const server = await startServer();
     try {
       const objects = wire(fc.sample(arb.sandboxClaimV1alpha1, { numRuns: 5, seed: 5 }));
       const ok = await post(
         server.port,
-        bundle.caPem,
+        serving.caPem,
         JSON.stringify(review(objects, 'extensions.agents.x-k8s.io/v1beta1')),
       );
       assert.equal(ok.status, 200);
@@ -198,18 +208,18 @@ describe('conversion webhook HTTPS server', () => {
       assert.equal(parsed.response.result.status, 'Success');
       assert.equal(parsed.response.convertedObjects.length, 5);
 
-      const garbage = await post(server.port, bundle.caPem, '{"apiVersion": "apiextensions.k8s.io/v1", kind');
+      const garbage = await post(server.port, serving.caPem, '{"apiVersion": "apiextensions.k8s.io/v1", kind');
       assert.equal(garbage.status, 200);
       const g = JSON.parse(garbage.body) as { response: { result: { status: string; message: string } } };
       assert.equal(g.response.result.status, 'Failure');
       assert.match(g.response.result.message, /not valid JSON/);
 
-      assert.equal((await post(server.port, bundle.caPem, '', '/healthz', 'GET')).body, 'ok');
-      assert.equal((await post(server.port, bundle.caPem, '', '/other')).status, 404);
-      assert.equal((await post(server.port, bundle.caPem, '', '/convert', 'GET')).status, 405);
+      assert.equal((await post(server.port, serving.caPem, '', '/healthz', 'GET')).body, 'ok');
+      assert.equal((await post(server.port, serving.caPem, '', '/other')).status, 404);
+      assert.equal((await post(server.port, serving.caPem, '', '/convert', 'GET')).status, 405);
       // Still alive after all of that.
       assert.equal(
-        (await post(server.port, bundle.caPem, JSON.stringify(review([], 'agents.x-k8s.io/v1alpha1')))).status,
+        (await post(server.port, serving.caPem, JSON.stringify(review([], 'agents.x-k8s.io/v1alpha1')))).status,
         200,
       );
     } finally {
@@ -218,42 +228,67 @@ describe('conversion webhook HTTPS server', () => {
   });
 });
 
-class MemoryStore implements WebhookCertStore {
-  secrets = new Map<string, StoredSecret>();
-  crds = new Map<string, CrdConversionState>();
-  patches: [string, Record<string, unknown>][] = [];
-  raceOnce = false;
-  private rv = 0;
-  async getSecret(ns: string, name: string) {
-    return this.secrets.get(`${ns}/${name}`);
-  }
-  async createSecret(ns: string, name: string, data: Record<string, string>) {
-    if (this.raceOnce) {
-      this.raceOnce = false;
-      // Someone else wins the race with their own certificates.
-      const theirs = generateBundle({ serviceName: 'svc', namespace: ns, clusterDomain: 'cluster.local' });
-      this.secrets.set(`${ns}/${name}`, {
-        data: { 'ca.crt': theirs.caPem, 'tls.crt': theirs.certPem, 'tls.key': theirs.keyPem },
-        resourceVersion: String(++this.rv),
-      });
-      return 'exists' as const;
+describe('conversion webhook exposure', () => {
+  it('refuses a body over 32 MiB with a Failure review, streamed or declared, and keeps serving', async () => {
+    const server = await startServer();
+    try {
+      const small = JSON.stringify(review([], 'agents.x-k8s.io/v1alpha1'));
+      // Valid JSON (trailing blanks), one byte over the cap: the old 128 MiB limit would have parsed it.
+      const over = small + ' '.repeat(32 * 1024 * 1024 + 1 - small.length);
+      const sendOver = (chunked: boolean) =>
+        post(server.port, serving.caPem, over, '/convert', 'POST', {
+          ...(chunked ? { 'transfer-encoding': 'chunked' } : { 'content-length': over.length }),
+        });
+      for (const chunked of [false, true]) {
+        const r = await sendOver(chunked);
+        assert.equal(r.status, 200);
+        const result = (JSON.parse(r.body) as { response: { result: { status: string; message: string } } }).response
+          .result;
+        assert.equal(result.status, 'Failure', `chunked=${chunked}`);
+        assert.match(result.message, /request body exceeds 33554432 bytes.*--webhook-max-body-bytes/);
+      }
+      const ok = await post(server.port, serving.caPem, small);
+      assert.equal(
+        (JSON.parse(ok.body) as { response: { result: { status: string } } }).response.result.status,
+        'Success',
+      );
+    } finally {
+      await server.close();
     }
-    if (this.secrets.has(`${ns}/${name}`)) return 'exists' as const;
-    this.secrets.set(`${ns}/${name}`, { data, resourceVersion: String(++this.rv) });
-    return 'created' as const;
-  }
-  async updateSecret(ns: string, name: string, data: Record<string, string>, rv: string | undefined) {
-    if (this.secrets.get(`${ns}/${name}`)?.resourceVersion !== rv) return 'conflict' as const;
-    this.secrets.set(`${ns}/${name}`, { data, resourceVersion: String(++this.rv) });
-    return 'updated' as const;
-  }
-  async getCrdConversion(name: string) {
-    return this.crds.get(name);
-  }
-  async mergePatchCrd(name: string, patch: Record<string, unknown>) {
-    this.patches.push([name, patch]);
-  }
-}
+  });
+
+  it('listens only on the address of its webhook URL, the one the apiserver dials', async () => {
+    const certDir = await mkdtemp(join(tmpdir(), 'sbx-webhook-bind-'));
+    const hook = await startWebhook({
+      port: 0,
+      certDir,
+      manageCerts: true,
+      serviceName: 'svc',
+      namespace: 'ns',
+      clusterDomain: 'cluster.local',
+      webhookUrl: (port) => `https://127.0.0.1:${port}/convert`,
+      extensions: false,
+      store: new MemoryStore(),
+      logger: silentLogger,
+    });
+    const dial = (host: string) =>
+      new Promise<string>((resolve) => {
+        const s = connect({ host, port: hook.port }, () => {
+          s.destroy();
+          resolve('connected');
+        });
+        s.on('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? err.message));
+      });
+    try {
+      assert.equal(await dial('127.0.0.1'), 'connected');
+      // Another address of this host (all of 127/8 is local): not listened on.
+      assert.equal(await dial('127.0.0.2'), 'ECONNREFUSED');
+    } finally {
+      await hook.close();
+      await rm(certDir, { recursive: true, force: true });
+    }
+  });
+});
 
 describe('webhook certificates', () => {
   const id = { serviceName: 'sandbox-webhook-service', namespace: 'sandbox-system', clusterDomain: 'cluster.local' };

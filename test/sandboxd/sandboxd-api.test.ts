@@ -1,34 +1,28 @@
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import crypto from 'node:crypto';
+import { syncBuiltinESMExports } from 'node:module';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
-import { fileURLToPath } from 'node:url';
+import { after, before, describe, it, mock } from 'node:test';
 import { defaultRunRoot, NodeEngine } from '../../src/sandboxd/engine.js';
 import { connect } from 'node:net';
 import { ClaimGateway } from '../../src/sandboxd/claim-gateway.js';
 import { SandboxdApi } from '../../src/sandboxd/http-api.js';
 import { eventually } from '../support/eventually.js';
+import { call as callApi, SandboxdProcess } from '../support/sandboxd-daemon.js';
 
 const ROOT = 'root-token-for-tests';
 const TENANT = 'tenant-token-for-tests';
+const OTHER_TENANT = 'other-tenant-token-for-tests';
+const TENANTS = new Map([
+  [TENANT, 'acme'],
+  [OTHER_TENANT, 'globex'],
+]);
 const KEY = { template: 'sandbox/minimal', net: 'none', size: 'small' } as const;
 
-async function call(base: string, method: string, path: string, body?: unknown, token: string | null = ROOT) {
-  const res = await fetch(`${base}${path}`, {
-    method,
-    headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), 'content-type': 'application/json' },
-    body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
-  });
-  const text = await res.text();
-  let json: Record<string, unknown> = {};
-  try {
-    json = text ? (JSON.parse(text) as Record<string, unknown>) : {};
-  } catch {
-    json = { raw: text };
-  }
-  return { status: res.status, json };
+function call(base: string, method: string, path: string, body?: unknown, token: string | null = ROOT) {
+  return callApi(base, method, path, body, token);
 }
 
 describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
@@ -43,16 +37,10 @@ describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
     dir = await mkdtemp(join(tmpdir(), 'sbxd-'));
     engine = new NodeEngine({ dataDir: dir, nodeName: 'test-node', advertiseAddr: '127.0.0.1:7777', maxClaims: 3 });
     await engine.start();
-    api = new SandboxdApi({
-      engine,
-      auth: { rootToken: ROOT, tenants: new Map([[TENANT, 'acme']]), allowAnonymous: false },
-    });
+    api = new SandboxdApi({ engine, auth: { rootToken: ROOT, tenants: TENANTS, allowAnonymous: false } });
     const a = await api.listen('127.0.0.1', 0);
     base = `http://127.0.0.1:${a.port}`;
-    gateway = new ClaimGateway({
-      api,
-      auth: { rootToken: ROOT, tenants: new Map([[TENANT, 'acme']]), allowAnonymous: false },
-    });
+    gateway = new ClaimGateway({ api, auth: { rootToken: ROOT, tenants: TENANTS, allowAnonymous: false } });
     gwPort = (await gateway.listen('127.0.0.1', 0)).port;
   });
 
@@ -108,6 +96,13 @@ describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
     assert.equal(exec.status, 200);
     assert.equal(exec.json.stdout, 'hello from Linux\n');
     assert.equal((await call(base, 'POST', `/v1/sandboxes/${id}/exec`, { argv: ['true'] }, TENANT)).status, 403);
+    // A guest's refusal is the caller's to fix (agent.enoent, docs/errors.md), not a 500.
+    const missing = await call(base, 'POST', `/v1/sandboxes/${id}/exec`, { argv: ['no-such-command'] });
+    assert.equal(missing.status, 400, JSON.stringify(missing.json));
+    assert.match(missing.json.error as string, /no-such-command.*not found/);
+    // Arguments over the agent's 64 KiB request limit are refused before they reach the guest.
+    const huge = await call(base, 'POST', `/v1/sandboxes/${id}/exec`, { argv: ['echo', 'x'.repeat(100 << 10)] });
+    assert.equal(huge.status, 413, JSON.stringify(huge.json).slice(0, 200));
 
     const list = await call(base, 'GET', '/v1/sandboxes?claim_ref=ns/one');
     assert.equal((list.json.sandboxes as unknown[]).length, 1);
@@ -184,6 +179,88 @@ describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
     assert.equal(engine.claimedCount, 3);
     for (const id of ids) assert.equal((await call(base, 'POST', `/v1/sandboxes/${id}/release`)).status, 204);
     assert.equal(engine.claimedCount, 0);
+  });
+
+  it('--allow-anonymous with tokens configured: a request without a token is nobody (401), not an operator', async () => {
+    const both = new SandboxdApi({ engine, auth: { rootToken: ROOT, tenants: TENANTS, allowAnonymous: true } });
+    const open = new SandboxdApi({ engine, auth: { rootToken: undefined, tenants: new Map(), allowAnonymous: true } });
+    try {
+      const bothUrl = `http://127.0.0.1:${(await both.listen('127.0.0.1', 0)).port}`;
+      const openUrl = `http://127.0.0.1:${(await open.listen('127.0.0.1', 0)).port}`;
+      // Bodies an operator would get a 400 for: nothing changes whichever answer comes back.
+      const operatorRoutes: Array<[string, string, unknown]> = [
+        ['GET', '/v1/info', undefined],
+        ['GET', '/v1/sandboxes', undefined],
+        ['GET', '/v1/checkpoints', undefined],
+        ['GET', '/metrics', undefined],
+        ['PUT', '/v1/pools', { pools: 'none' }],
+        ['POST', '/v1/claim', { template: 'no/such' }],
+      ];
+      for (const [method, path, body] of operatorRoutes) {
+        const r = await call(bothUrl, method, path, body, null);
+        assert.equal(r.status, 401, `${method} ${path} without a token -> ${r.status} ${JSON.stringify(r.json)}`);
+      }
+      assert.equal((await call(bothUrl, 'GET', '/v1/info')).status, 200, 'the root token still works');
+      assert.equal((await call(bothUrl, 'GET', '/healthz', undefined, null)).status, 200);
+      // With no token configured at all, --allow-anonymous still opens the API (a throwaway local daemon).
+      assert.equal((await call(openUrl, 'GET', '/v1/info', undefined, null)).status, 200);
+    } finally {
+      await both.close();
+      await open.close();
+    }
+  });
+
+  it('a sandbox token in the request body is compared in constant time', async () => {
+    const claim = await call(base, 'POST', '/v1/claim', { template: 'sandbox/minimal' }, TENANT);
+    assert.equal(claim.status, 200, JSON.stringify(claim.json));
+    const id = claim.json.id as string;
+    const token = claim.json.token as string;
+    // The same length as the real token, so only the comparison itself can tell them apart.
+    const guess = `${token.slice(0, -1)}${token.endsWith('A') ? 'B' : 'A'}`;
+    const compared: string[] = [];
+    const timingSafeEqual = crypto.timingSafeEqual;
+    mock.method(crypto, 'timingSafeEqual', (a: NodeJS.ArrayBufferView, b: NodeJS.ArrayBufferView) => {
+      compared.push(Buffer.from(a.buffer, a.byteOffset, a.byteLength).toString());
+      compared.push(Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString());
+      return timingSafeEqual(a, b);
+    });
+    syncBuiltinESMExports(); // the server's `import { timingSafeEqual }` now sees the spy
+    try {
+      const r = await call(base, 'POST', `/v1/sandboxes/${id}/fork`, { token: guess }, TENANT);
+      assert.equal(r.status, 403, JSON.stringify(r.json));
+    } finally {
+      mock.restoreAll();
+      syncBuiltinESMExports();
+      assert.equal((await call(base, 'POST', `/v1/sandboxes/${id}/release`)).status, 204);
+    }
+    assert.ok(compared.includes(guess), 'the body token went through crypto.timingSafeEqual');
+  });
+
+  it('a tenant lists only the sandboxes it claimed; the root token lists all', async () => {
+    const ids: Record<string, string> = {};
+    try {
+      for (const [who, token] of [
+        ['acme', TENANT],
+        ['globex', OTHER_TENANT],
+        ['root', ROOT],
+      ] as const) {
+        const body = { template: 'sandbox/minimal', claim_ref: `ns/${who}` };
+        const c = await call(base, 'POST', '/v1/claim', body, token);
+        assert.equal(c.status, 200, JSON.stringify(c.json));
+        ids[who] = c.json.id as string;
+      }
+      const listed = async (token: string, query = '') =>
+        ((await call(base, 'GET', `/v1/sandboxes${query}`, undefined, token)).json.sandboxes as Array<{ id: string }>)
+          .map((s) => s.id)
+          .sort();
+      assert.deepEqual(await listed(TENANT), [ids.acme]);
+      assert.deepEqual(await listed(OTHER_TENANT), [ids.globex]);
+      assert.deepEqual(await listed(OTHER_TENANT, '?claim_ref=ns/acme'), [], 'not by claim_ref either');
+      assert.deepEqual(await listed(ROOT), Object.values(ids).sort());
+    } finally {
+      for (const id of Object.values(ids))
+        assert.equal((await call(base, 'POST', `/v1/sandboxes/${id}/release`)).status, 204);
+    }
   });
 
   it('the claim gateway serves POST /v1/claim like the API: same answers, auth, limits; nothing else', async () => {
@@ -285,77 +362,54 @@ function rawExchange(port: number, bytes: string, until?: (got: string) => boole
 
 describe('sandboxd survives kill -9: claimed VMs keep running and are re-adopted', () => {
   it('claimed VMs come back after a restart with their state, unclaimed ones are replaced, nothing leaks after shutdown', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'sbxd-restart-'));
-    const tokenFile = join(dir, 'token');
-    await writeFile(tokenFile, ROOT);
-    const bin = fileURLToPath(new URL('../../bin/sandboxd.mjs', import.meta.url));
-    const port = 20000 + Math.floor(Math.random() * 20000);
-    const args = [
-      '--node-name',
-      'restart-node',
-      '--listen',
-      `127.0.0.1:${port}`,
-      '--data-dir',
-      join(dir, 'data'),
-      '--token-file',
-      tokenFile,
-      '--log-level',
-      'warn',
-    ];
-    const base = `http://127.0.0.1:${port}`;
-    const logs: string[] = [];
-    const startDaemon = (extra: string[]) => {
-      const child = spawn(process.execPath, [bin, ...args, ...extra], { stdio: ['ignore', 'ignore', 'pipe'] });
-      child.stderr.on('data', (d: Buffer) => logs.push(d.toString()));
-      return child;
-    };
-    const ready = () =>
-      eventually(async () => (await fetch(`${base}/healthz`)).status, {
-        timeoutMs: 60_000,
-        until: (s) => s === 200,
-        what: 'sandboxd',
-      });
-    let daemon = startDaemon(['--pools', 'sandbox/minimal=2']);
+    const daemon = await SandboxdProcess.create('restart-node', ROOT, { acme: TENANT, globex: OTHER_TENANT });
+    const logs = daemon.logs;
     try {
-      await ready();
-      await eventually(async () => (await call(base, 'GET', '/v1/info')).json, {
+      await daemon.start(['--pools', 'sandbox/minimal=2']);
+      await eventually(async () => (await call(daemon.base, 'GET', '/v1/info')).json, {
         timeoutMs: 120_000,
         until: (j) => (j.pools as Array<{ warm: number }>)?.[0]?.warm === 2,
         what: 'warm pool',
       });
-      const claim = await call(base, 'POST', '/v1/claim', {
-        template: 'sandbox/minimal',
-        claim_ref: 'ns/survivor',
-        ttl_seconds: 600,
-      });
+      const claim = await call(
+        daemon.base,
+        'POST',
+        '/v1/claim',
+        { template: 'sandbox/minimal', claim_ref: 'ns/survivor', ttl_seconds: 600 },
+        TENANT,
+      );
       assert.equal(claim.status, 200);
       const id = claim.json.id as string;
-      await call(base, 'POST', `/v1/sandboxes/${id}/exec`, { argv: ['sh', '-c', 'echo kept > /tmp/marker'] });
+      await call(daemon.base, 'POST', `/v1/sandboxes/${id}/exec`, { argv: ['sh', '-c', 'echo kept > /tmp/marker'] });
       // The claim table is written off the claim path: wait until it names the claim, then crash.
-      await eventually(() => readFile(join(dir, 'data', 'state.json'), 'utf8').catch(() => ''), {
+      await eventually(() => readFile(join(daemon.dataDir, 'state.json'), 'utf8').catch(() => ''), {
         until: (state) => state.includes(id),
         what: 'the claim in the state file',
       });
 
-      daemon.kill('SIGKILL');
-      await new Promise((r) => daemon.once('exit', r));
-      daemon = startDaemon(['--destroy-on-exit']);
-      await ready();
-      const again = await call(base, 'POST', `/v1/sandboxes/${id}/exec`, { argv: ['cat', '/tmp/marker'] });
+      await daemon.kill();
+      await daemon.start(['--destroy-on-exit']);
+      const again = await call(daemon.base, 'POST', `/v1/sandboxes/${id}/exec`, { argv: ['cat', '/tmp/marker'] });
       assert.equal(again.status, 200, `${JSON.stringify(again.json)}\n${logs.join('')}`);
       assert.equal(again.json.stdout, 'kept\n', 'the same VM, with its state, after the restart');
-      const info = await eventually(async () => (await call(base, 'GET', '/v1/info')).json, {
+      const info = await eventually(async () => (await call(daemon.base, 'GET', '/v1/info')).json, {
         timeoutMs: 60_000,
         until: (j) => (j.pools as Array<{ warm: number }>)?.[0]?.warm === 2,
         what: 'the pool to refill after the restart',
       });
       assert.equal(info.claimed, 1);
+      // Which tenant made the claim is part of the saved record.
+      const listedBy = async (token: string) =>
+        (
+          (await call(daemon.base, 'GET', '/v1/sandboxes', undefined, token)).json.sandboxes as Array<{ id: string }>
+        ).map((s) => s.id);
+      assert.deepEqual(await listedBy(TENANT), [id], 'the tenant still lists its claim after the restart');
+      assert.deepEqual(await listedBy(OTHER_TENANT), [], 'and another tenant does not see it');
     } finally {
-      daemon.kill('SIGTERM');
-      await new Promise((r) => (daemon.exitCode !== null ? r(null) : daemon.once('exit', r)));
+      await daemon.stop();
     }
-    const left = await readdir(defaultRunRoot(join(dir, 'data'))).catch(() => []);
+    const left = await readdir(defaultRunRoot(daemon.dataDir)).catch(() => []);
     assert.deepEqual(left, [], 'no VM run dir left after --destroy-on-exit');
-    await rm(dir, { recursive: true, force: true });
+    await daemon.remove();
   });
 });

@@ -14,10 +14,11 @@ import {
 } from '../../cluster/index.js';
 import { SandboxError, errorMessage } from '../../errors.js';
 import { createLogger } from '../../log/logger.js';
-import { readState, startPlatform, statePath, writeState, type Platform } from '../platform.js';
+import { readState, startPlatform, statePath, writeState, type Layout, type Platform } from '../platform.js';
 
 interface UpOptions {
   detach?: boolean;
+  layout: string;
   supervise?: boolean;
   nodes: string;
   warm: string;
@@ -33,7 +34,19 @@ export function register(program: Command): void {
     .command('up')
     .description('start the local platform: control plane, operator, sandboxd nodes with microVMs (Ctrl-C stops it)')
     .option('-d, --detach', 'return once everything is Ready; the last line printed is an export for eval')
-    .option('--nodes <n>', 'sandboxd nodes (real microVMs; each registers virtual-kubelet nodes)', '1')
+    .addOption(
+      new Option(
+        '--layout <layout>',
+        'crd: Sandboxes are CRs (any runtime); aggregated: served by sandbox-apiserver from the nodes',
+      )
+        .choices(['crd', 'aggregated'])
+        .default('crd'),
+    )
+    .option(
+      '--nodes <n>',
+      'sandboxd nodes (real microVMs; in the CRD layout each registers virtual-kubelet nodes)',
+      '1',
+    )
     .option('--warm <n>', 'warm sandbox/base microVMs each sandboxd keeps ready', '2')
     .option('--simulated-nodes <n>', 'simulated (kwok) standard nodes', '2')
     .option('--no-fsync', 'run etcd without fsync (faster; figures measured so are labelled)')
@@ -62,7 +75,7 @@ export function register(program: Command): void {
         return;
       }
       process.stdout.write(
-        `${state.status}: kubeconfig ${state.kubeconfigPath ?? '(pending)'}, pid ${state.supervisorPid}\n`,
+        `${state.status}: ${state.layout ?? 'crd'} layout, kubeconfig ${state.kubeconfigPath ?? '(pending)'}, pid ${state.supervisorPid}\n`,
       );
     });
 }
@@ -86,6 +99,7 @@ function platformOptions(opts: UpOptions) {
       cacheDir: env.cacheDir,
       binDir: env.binDir,
       dataDir: join(env.stateDir, 'platform', 'data'),
+      layout: opts.layout as Layout,
       simulatedNodes: nodes,
       sandboxdNodes,
       warm,
@@ -131,9 +145,11 @@ async function upForeground(opts: UpOptions): Promise<void> {
   const c = platform.cluster;
   await writeState(env.stateDir, {
     status: 'ready',
+    layout: platform.layout,
     supervisorPid: process.pid,
     kubeconfigPath: c.kubeconfigPath,
     binDir: c.binDir,
+    pluginDir: platform.pluginDir,
     netns: c.netns,
     hostInterface: c.hostInterface,
     pids: platform.pids(),
@@ -141,20 +157,23 @@ async function upForeground(opts: UpOptions): Promise<void> {
     readyMs: c.readyMs,
   });
   if (stopping) return;
-  const kubectl = `KUBECONFIG=${c.kubeconfigPath} ${join(c.binDir, 'kubectl')}`;
+  const kubectl = `KUBECONFIG=${c.kubeconfigPath} PATH=${platform.pluginDir}:$PATH ${join(c.binDir, 'kubectl')}`;
   process.stdout.write(
     [
       `sandbox-operator platform is up (control plane Ready in ${(c.readyMs / 1000).toFixed(1)} s)`,
       `  kubeconfig:   ${c.kubeconfigPath}`,
       `  apiserver:    ${c.server}`,
       `  nodes:        ${c.simulatedNodes.join(', ')} (standard runtime, simulated by kwok)`,
+      `  layout:       ${platform.layout}${platform.apiserver ? ` (sandboxes served by sandbox-apiserver at https://${platform.apiserver.address}; APIService Available in ${(platform.apiserver.apiServiceAvailableMs / 1000).toFixed(1)} s)` : ' (Sandboxes are CRs)'}`,
       ...platform.sandboxd.map(
         (d) =>
-          `  sandboxd:     ${d.node} at http://${d.address} (token: ${d.tokenFile}); microVM nodes ${d.node}-vk, ${d.node}-sandboxd`,
+          `  sandboxd:     ${d.node} at http://${d.address} (token: ${d.tokenFile})${platform.layout === 'crd' ? `; microVM nodes ${d.node}-vk, ${d.node}-sandboxd` : ''}`,
       ),
       ...platform.components.map((p) => `  ${(p.name + ':').padEnd(13)} pid ${p.pid}, log ${p.logPath}`),
       `  try:          ${kubectl} get nodes`,
-      `                ${kubectl} apply -f examples/warm-pool.yaml`,
+      platform.layout === 'crd'
+        ? `                ${kubectl} apply -f examples/warm-pool.yaml`
+        : `                ${kubectl} create -f examples/aggregated/sandbox.yaml && ${kubectl} get sandboxes -o wide`,
       opts.supervise ? '' : '  Press Ctrl-C to stop.',
       '',
     ].join('\n'),
@@ -173,6 +192,8 @@ async function upDetached(opts: UpOptions): Promise<void> {
     SBX_BIN,
     'up',
     '--supervise',
+    '--layout',
+    opts.layout,
     '--nodes',
     opts.nodes,
     '--warm',
@@ -191,7 +212,8 @@ async function upDetached(opts: UpOptions): Promise<void> {
     const state = await readState(env.stateDir);
     if (state?.status === 'ready' && state.kubeconfigPath && state.binDir) {
       process.stderr.write(`platform ready; stop it with \`sbx down\`\n`);
-      process.stdout.write(`export KUBECONFIG=${resolve(state.kubeconfigPath)} PATH=${resolve(state.binDir)}:$PATH\n`);
+      const path = [state.binDir, state.pluginDir].filter((d): d is string => !!d).map((d) => resolve(d));
+      process.stdout.write(`export KUBECONFIG=${resolve(state.kubeconfigPath)} PATH=${path.join(':')}:$PATH\n`);
       return;
     }
     if (state?.status === 'failed')

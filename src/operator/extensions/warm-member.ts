@@ -1,5 +1,5 @@
 /**
- * A warm pool member as the pool creates it (spec §8 step 5). The pool names it itself, as `generateName` would
+ * A warm pool member as the pool creates it (docs/extensions.md "Warm pool"). The pool names it itself, as `generateName` would
  * (`<pool>-` and five characters of the apiserver's alphabet), so the member carries its `pod-name` annotation from
  * the start: otherwise the Sandbox controller patches it in after creating the Pod, one more write per refill.
  */

@@ -1,5 +1,5 @@
 /**
- * When a warm pool refills and when it reports (spec §8 with the newer upstream's refill pacing): the members a
+ * When a warm pool refills and when it reports (docs/extensions.md "Warm pool", with the newer upstream's refill pacing): the members a
  * claim took are replaced after the claims, not between them, and a refill's status is written once it settles.
  *
  * A refill is a cascade — the Sandbox, its Pod, the scheduler's binding and event, the kubelet's status, the

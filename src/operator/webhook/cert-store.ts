@@ -1,6 +1,6 @@
 /**
- * The Kubernetes calls certificate management needs, as an interface so the webhook does not depend on a
- * particular client (kube-cert-store.ts implements it with @kubernetes/client-node).
+ * The Kubernetes calls certificate management needs, as an interface so the certificate logic is tested
+ * without a cluster (test/api/webhook.test.ts); kube-cert-store.ts implements it on KubeClient.
  */
 
 /** Secret data as decoded strings (PEM). */

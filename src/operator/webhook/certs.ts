@@ -1,23 +1,49 @@
 /**
- * Serving certificates of the conversion webhook (spec §11): a Secret (`ca.crt`, `tls.crt`, `tls.key`) is
- * reused when present and still fit (valid for another 30 days and covering the needed names), else an
- * ECDSA P-256 CA and serving certificate are generated (a create race adopts the winner); tls.crt/tls.key go to
- * the cert dir; every webhook-converted CRD gets the client config and caBundle by merge patch.
- * With `manageCerts: false` (cert-manager) tls.crt/tls.key must already be in the cert dir and CRDs are left alone.
+ * Serving certificates of the conversion webhook (docs/api.md "Conversion webhook"): a Secret (`ca.crt`, `tls.crt`,
+ * `tls.key`) is reused when present and still fit (valid for longer than the renew-before window, 30 days by default,
+ * and covering the needed names), else an ECDSA P-256 CA and serving certificate are generated (a create race adopts
+ * the winner); tls.crt/tls.key go to the cert dir; every webhook-converted CRD gets the client config and caBundle by
+ * merge patch. With `manageCerts: false` (cert-manager) tls.crt/tls.key must already be in the cert dir and CRDs are
+ * left alone.
  */
 import { X509Certificate } from 'node:crypto';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SandboxError } from '../../errors.js';
 import type { Logger } from '../../log/logger.js';
+import { covers, createCertificateAuthority, issueCertificate, keyMatches } from '../../pki/index.js';
 import type { WebhookCertStore } from './cert-store.js';
-import { generateEcdsaP256, issueCertificate, privateKeyPem, publicKeyOf } from './x509.js';
-import { createPrivateKey } from 'node:crypto';
 
 export const CA_COMMON_NAME = 'sandbox-conversion-webhook-ca';
 export const DEFAULT_CERT_SECRET = 'sandbox-webhook-certs';
-const VALIDITY_MS = 365 * 24 * 3600 * 1000;
-const RENEW_BEFORE_MS = 30 * 24 * 3600 * 1000;
+const DAY_MS = 24 * 3600 * 1000;
+
+/** How long a generated bundle is valid and how long before its end it is replaced. */
+export interface CertPolicy {
+  validityMs: number;
+  renewBeforeMs: number;
+}
+
+export const DEFAULT_CERT_POLICY: CertPolicy = { validityMs: 365 * DAY_MS, renewBeforeMs: 30 * DAY_MS };
+
+/** Refuses a policy under which a fresh bundle would already be due (it would be renewed in a loop). */
+export function checkCertPolicy(p: CertPolicy): CertPolicy {
+  if (!(p.renewBeforeMs > 0) || !(p.validityMs > p.renewBeforeMs + 1000))
+    throw new SandboxError(
+      'webhook.cert-policy-invalid',
+      `webhook certificate validity ${p.validityMs} ms must exceed its renew-before window ${p.renewBeforeMs} ms by more than a second`,
+      { hint: 'lengthen the validity or shorten the renew-before window' },
+    );
+  return p;
+}
+
+/** When the serving certificate `certPem` is due for renewal under `policy`. */
+export function renewalDueAt(certPem: string, policy: CertPolicy): number {
+  return Date.parse(new X509Certificate(certPem).validTo) - policy.renewBeforeMs;
+}
+
+const human = (ms: number): string =>
+  ms % DAY_MS === 0 ? `${ms / DAY_MS} days` : ms % 1000 === 0 ? `${ms / 1000} s` : `${ms} ms`;
 
 export interface CertificateBundle {
   caPem: string;
@@ -39,29 +65,20 @@ export function serviceSans(id: WebhookIdentity): string[] {
 }
 
 /** A fresh CA + serving certificate for `id`. */
-export function generateBundle(id: WebhookIdentity, now = new Date()): CertificateBundle {
-  const ca = generateEcdsaP256();
-  const notAfter = new Date(now.getTime() + VALIDITY_MS);
-  const notBefore = new Date(now.getTime() - 5 * 60 * 1000);
-  const caPem = issueCertificate({
-    commonName: CA_COMMON_NAME,
-    publicKey: ca.publicKey,
-    signingKey: ca.privateKey,
-    isCa: true,
-    notBefore,
-    notAfter,
-  });
-  const leaf = generateEcdsaP256();
-  const certPem = issueCertificate({
-    commonName: `${id.serviceName}.${id.namespace}.svc`,
-    publicKey: leaf.publicKey,
-    issuer: { commonName: CA_COMMON_NAME, privateKey: ca.privateKey, publicKey: ca.publicKey },
-    isCa: false,
+export function generateBundle(
+  id: WebhookIdentity,
+  now = new Date(),
+  policy: CertPolicy = DEFAULT_CERT_POLICY,
+): CertificateBundle {
+  const validity = { validityMs: policy.validityMs, now };
+  const ca = createCertificateAuthority({ commonName: CA_COMMON_NAME }, validity);
+  const leaf = issueCertificate(ca, {
+    subject: { commonName: `${id.serviceName}.${id.namespace}.svc` },
+    usages: ['server'],
     subjectAltNames: serviceSans(id),
-    notBefore,
-    notAfter,
+    ...validity,
   });
-  return { caPem, certPem, keyPem: privateKeyPem(leaf.privateKey) };
+  return { caPem: ca.certPem, certPem: leaf.certPem, keyPem: leaf.keyPem };
 }
 
 /** Why a bundle cannot be used for `id` (undefined when it can). */
@@ -69,19 +86,17 @@ export function unfitReason(
   bundle: Partial<CertificateBundle>,
   id: WebhookIdentity,
   now = new Date(),
+  policy: CertPolicy = DEFAULT_CERT_POLICY,
 ): string | undefined {
   if (!bundle.caPem || !bundle.certPem || !bundle.keyPem) return 'incomplete';
   try {
     const ca = new X509Certificate(bundle.caPem);
     const cert = new X509Certificate(bundle.certPem);
     if (!cert.verify(ca.publicKey)) return 'serving certificate not signed by ca.crt';
-    const key = createPrivateKey(bundle.keyPem);
-    if (!publicKeyOf(key).equals(cert.publicKey)) return 'tls.key does not match tls.crt';
-    if (new Date(cert.validTo).getTime() - now.getTime() < RENEW_BEFORE_MS) return 'expires within 30 days';
-    for (const san of serviceSans(id)) {
-      const ok = /^[\d.]+$|:/.test(san) ? cert.checkIP(san) !== undefined : cert.checkHost(san) !== undefined;
-      if (!ok) return `does not cover ${san}`;
-    }
+    if (!keyMatches({ certPem: bundle.certPem, keyPem: bundle.keyPem })) return 'tls.key does not match tls.crt';
+    if (Date.parse(cert.validTo) - now.getTime() <= policy.renewBeforeMs)
+      return `expires within ${human(policy.renewBeforeMs)}`;
+    for (const san of serviceSans(id)) if (!covers(cert, san)) return `does not cover ${san}`;
   } catch (err) {
     return `unparsable: ${(err as Error).message}`;
   }
@@ -105,17 +120,18 @@ export async function ensureCertSecret(
   secretName: string,
   id: WebhookIdentity,
   log: Logger,
+  policy: CertPolicy = DEFAULT_CERT_POLICY,
 ): Promise<CertificateBundle> {
   for (let attempt = 0; attempt < 5; attempt++) {
     const existing = await store.getSecret(id.namespace, secretName);
     if (existing) {
       const bundle = fromSecret(existing.data);
-      const reason = unfitReason(bundle, id);
+      const reason = unfitReason(bundle, id, new Date(), policy);
       if (reason === undefined) {
         log.info({ secret: `${id.namespace}/${secretName}` }, 'reusing webhook certificates');
         return bundle as CertificateBundle;
       }
-      const fresh = generateBundle(id);
+      const fresh = generateBundle(id, new Date(), policy);
       const result = await store.updateSecret(id.namespace, secretName, toSecret(fresh), existing.resourceVersion);
       if (result === 'updated') {
         log.info({ secret: `${id.namespace}/${secretName}`, reason }, 'renewed webhook certificates');
@@ -123,7 +139,7 @@ export async function ensureCertSecret(
       }
       continue;
     }
-    const fresh = generateBundle(id);
+    const fresh = generateBundle(id, new Date(), policy);
     if ((await store.createSecret(id.namespace, secretName, toSecret(fresh))) === 'created') {
       log.info({ secret: `${id.namespace}/${secretName}` }, 'created webhook certificates');
       return fresh;
@@ -131,7 +147,7 @@ export async function ensureCertSecret(
     // Lost the create race: loop and adopt the winner's Secret.
   }
   throw new SandboxError(
-    'WebhookCertsContended',
+    'webhook.certs-contended',
     `could not settle Secret ${id.namespace}/${secretName} after 5 attempts`,
     {
       hint: 'another process keeps rewriting it; check for a second operator with a different service name',
@@ -163,7 +179,7 @@ export async function readCertDir(certDir: string): Promise<Pick<CertificateBund
     ]);
     return { certPem, keyPem };
   } catch (err) {
-    throw new SandboxError('WebhookCertsMissing', `no tls.crt/tls.key in ${certDir}`, {
+    throw new SandboxError('webhook.certs-missing', `no tls.crt/tls.key in ${certDir}`, {
       cause: err,
       hint: 'with --manage-webhook-certs=false the certificates must be provisioned (e.g. by cert-manager) before start',
     });
@@ -171,7 +187,7 @@ export async function readCertDir(certDir: string): Promise<Pick<CertificateBund
 }
 
 export interface ConversionClientTarget {
-  /** Service reference (spec §11 defaults), used unless `url` is set. */
+  /** Service reference (sandbox-webhook-service in sandbox-system by default), used unless `url` is set. */
   service: { name: string; namespace: string; path: string; port?: number };
   /** `clientConfig.url` instead of a Service (the local platform reaches the operator by URL). */
   url?: string;

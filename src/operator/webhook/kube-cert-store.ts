@@ -1,59 +1,58 @@
 /**
- * {@link WebhookCertStore} on @kubernetes/client-node (to be swapped onto the project's own client in src/kube).
+ * {@link WebhookCertStore} on the project's KubeClient (src/kube), like every other API call the operator makes.
  */
 import {
-  ApiextensionsV1Api,
-  ApiException,
-  CoreV1Api,
-  KubeConfig,
-  PatchStrategy,
-  setHeaderOptions,
-} from '@kubernetes/client-node';
+  CustomResourceDefinitions,
+  isAlreadyExists,
+  isConflict,
+  isNotFound,
+  Secrets,
+  type KubeClient,
+  type KubeObject,
+} from '../../kube/index.js';
 import type { StoredSecret, WebhookCertStore, CrdConversionState, SecretStringData } from './cert-store.js';
+
+interface Secret extends KubeObject {
+  type?: string;
+  data?: Record<string, string>;
+}
+
+interface Crd extends KubeObject {
+  spec: { conversion?: { strategy?: string; webhook?: { conversionReviewVersions?: string[] } } };
+}
 
 const encode = (data: SecretStringData): Record<string, string> =>
   Object.fromEntries(Object.entries(data).map(([k, v]) => [k, Buffer.from(v).toString('base64')]));
 const decode = (data: Record<string, string> | undefined): SecretStringData =>
   Object.fromEntries(Object.entries(data ?? {}).map(([k, v]) => [k, Buffer.from(v, 'base64').toString('utf8')]));
 
-const statusOf = (err: unknown): number | undefined => (err instanceof ApiException ? err.code : undefined);
+const secret = (namespace: string, name: string, data: SecretStringData, resourceVersion?: string): Secret => ({
+  apiVersion: 'v1',
+  kind: 'Secret',
+  metadata: { name, namespace, ...(resourceVersion ? { resourceVersion } : {}) },
+  type: 'Opaque',
+  data: encode(data),
+});
 
 export class KubeWebhookCertStore implements WebhookCertStore {
-  private readonly core: CoreV1Api;
-  private readonly ext: ApiextensionsV1Api;
-
-  constructor(kubeConfig: KubeConfig) {
-    this.core = kubeConfig.makeApiClient(CoreV1Api);
-    this.ext = kubeConfig.makeApiClient(ApiextensionsV1Api);
-  }
-
-  /** From a kubeconfig file path (or the default loading rules when omitted). */
-  static fromKubeconfig(path?: string): KubeWebhookCertStore {
-    const kc = new KubeConfig();
-    if (path) kc.loadFromFile(path);
-    else kc.loadFromDefault();
-    return new KubeWebhookCertStore(kc);
-  }
+  constructor(private readonly client: KubeClient) {}
 
   async getSecret(namespace: string, name: string): Promise<StoredSecret | undefined> {
     try {
-      const s = await this.core.readNamespacedSecret({ namespace, name });
-      return { data: decode(s.data), resourceVersion: s.metadata?.resourceVersion };
+      const s = await this.client.get<Secret>(Secrets, namespace, name);
+      return { data: decode(s.data), resourceVersion: s.metadata.resourceVersion };
     } catch (err) {
-      if (statusOf(err) === 404) return undefined;
+      if (isNotFound(err)) return undefined;
       throw err;
     }
   }
 
   async createSecret(namespace: string, name: string, data: SecretStringData): Promise<'created' | 'exists'> {
     try {
-      await this.core.createNamespacedSecret({
-        namespace,
-        body: { apiVersion: 'v1', kind: 'Secret', metadata: { name, namespace }, type: 'Opaque', data: encode(data) },
-      });
+      await this.client.create(Secrets, secret(namespace, name, data));
       return 'created';
     } catch (err) {
-      if (statusOf(err) === 409) return 'exists';
+      if (isAlreadyExists(err)) return 'exists';
       throw err;
     }
   }
@@ -65,41 +64,28 @@ export class KubeWebhookCertStore implements WebhookCertStore {
     resourceVersion: string | undefined,
   ): Promise<'updated' | 'conflict'> {
     try {
-      await this.core.replaceNamespacedSecret({
-        namespace,
-        name,
-        body: {
-          apiVersion: 'v1',
-          kind: 'Secret',
-          metadata: { name, namespace, ...(resourceVersion ? { resourceVersion } : {}) },
-          type: 'Opaque',
-          data: encode(data),
-        },
-      });
+      await this.client.update(Secrets, secret(namespace, name, data, resourceVersion));
       return 'updated';
     } catch (err) {
-      if (statusOf(err) === 409) return 'conflict';
+      if (isConflict(err)) return 'conflict';
       throw err;
     }
   }
 
   async getCrdConversion(name: string): Promise<CrdConversionState | undefined> {
     try {
-      const crd = await this.ext.readCustomResourceDefinition({ name });
+      const crd = await this.client.get<Crd>(CustomResourceDefinitions, undefined, name);
       return {
         strategy: crd.spec.conversion?.strategy,
         conversionReviewVersions: crd.spec.conversion?.webhook?.conversionReviewVersions,
       };
     } catch (err) {
-      if (statusOf(err) === 404) return undefined;
+      if (isNotFound(err)) return undefined;
       throw err;
     }
   }
 
   async mergePatchCrd(name: string, patch: Record<string, unknown>): Promise<void> {
-    await this.ext.patchCustomResourceDefinition(
-      { name, body: patch },
-      setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
-    );
+    await this.client.patch(CustomResourceDefinitions, undefined, name, patch, 'merge');
   }
 }

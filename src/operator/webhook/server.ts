@@ -1,16 +1,25 @@
 /**
  * The HTTPS server of the conversion webhook: `POST /convert` (ConversionReview v1/v1beta1), `GET /healthz`.
- * No client certificates are required (spec §11). Certificates can be swapped at run time (`setCertificate`).
+ * No client certificates are asked for (docs/api.md "Conversion webhook"). `setCertificate` swaps the serving
+ * certificate at run time (cert-rotation.ts): new handshakes get the new one, open connections keep theirs.
  */
 import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { httpErrorOf } from '../../error-http.js';
+import { SandboxError } from '../../errors.js';
 import type { Logger } from '../../log/logger.js';
 import { failureReview, handleConversionReview, type ConversionReviewResponseBody } from './conversion-review.js';
 
 export const CONVERT_PATH = '/convert';
-/** ConversionReviews of large lists can be big; the apiserver itself caps requests at 3 MiB per object. */
-const DEFAULT_MAX_BODY_BYTES = 128 * 1024 * 1024;
+/**
+ * The largest ConversionReview accepted. A single object is at most 1.5 MiB (etcd's request limit), but a LIST
+ * through a non-storage version arrives as one review of every item (unpaginated from the watch cache), so the
+ * cap is sized for whole lists at the scale this operator is built for: 2 000 objects of 16 KiB each. Anything
+ * the server buffers it must also parse and answer, so 128 MiB (the old cap) let a few concurrent requests from
+ * anyone who can reach the port exhaust the heap. `--webhook-max-body-bytes` raises it for larger clusters.
+ */
+export const DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024;
 
 export interface TlsMaterial {
   certPem: string;
@@ -29,28 +38,43 @@ export interface ConversionWebhookServerOptions {
 export interface ConversionWebhookServer {
   /** The bound port (useful with `port: 0`). */
   readonly port: number;
+  /** Throws (and keeps serving the current one) when the pair does not load. */
   setCertificate(tls: TlsMaterial): void;
   close(): Promise<void>;
 }
 
-function send(res: ServerResponse, status: number, body: string, type = 'application/json'): void {
-  res.writeHead(status, { 'Content-Type': type, 'Content-Length': Buffer.byteLength(body) });
+function send(
+  res: ServerResponse,
+  status: number,
+  body: string,
+  type = 'application/json',
+  extra: Record<string, string> = {},
+): void {
+  res.writeHead(status, { 'Content-Type': type, 'Content-Length': Buffer.byteLength(body), ...extra });
   res.end(body);
 }
 
+/**
+ * The body, or 'too-large' as soon as it is known to exceed `limit` (from Content-Length, before reading, or
+ * while streaming). What is left of an oversized body is discarded unbuffered, so the answer reaches the client.
+ */
 function readBody(req: IncomingMessage, limit: number): Promise<Buffer | 'too-large'> {
+  if (Number(req.headers['content-length'] ?? 0) > limit) return Promise.resolve('too-large');
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
-    req.on('data', (chunk: Buffer) => {
+    const onData = (chunk: Buffer) => {
       size += chunk.length;
       if (size > limit) {
+        chunks.length = 0;
+        req.off('data', onData);
+        req.resume();
         resolve('too-large');
-        req.destroy();
         return;
       }
       chunks.push(chunk);
-    });
+    };
+    req.on('data', onData);
     req.on('end', () => resolve(Buffer.concat(chunks)));
     req.on('error', reject);
   });
@@ -68,31 +92,29 @@ export async function startConversionWebhookServer(
       send(res, 200, 'ok', 'text/plain');
       return;
     }
-    if (path !== CONVERT_PATH) {
-      send(res, 404, JSON.stringify({ error: `no handler for ${path}` }));
-      return;
-    }
-    if (req.method !== 'POST') {
-      send(res, 405, JSON.stringify({ error: 'use POST' }));
-      return;
-    }
+    if (path !== CONVERT_PATH) throw new SandboxError('webhook.not-found', `no handler for ${path}`);
+    if (req.method !== 'POST') throw new SandboxError('webhook.method-not-allowed', 'use POST');
     const started = process.hrtime.bigint();
     const body = await readBody(req, limit);
-    let review: ConversionReviewResponseBody;
     if (body === 'too-large') {
-      review = failureReview(`request body exceeds ${limit} bytes`);
-    } else {
-      let parsed: unknown;
-      try {
-        parsed = JSON.parse(body.toString('utf8'));
-      } catch (err) {
-        parsed = err;
-      }
-      review =
-        parsed instanceof SyntaxError
-          ? failureReview(`request body is not valid JSON: ${parsed.message}`)
-          : handleConversionReview(parsed);
+      const refused = failureReview(
+        `request body exceeds ${limit} bytes; start the operator with a larger --webhook-max-body-bytes`,
+      );
+      // Not kept alive: the rest of the body is discarded unbuffered and the connection closed after this answer.
+      send(res, 200, JSON.stringify(refused), 'application/json', { Connection: 'close' });
+      log.warn({ limit }, 'conversion review refused: request body too large');
+      return;
     }
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(body.toString('utf8'));
+    } catch (err) {
+      parsed = err;
+    }
+    const review: ConversionReviewResponseBody =
+      parsed instanceof SyntaxError
+        ? failureReview(`request body is not valid JSON: ${parsed.message}`)
+        : handleConversionReview(parsed);
     send(res, 200, JSON.stringify(review));
     const result = review.response.result;
     const fields = {
@@ -104,16 +126,17 @@ export async function startConversionWebhookServer(
     else log.warn({ ...fields, reason: result.message }, 'conversion review failed');
   };
 
-  const server: Server = createServer(
-    { cert: opts.tls.certPem, key: opts.tls.keyPem, minVersion: 'TLSv1.2' },
-    (req, res) => {
-      handle(req, res).catch((err: unknown) => {
-        log.error({ err }, 'conversion webhook request failed');
-        if (!res.headersSent) send(res, 500, JSON.stringify({ error: 'internal error' }));
-        else res.destroy();
-      });
-    },
-  );
+  const secureContext = (tls: TlsMaterial) => ({ cert: tls.certPem, key: tls.keyPem, minVersion: 'TLSv1.2' as const });
+  const server: Server = createServer(secureContext(opts.tls), (req, res) => {
+    handle(req, res).catch((err: unknown) => {
+      const { status } = httpErrorOf('webhook', err);
+      // A 5xx says no more than that: its message may hold what a caller of this port should not see.
+      if (status >= 500) log.error({ err }, 'conversion webhook request failed');
+      const error = status >= 500 || !(err instanceof Error) ? 'internal error' : err.message;
+      if (!res.headersSent) send(res, status, JSON.stringify({ error }));
+      else res.destroy();
+    });
+  });
   server.on('tlsClientError', (err) => log.debug({ err }, 'webhook TLS handshake failed'));
 
   await new Promise<void>((resolve, reject) => {
@@ -129,7 +152,7 @@ export async function startConversionWebhookServer(
   return {
     port,
     setCertificate(tls: TlsMaterial): void {
-      server.setSecureContext({ cert: tls.certPem, key: tls.keyPem, minVersion: 'TLSv1.2' });
+      server.setSecureContext(secureContext(tls));
     },
     close(): Promise<void> {
       return new Promise((resolve) => {

@@ -1,0 +1,260 @@
+/**
+ * sandbox-apiserver's composition root (metrics-server's Complete()): the only place that constructs clients,
+ * informers, the store, the storages and the server. Readiness waits for the NodeInventory cache, the namespaces,
+ * the authentication ConfigMap and a first answer from every node's feed, so a restarted server never serves a
+ * half-built view.
+ */
+import type { AddressInfo } from 'node:net';
+import { Gauge, Registry } from 'prom-client';
+import type { ObjectMeta } from '../api/meta.js';
+import {
+  Informer,
+  KubeClient,
+  LeaderElector,
+  Namespaces,
+  NodeInventories,
+  SandboxTemplates,
+  SandboxWarmPools,
+} from '../kube/index.js';
+import type { SandboxTemplate, SandboxWarmPool } from '../api/index.js';
+import { WarmPoolDriver } from './warm-pool-driver.js';
+import type { Logger } from '../log/logger.js';
+import {
+  AuthenticationConfigSource,
+  delegatedAuthenticator,
+  HEALTH_PATHS,
+  SubjectAccessReviewAuthorizer,
+} from './auth/index.js';
+import { createDiscoveryHandler } from './discovery.js';
+import { HealthChecks } from './health.js';
+import { createOpenApiHandler } from './openapi.js';
+import type { ApiServerConfig } from './options.js';
+import { parseRequestInfo } from './request-info.js';
+import type { RestStorage } from './resource-handler.js';
+import { EventLog } from './sandboxes/event-log.js';
+import { Fleet, type InventoryObj } from './sandboxes/fleet.js';
+import { SandboxdClient } from './sandboxes/sandboxd-client.js';
+import { SandboxStorage } from './sandboxes/storage.js';
+import { SandboxStore } from './sandboxes/store.js';
+import { ApiServer } from './server.js';
+import { ServingCertificate } from './serving-cert.js';
+
+export interface SandboxApiServer {
+  address: AddressInfo;
+  /** The CA of a self-managed serving certificate (the APIService caBundle); undefined with given files. */
+  caPem: string | undefined;
+  store: SandboxStore;
+  fleet: Fleet;
+  registry: Registry;
+  run(signal: AbortSignal): Promise<void>;
+}
+
+type NamespaceObj = { metadata: ObjectMeta; status?: { phase?: string } };
+
+/**
+ * The warm-pool driver behind a Lease (one replica drives; the others stand by), with its own informers. Losing
+ * the lease stops it at once; it runs again when the lease is regained.
+ */
+function warmPoolDriver(
+  kube: KubeClient,
+  fleet: Fleet,
+  sandboxd: SandboxdClient,
+  config: ApiServerConfig,
+  log: Logger,
+  registry: Registry,
+): { run(signal: AbortSignal): Promise<void> } {
+  const l = log.child({ component: 'warm-pool-driver' });
+  const pools = new Informer<SandboxWarmPool & { metadata: ObjectMeta }>(kube, SandboxWarmPools, {
+    logger: l,
+    registry,
+  });
+  const templates = new Informer<SandboxTemplate & { metadata: ObjectMeta }>(kube, SandboxTemplates, {
+    logger: l,
+    registry,
+  });
+  const driver = new WarmPoolDriver({
+    client: kube,
+    pools,
+    templates,
+    fleet,
+    sandboxd,
+    log: l,
+    resyncMs: config.warmPoolSyncIntervalMs,
+  });
+  const elector = new LeaderElector(kube.derive({ qps: -1, userAgent: 'sandbox-apiserver/leader-election' }), {
+    namespace: config.serviceNamespace,
+    name: 'sandbox-apiserver-warm-pool-driver',
+    logger: l,
+  });
+  return {
+    run: async (signal) => {
+      const informers = [pools.start(signal), templates.start(signal)];
+      await Promise.all([pools.synced(), templates.synced()]);
+      while (!signal.aborted) {
+        if (!(await elector.acquire(signal))) break;
+        const term = new AbortController();
+        const running = driver.run(AbortSignal.any([signal, term.signal]));
+        const lost = await elector.hold(signal);
+        term.abort();
+        await running;
+        if (!lost) await elector.release().catch(() => undefined);
+      }
+      await Promise.allSettled(informers);
+    },
+  };
+}
+
+export async function buildApiServer(
+  config: ApiServerConfig,
+  log: Logger,
+  client?: KubeClient,
+): Promise<SandboxApiServer> {
+  const registry = new Registry();
+  const kube =
+    client ??
+    (await KubeClient.fromKubeconfig(config.kubeconfig, { userAgent: 'sandbox-apiserver', registry, qps: -1 }));
+  const inventories = new Informer<InventoryObj>(kube, NodeInventories, { logger: log, registry });
+  const namespaces = new Informer<NamespaceObj>(kube, Namespaces, { logger: log, registry });
+  const store = new SandboxStore(log.child({ component: 'store' }), new EventLog(config.watchCacheEvents));
+  const sandboxd = new SandboxdClient({ token: config.sandboxdToken, timeoutMs: config.nodeTimeoutMs });
+  const fleet = new Fleet(inventories, store, sandboxd, log.child({ component: 'fleet' }));
+  const sandboxes = new SandboxStorage(
+    store,
+    fleet,
+    sandboxd,
+    {
+      phase: (ns) => {
+        const obj = namespaces.getByName(undefined, ns);
+        if (!obj) return 'missing';
+        return obj.metadata.deletionTimestamp || obj.status?.phase === 'Terminating' ? 'terminating' : 'active';
+      },
+    },
+    log.child({ component: 'sandboxes' }),
+  );
+  const storages = new Map<string, RestStorage<unknown>>([
+    [
+      `${sandboxes.descriptor.group}/${sandboxes.descriptor.version}/${sandboxes.descriptor.plural}`,
+      sandboxes as RestStorage<unknown>,
+    ],
+  ]);
+  const descriptors = [...storages.values()].map((s) => s.descriptor);
+
+  const driver = config.enableWarmPoolDriver ? warmPoolDriver(kube, fleet, sandboxd, config, log, registry) : undefined;
+
+  const authnConfig = new AuthenticationConfigSource(kube, { logger: log, registry });
+  const authenticator = delegatedAuthenticator(kube, authnConfig, {
+    tokenReview: { cacheTtlMs: config.tokenCacheTtlMs },
+    ...(config.allowAnonymous ? { anonymous: {} } : { anonymous: { paths: HEALTH_PATHS } }),
+    logger: log,
+  });
+  const authorizer = new SubjectAccessReviewAuthorizer(kube, {
+    allowCacheTtlMs: config.authorizedCacheTtlMs,
+    denyCacheTtlMs: config.unauthorizedCacheTtlMs,
+  });
+
+  const cert = new ServingCertificate(
+    config.tlsCertFile && config.tlsKeyFile
+      ? { kind: 'files', certFile: config.tlsCertFile, keyFile: config.tlsKeyFile }
+      : {
+          kind: 'self-managed',
+          dir: config.certDir,
+          identity: {
+            serviceName: config.serviceName,
+            namespace: config.serviceNamespace,
+            clusterDomain: config.clusterDomain,
+            extraSans: config.tlsSans,
+          },
+        },
+    log,
+  );
+  const health = new HealthChecks();
+  health.add(
+    'informer-sync',
+    () => (inventories.hasSynced && namespaces.hasSynced ? undefined : 'NodeInventory or Namespace cache not synced'),
+    ['/readyz'],
+  );
+  let authnLoaded = false;
+  health.add(
+    'authentication-config',
+    () => (authnLoaded ? undefined : 'extension-apiserver-authentication not loaded'),
+    ['/readyz'],
+  );
+  health.add('node-feeds', () => (fleet.allSynced() ? undefined : 'waiting for a first answer from every node'), [
+    '/readyz',
+  ]);
+  const discovery = createDiscoveryHandler(descriptors);
+  const openapi = createOpenApiHandler(descriptors);
+  const tls = () => ({ cert: cert.current.certPem, key: cert.current.keyPem, ca: authnConfig.caBundle() || undefined });
+  const server = new ApiServer({
+    tls: tls(),
+    authenticator,
+    authorizer,
+    requestInfo: parseRequestInfo,
+    storages,
+    documents: [discovery, openapi],
+    health,
+    registry,
+    logger: log,
+  });
+  authnConfig.onChange(() => server.setSecureContext(tls()));
+  cert.watch(() => server.setSecureContext(tls()));
+
+  new Gauge({
+    name: 'sandbox_apiserver_sandboxes',
+    help: 'Sandboxes served',
+    registers: [registry],
+    collect() {
+      this.set(store.size);
+    },
+  });
+  new Gauge({
+    name: 'sandbox_apiserver_watchers',
+    help: 'Open watches',
+    registers: [registry],
+    collect() {
+      this.set(store.log.watchers);
+    },
+  });
+  new Gauge({
+    name: 'sandbox_apiserver_nodes',
+    help: 'Nodes by feed state',
+    labelNames: ['state'],
+    registers: [registry],
+    collect() {
+      const names = fleet.nodeNames();
+      const synced = names.filter((n) => fleet.isSynced(n)).length;
+      this.set({ state: 'synced' }, synced);
+      this.set({ state: 'unavailable' }, names.length - synced);
+    },
+  });
+
+  const address = await server.listen(config.bindAddress, config.securePort);
+  log.info({ address: `${address.address}:${address.port}` }, 'sandbox-apiserver listening');
+  return {
+    address,
+    caPem: cert.caPem(),
+    store,
+    fleet,
+    registry,
+    run: async (signal) => {
+      const tasks = [
+        inventories.start(signal),
+        namespaces.start(signal),
+        ...(driver ? [driver.run(signal)] : []),
+        authnConfig.start(signal).then(() => {
+          authnLoaded = true;
+          server.setSecureContext(tls());
+        }),
+      ];
+      await new Promise<void>((r) =>
+        signal.aborted ? r() : signal.addEventListener('abort', () => r(), { once: true }),
+      );
+      cert.stop();
+      fleet.stop();
+      await server.close();
+      await Promise.allSettled(tasks);
+      sandboxd.close();
+      if (!client) kube.close();
+    },
+  };
+}

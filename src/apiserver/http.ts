@@ -1,0 +1,66 @@
+/**
+ * Small HTTP pieces every handler of the server uses: JSON answers with the headers Kubernetes clients rely on
+ * (Content-Type always set: client-go decodes by it), Status failures, Warning headers, and request bodies read
+ * with a size cap and a content-type check.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { collectBody } from '../net/body.js';
+import { badRequest, tooLarge, unsupportedMediaType, type StatusFailure } from './status.js';
+
+export const MAX_BODY_BYTES = 1 << 20;
+
+export function sendJson(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
+  const payload = JSON.stringify(body);
+  res.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(payload),
+    'cache-control': 'no-cache, private',
+    ...headers,
+  });
+  res.end(payload);
+}
+
+export function sendStatus(res: ServerResponse, failure: StatusFailure): void {
+  if (res.headersSent) {
+    // A watch that already streams: an ERROR event is the only way to say it.
+    if (!res.writableEnded) res.end(`${JSON.stringify({ type: 'ERROR', object: failure.status })}\n`);
+    return;
+  }
+  sendJson(res, failure.httpCode, failure.status, failure.headers);
+}
+
+/** RFC 7234 warning values, as kube-apiserver sends them (`299 - "text"`); kubectl prints them. */
+export function warningHeader(warnings: readonly string[]): Record<string, string | string[]> {
+  if (!warnings.length) return {};
+  return { warning: warnings.map((w) => `299 - ${JSON.stringify(w.replace(/[\r\n]/g, ' '))}`) };
+}
+
+/** The JSON request body (undefined when empty); 413 past the cap, 415 for anything but JSON, 400 when malformed. */
+export function readJsonBody(req: IncomingMessage, limit = MAX_BODY_BYTES): Promise<unknown> {
+  const type = (req.headers['content-type'] ?? 'application/json').split(';')[0]!.trim().toLowerCase();
+  const declared = Number(req.headers['content-length'] ?? 0);
+  return new Promise((resolve, reject) => {
+    if (type !== 'application/json' && type !== '') {
+      req.resume();
+      return reject(unsupportedMediaType(type));
+    }
+    if (declared > limit) {
+      req.resume();
+      return reject(tooLarge(limit));
+    }
+    collectBody(req, limit, () => tooLarge(limit)).then((chunks) => {
+      const size = chunks.reduce((n, c) => n + c.length, 0);
+      if (size === 0) return resolve(undefined);
+      try {
+        resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')));
+      } catch (err) {
+        reject(badRequest(`the request body is not valid JSON: ${(err as Error).message}`));
+      }
+    }, reject);
+  });
+}

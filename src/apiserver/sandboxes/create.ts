@@ -1,0 +1,344 @@
+/**
+ * Create = node-local claim (docs/aggregated-layout.md "How a request flows", step 8): validate the Sandbox as
+ * kube-apiserver would validate the CRD (same schema source), settle its name (unique among live sandboxes: a second
+ * create of a live name is 409 and spends no VM), derive its pool key and lease, then claim a warm VM on a node chosen
+ * by power-of-two choices, trying the next candidate on a capacity miss. Everything that can be refused is refused
+ * before a VM is spent. The answer carries the claim id, address, deadline and — only here — the sandbox token.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import { CocoonAnnotationKeys, SandboxV1beta1Schema, toOpenApiV3Schema, type Sandbox } from '../../api/index.js';
+import { derivePoolKey, describePoolKey, type PoolKeyOf } from '../../api/pool-key.js';
+import { validateStructural } from '../../api/structural-validate.js';
+import type { Logger } from '../../log/logger.js';
+import {
+  alreadyExists,
+  badRequest,
+  forbiddenBecause,
+  internalError,
+  invalid,
+  notFound,
+  serviceUnavailable,
+  StatusFailure,
+  type QualifiedResource,
+  type StatusCause,
+} from '../status.js';
+import { SANDBOX_API_VERSION, toSandbox, type SandboxEntry, type StoredObject } from './entry.js';
+import type { Fleet } from './fleet.js';
+import { NodeHttpError, NodeUnreachableError, type ClaimAnswer, type SandboxdClient } from './sandboxd-client.js';
+import type { SandboxStore } from './store.js';
+
+export const SANDBOXES: QualifiedResource = { group: 'agents.x-k8s.io', resource: 'sandboxes' };
+
+/** The stored object travels with the claim to the node; keep it well inside sandboxd's body cap. */
+export const MAX_STORED_OBJECT_BYTES = 256 << 10;
+
+const SCHEMA = toOpenApiV3Schema(SandboxV1beta1Schema);
+const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const GENERATE_CHARS = 'bcdfghjklmnpqrstvwxz2456789';
+/** Annotations only the server writes; a create that sets them would forge a claim. */
+const OUTPUT_ANNOTATIONS = [
+  CocoonAnnotationKeys.claimId,
+  CocoonAnnotationKeys.address,
+  CocoonAnnotationKeys.token,
+  CocoonAnnotationKeys.deadline,
+];
+
+export interface CreateRequest {
+  namespace: string;
+  body: unknown;
+  dryRun: boolean;
+  fieldValidation: 'Strict' | 'Warn' | 'Ignore';
+  warnings: string[];
+}
+
+export interface NamespaceState {
+  /** 'active', 'terminating' or 'missing'. */
+  phase(namespace: string): 'active' | 'terminating' | 'missing';
+}
+
+export interface Created {
+  object: Sandbox;
+  entry: SandboxEntry | undefined;
+}
+
+function generateName(base: string): string {
+  const bytes = randomBytes(5);
+  let suffix = '';
+  for (const b of bytes) suffix += GENERATE_CHARS[b % GENERATE_CHARS.length];
+  return `${base.slice(0, 63 - 5)}${suffix}`;
+}
+
+function nameCauses(name: string, field: string): StatusCause[] {
+  if (name.length > 253)
+    return [
+      { reason: 'FieldValueInvalid', field, message: `Invalid value: "${name}": must be no more than 253 characters` },
+    ];
+  if (!DNS_SUBDOMAIN.test(name))
+    return [
+      {
+        reason: 'FieldValueInvalid',
+        field,
+        message: `Invalid value: "${name}": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character`,
+      },
+    ];
+  return [];
+}
+
+/** Seconds of lease the object asks for (0 = the node's default); 400s name the field. */
+export function leaseSeconds(obj: Sandbox, now = Date.now()): number {
+  const shutdown = obj.spec.shutdownTime;
+  if (shutdown) {
+    const at = Date.parse(shutdown);
+    if (!Number.isFinite(at) || at <= now)
+      throw badRequest(`spec.shutdownTime ${shutdown} is not in the future`, [
+        { reason: 'FieldValueInvalid', field: 'spec.shutdownTime', message: 'must be in the future' },
+      ]);
+    return Math.ceil((at - now) / 1000);
+  }
+  const raw = obj.metadata?.annotations?.[CocoonAnnotationKeys.ttlSeconds]?.trim();
+  if (raw === undefined || raw === '') return 0;
+  if (!/^\d+$/.test(raw))
+    throw badRequest(
+      `annotation ${CocoonAnnotationKeys.ttlSeconds}="${raw}" is not a non-negative whole number of seconds`,
+      [
+        {
+          reason: 'FieldValueInvalid',
+          field: `metadata.annotations[${CocoonAnnotationKeys.ttlSeconds}]`,
+          message: 'must be a non-negative integer',
+        },
+      ],
+    );
+  return Number(raw);
+}
+
+export class SandboxCreator {
+  /** Names with a claim in flight: a concurrent create of the same name is refused, not raced. */
+  private readonly inFlight = new Set<string>();
+
+  constructor(
+    private readonly store: SandboxStore,
+    private readonly fleet: Fleet,
+    private readonly client: SandboxdClient,
+    private readonly namespaces: NamespaceState,
+    private readonly log: Logger,
+  ) {}
+
+  /** Parse and check everything that does not depend on the fleet; throws the Status to answer. */
+  validate(req: CreateRequest): { obj: Sandbox; name: string; key: PoolKeyOf; ttl: number } {
+    const body = req.body;
+    if (typeof body !== 'object' || body === null || Array.isArray(body))
+      throw badRequest('the request body must be a JSON object (a Sandbox)');
+    const raw = body as Record<string, unknown>;
+    if (raw.kind !== undefined && raw.kind !== 'Sandbox')
+      throw badRequest(`the kind in the data ("${String(raw.kind)}") does not match the expected kind ("Sandbox")`);
+    if (raw.apiVersion !== undefined && raw.apiVersion !== SANDBOX_API_VERSION)
+      throw badRequest(
+        `the API version in the data (${String(raw.apiVersion)}) does not match the expected API version (${SANDBOX_API_VERSION})`,
+      );
+    const meta = (raw.metadata ?? {}) as Sandbox['metadata'] & Record<string, unknown>;
+    if (typeof meta !== 'object' || Array.isArray(meta)) throw badRequest('metadata: must be an object');
+    if (meta.namespace && meta.namespace !== req.namespace)
+      throw badRequest('the namespace of the provided object does not match the namespace sent on the request');
+    if (meta.resourceVersion) throw badRequest('resourceVersion should not be set on objects to be created');
+    const result = validateStructural(SCHEMA, { ...raw, metadata: {} });
+    if (result.unknown.length) {
+      const msgs = result.unknown.map((f) => `unknown field "${f}"`);
+      if (req.fieldValidation === 'Strict') throw badRequest(`strict decoding error: ${msgs.join(', ')}`);
+      if (req.fieldValidation === 'Warn') req.warnings.push(...msgs);
+    }
+    const name = meta.name || (meta.generateName ? generateName(meta.generateName) : '');
+    const causes: StatusCause[] = result.errors.map((e) => ({ reason: e.reason, field: e.field, message: e.message }));
+    if (!meta.name && !meta.generateName)
+      throw badRequest('Sandbox has neither metadata.name nor metadata.generateName', [
+        {
+          reason: 'FieldValueRequired',
+          field: 'metadata.name',
+          message: 'Required value: name or generateName is required',
+        },
+      ]);
+    causes.push(...nameCauses(name, meta.name ? 'metadata.name' : 'metadata.generateName'));
+    if (meta.finalizers?.length)
+      causes.push({
+        reason: 'FieldValueForbidden',
+        field: 'metadata.finalizers',
+        message: 'Forbidden: sandboxes served from the nodes are deleted at once; finalizers cannot hold them',
+      });
+    for (const a of OUTPUT_ANNOTATIONS)
+      if (meta.annotations?.[a] !== undefined)
+        causes.push({
+          reason: 'FieldValueForbidden',
+          field: `metadata.annotations[${a}]`,
+          message: 'Forbidden: set by the server',
+        });
+    const obj = raw as unknown as Sandbox;
+    const key = causes.length
+      ? undefined
+      : derivePoolKey({ annotations: meta.annotations, podTemplate: obj.spec?.podTemplate });
+    if (key && !key.ok) causes.push({ reason: 'FieldValueInvalid', field: key.field, message: key.message });
+    if (causes.length || !key || !key.ok) throw invalid('Sandbox', SANDBOXES.group, name, causes);
+    const ttl = leaseSeconds(obj);
+    return { obj, name, key: key.key, ttl };
+  }
+
+  async create(req: CreateRequest): Promise<Created> {
+    const { obj, name, key, ttl } = this.validate(req);
+    const ns = req.namespace;
+    const phase = this.namespaces.phase(ns);
+    if (phase === 'missing') throw notFound({ group: '', resource: 'namespaces' }, ns);
+    if (phase === 'terminating')
+      throw forbiddenBecause(
+        SANDBOXES,
+        name,
+        `unable to create new content in namespace ${ns} because it is being terminated`,
+      );
+    const k = `${ns}/${name}`;
+    if (this.store.get(k) || this.inFlight.has(k)) throw alreadyExists(SANDBOXES, name);
+    const stored: StoredObject = {
+      metadata: {
+        name,
+        namespace: ns,
+        uid: randomUUID(),
+        creationTimestamp: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+        ...(obj.metadata?.labels ? { labels: obj.metadata.labels } : {}),
+        ...(obj.metadata?.annotations ? { annotations: obj.metadata.annotations } : {}),
+        ...(obj.metadata?.ownerReferences?.length ? { ownerReferences: obj.metadata.ownerReferences } : {}),
+      },
+      spec: obj.spec,
+    };
+    const size = Buffer.byteLength(JSON.stringify(stored));
+    if (size > MAX_STORED_OBJECT_BYTES)
+      throw invalid('Sandbox', SANDBOXES.group, name, [
+        {
+          reason: 'FieldValueTooLong',
+          field: 'metadata',
+          message: `Too long: the object is ${size} bytes; at most ${MAX_STORED_OBJECT_BYTES} are stored with a claim`,
+        },
+      ]);
+    const snapshot = obj.metadata?.annotations?.[CocoonAnnotationKeys.snapshot]?.trim();
+    if (snapshot) return this.fromSnapshot(k, snapshot, ttl, stored, req.dryRun);
+    if (!this.fleet.servesKey(key))
+      throw serviceUnavailable(
+        `no node serves pool (${describePoolKey(key)}); create a SandboxWarmPool for it or check the nodes' pools`,
+        5,
+      );
+    if (req.dryRun) {
+      if (this.fleet.candidates(key).length === 0) throw noCapacity(key);
+      return {
+        object: { apiVersion: SANDBOX_API_VERSION, kind: 'Sandbox', metadata: stored.metadata, spec: obj.spec },
+        entry: undefined,
+      };
+    }
+    this.inFlight.add(k);
+    try {
+      return await this.claim(k, key, ttl, stored);
+    } finally {
+      this.inFlight.delete(k);
+    }
+  }
+
+  /**
+   * A Sandbox that starts from a snapshot is served by the node that holds it (a clone of the checkpoint there);
+   * the nodes are asked which, in parallel. Moving a checkpoint to another node is the placement layer's job.
+   */
+  private async fromSnapshot(
+    k: string,
+    id: string,
+    ttl: number,
+    stored: StoredObject,
+    dryRun: boolean,
+  ): Promise<Created> {
+    const field = `metadata.annotations[${CocoonAnnotationKeys.snapshot}]`;
+    const holders = await Promise.all(
+      this.fleet.nodeNames().map(async (node) => {
+        const address = this.fleet.address(node);
+        if (!address || !this.fleet.isSynced(node)) return undefined;
+        const out = (await this.client.call(node, address, 'GET', '/v1/checkpoints').catch(() => undefined)) as
+          { checkpoints: Array<{ id: string }> } | undefined;
+        return out?.checkpoints.some((c) => c.id === id) ? { node, address } : undefined;
+      }),
+    );
+    const holder = holders.find((h) => h !== undefined);
+    if (!holder)
+      throw invalid('Sandbox', SANDBOXES.group, stored.metadata.name, [
+        { reason: 'FieldValueNotFound', field, message: `Not found: snapshot "${id}" is on no reachable node` },
+      ]);
+    if (dryRun)
+      return {
+        object: { apiVersion: SANDBOX_API_VERSION, kind: 'Sandbox', metadata: stored.metadata, spec: stored.spec },
+        entry: undefined,
+      };
+    this.inFlight.add(k);
+    try {
+      const answer = (await this.client.call(
+        holder.node,
+        holder.address,
+        'POST',
+        `/v1/checkpoints/${encodeURIComponent(id)}/claim`,
+        { ...(ttl ? { ttl_seconds: ttl } : {}), claim_ref: k, object: stored },
+        60_000,
+      )) as ClaimAnswer;
+      return this.answered(holder.node, holder.address, answer);
+    } catch (err) {
+      if (err instanceof NodeHttpError && err.status === 409) throw alreadyExists(SANDBOXES, stored.metadata.name);
+      if (err instanceof StatusFailure) throw err;
+      throw internalError(`claim from snapshot ${id} on node ${holder.node} failed: ${(err as Error).message}`);
+    } finally {
+      this.inFlight.delete(k);
+    }
+  }
+
+  /** A node's claim answer: indexed at once (read-your-writes), returned with the token (this answer only). */
+  private answered(node: string, address: string, answer: ClaimAnswer): Created {
+    const entry = this.store.upsert(node, address, answer.sandbox);
+    if (!entry) throw internalError(`node ${node} answered the claim without the sandbox's identity`);
+    const object = toSandbox(entry);
+    object.metadata!.annotations![CocoonAnnotationKeys.token] = answer.token;
+    object.metadata!.annotations![CocoonAnnotationKeys.address] = answer.owner_addr || address;
+    return { object, entry };
+  }
+
+  private async claim(k: string, key: PoolKeyOf, ttl: number, stored: StoredObject): Promise<Created> {
+    const candidates = this.fleet.candidates(key);
+    for (;;) {
+      const c = this.fleet.pick(candidates);
+      if (!c) throw noCapacity(key);
+      try {
+        const answer = await this.client.claim(c.node, c.address, {
+          template: key.template,
+          net: key.net,
+          size: key.size,
+          ...(ttl ? { ttl_seconds: ttl } : {}),
+          claim_ref: k,
+          no_redirect: true,
+          warm_only: true,
+          object: stored,
+        });
+        this.fleet.noteWarm(c.node, key, -1);
+        return this.answered(c.node, c.address, answer);
+      } catch (err) {
+        if (err instanceof NodeHttpError && err.status === 429) {
+          this.fleet.noteWarm(c.node, key, 'empty');
+          candidates.splice(candidates.indexOf(c), 1);
+          continue;
+        }
+        if (err instanceof NodeUnreachableError && !err.timedOut) {
+          this.log.warn({ node: c.node, err: err.message }, 'node unreachable for a claim; trying another');
+          candidates.splice(candidates.indexOf(c), 1);
+          continue;
+        }
+        if (err instanceof StatusFailure) throw err;
+        if (err instanceof NodeHttpError && err.status === 409) throw alreadyExists(SANDBOXES, stored.metadata.name);
+        // A timeout may have claimed: the node's feed then shows the sandbox under this name, and a retry of the
+        // create gets 409 instead of a second VM.
+        throw internalError(`claim on node ${c.node} failed: ${(err as Error).message}`);
+      }
+    }
+  }
+}
+
+function noCapacity(key: PoolKeyOf): StatusFailure {
+  return serviceUnavailable(
+    `no warm sandbox available for pool (${describePoolKey(key)}); retry as warm capacity refills`,
+    1,
+  );
+}

@@ -1,0 +1,89 @@
+import { readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { rename, writeFile } from 'node:fs/promises';
+import { SandboxError } from '../errors.js';
+import type { Logger } from '../log/logger.js';
+import type { CheckpointRecord } from './checkpoints.js';
+import type { SandboxRecord } from './claims.js';
+import type { PoolKey } from './pool-key.js';
+
+/**
+ * The engine's state on disk (`<dataDir>/state.json`, 0600): the claim table, the warm targets and the checkpoints,
+ * so a restarted daemon re-attaches its claims, refills its pools and still serves its checkpoints. Written whole (tmp + rename), never on the claim path.
+ */
+
+export interface SavedState {
+  claims: SandboxRecord[];
+  targets: Array<{ key: PoolKey; warm: number; owner?: string }>;
+  checkpoints: CheckpointRecord[];
+}
+
+export class StateFile {
+  private persistTimer: NodeJS.Timeout | undefined;
+  private persisting: Promise<void> | undefined;
+
+  /** `snapshot` renders the state to write, called at write time (so a coalesced write takes the latest). */
+  constructor(
+    private readonly path: string,
+    private readonly snapshot: () => string,
+    private readonly log: Logger,
+  ) {}
+
+  /**
+   * The saved state; empty when there is no file yet. An unreadable one is an error, not an empty state: start()
+   * destroys VMs and removes checkpoint directories that no saved record accounts for.
+   */
+  read(): SavedState {
+    let text: string;
+    try {
+      text = readFileSync(this.path, 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { claims: [], targets: [], checkpoints: [] };
+      throw new SandboxError('sandboxd.state', `cannot read ${this.path}: ${(err as Error).message}`, { cause: err });
+    }
+    let s: Partial<SavedState>;
+    try {
+      s = JSON.parse(text) as Partial<SavedState>;
+    } catch (err) {
+      throw new SandboxError('sandboxd.state', `${this.path} is not valid JSON: ${(err as Error).message}`, {
+        cause: err,
+        hint: 'it is written whole (tmp + rename), so something else changed it; move it aside to start with no claims or checkpoints (their VMs and snapshots are then removed)',
+      });
+    }
+    return { claims: s.claims ?? [], targets: s.targets ?? [], checkpoints: s.checkpoints ?? [] };
+  }
+
+  /**
+   * State is written off the claim path: coalesced for 20 ms, then written by libuv's thread pool (tmp + rename),
+   * one write at a time, so a burst of claims never waits on the disk.
+   */
+  schedule(): void {
+    if (this.persistTimer) return;
+    this.persistTimer = setTimeout(() => this.persistInBackground(), 20);
+  }
+
+  private persistInBackground(): void {
+    this.persistTimer = undefined;
+    if (this.persisting) {
+      this.schedule();
+      return;
+    }
+    const tmp = `${this.path}.tmp`;
+    this.persisting = writeFile(tmp, this.snapshot(), { mode: 0o600 })
+      .then(() => rename(tmp, this.path))
+      .catch((err: unknown) => {
+        this.log.warn({ err }, 'could not write the claim table; retrying in 1 s');
+        this.persistTimer ??= setTimeout(() => this.persistInBackground(), 1000);
+      })
+      .finally(() => (this.persisting = undefined));
+  }
+
+  /** Write the state now (shutdown): after any background write, which would otherwise rename over this one. */
+  async flush(): Promise<void> {
+    if (this.persistTimer) clearTimeout(this.persistTimer);
+    this.persistTimer = undefined;
+    await this.persisting;
+    const tmp = `${this.path}.tmp`;
+    writeFileSync(tmp, this.snapshot(), { mode: 0o600 });
+    renameSync(tmp, this.path);
+  }
+}

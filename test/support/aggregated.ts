@@ -1,0 +1,141 @@
+/**
+ * The aggregated layout for tests: a second control plane (the shared one has the Sandbox CRD, which the
+ * APIService would shadow for every other test), with sandbox-apiserver registered as `v1beta1.agents.x-k8s.io`
+ * and two sandboxd nodes with real microVMs (template sandbox/minimal), started by `startPlatform` exactly as
+ * `sbx up --layout aggregated` starts it. test/run.ts starts one for the run when a test under test/aggregated/
+ * is selected and passes its description in SBX_TEST_AGGREGATED; a file run on its own starts a private one.
+ */
+import { readFileSync } from 'node:fs';
+import { mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { readClusterEnvironment, runKubectl, type ClusterInfo } from '../../src/cluster/index.js';
+import { startPlatform, type Platform, type SandboxdNode } from '../../src/cli/platform.js';
+import { KubeClient } from '../../src/kube/index.js';
+import { createLogger } from '../../src/log/logger.js';
+
+export const AGGREGATED_ENV = 'SBX_TEST_AGGREGATED';
+export const TEST_TEMPLATE = 'sandbox/minimal';
+/** Warm VMs per node: enough for the tests' bursts (they retry a create while the pools refill), few enough that refill churn stays small beside the other suites. */
+export const TEST_WARM = 8;
+
+export interface AggregatedInfo {
+  cluster: ClusterInfo;
+  pluginDir: string;
+  apiserver: NonNullable<Platform['apiserver']>;
+  sandboxd: SandboxdNode[];
+}
+
+export interface AggregatedEnv extends AggregatedInfo {
+  kubectl(args: string[], input?: string): Promise<string>;
+  client(): Promise<KubeClient>;
+}
+
+/** Start the aggregated platform (test/run.ts, or a file run alone). */
+export async function startAggregatedForTests(
+  dataDir?: string,
+): Promise<{ info: AggregatedInfo; stop(): Promise<void>; pids(): number[] }> {
+  const env = readClusterEnvironment();
+  const platform = await startPlatform({
+    cacheDir: env.cacheDir,
+    binDir: env.binDir,
+    dataDir: dataDir ?? (await mkdtemp(join(tmpdir(), 'sbx-agg-'))),
+    layout: 'aggregated',
+    simulatedNodes: 0,
+    sandboxdNodes: 2,
+    warm: TEST_WARM,
+    template: TEST_TEMPLATE,
+    // An egress-lane pool too: the verbs it refuses (pause, fork) are part of the contract.
+    pools: `${TEST_TEMPLATE}=${TEST_WARM},${TEST_TEMPLATE}:egress=1`,
+    etcdFsync: true,
+    logger: createLogger({ level: 'warn', name: 'aggregated' }),
+    progress: (l) => process.stderr.write(`[aggregated] ${l}\n`),
+  });
+  const { kubectl: _k, processes: _p, stop: _s, ...cluster } = platform.cluster;
+  return {
+    info: { cluster, pluginDir: platform.pluginDir, apiserver: platform.apiserver!, sandboxd: platform.sandboxd },
+    stop: () => platform.stop(),
+    pids: () => platform.pids(),
+  };
+}
+
+let shared: Promise<AggregatedEnv> | undefined;
+
+export function getAggregated(): Promise<AggregatedEnv> {
+  shared ??= load();
+  return shared;
+}
+
+function withHelpers(info: AggregatedInfo): AggregatedEnv {
+  let client: Promise<KubeClient> | undefined;
+  return {
+    ...info,
+    kubectl: (args, input) =>
+      runKubectl(info.cluster.binaries.kubectl ?? 'kubectl', info.cluster.kubeconfigPath, args, input),
+    client: () => (client ??= KubeClient.fromKubeconfig(info.cluster.kubeconfigPath, { qps: -1 })),
+  };
+}
+
+async function load(): Promise<AggregatedEnv> {
+  const path = process.env[AGGREGATED_ENV];
+  if (path) return withHelpers(JSON.parse(readFileSync(path, 'utf8')) as AggregatedInfo);
+  const started = await startAggregatedForTests();
+  let stopping = false;
+  process.on('beforeExit', () => {
+    if (stopping) return;
+    stopping = true;
+    void started.stop();
+  });
+  return withHelpers(started.info);
+}
+
+/** A fresh namespace on the aggregated cluster; deleted afterwards without waiting. */
+export async function aggregatedNamespace(prefix = 'a'): Promise<{ name: string; cleanup(): Promise<void> }> {
+  const env = await getAggregated();
+  const name = `${prefix}-${randomBytes(4).toString('hex')}`;
+  await env.kubectl(['create', 'namespace', name]);
+  return {
+    name,
+    cleanup: async () => {
+      await env.kubectl(['delete', 'namespace', name, '--wait=false', '--ignore-not-found']);
+    },
+  };
+}
+
+/** A Sandbox manifest for the test pool. */
+export function sandboxManifest(
+  name: string,
+  extra: { labels?: Record<string, string>; annotations?: Record<string, string>; generateName?: boolean } = {},
+) {
+  return {
+    apiVersion: 'agents.x-k8s.io/v1beta1',
+    kind: 'Sandbox',
+    metadata: {
+      ...(extra.generateName ? { generateName: name } : { name }),
+      ...(extra.labels ? { labels: extra.labels } : {}),
+      ...(extra.annotations ? { annotations: extra.annotations } : {}),
+    },
+    spec: { podTemplate: { spec: { containers: [{ name: 'main', image: TEST_TEMPLATE }] } } },
+  };
+}
+
+/**
+ * `kubectl create` of a Sandbox, retried while no warm VM is left this instant (503 "no warm sandbox": the test
+ * files share two nodes' pools, which refill in the background); capacity is not what these tests check.
+ */
+export async function createSandbox(
+  env: AggregatedEnv,
+  namespace: string,
+  manifest: object,
+  args: string[] = [],
+): Promise<string> {
+  for (let i = 0; ; i++) {
+    try {
+      return await env.kubectl(['create', '-n', namespace, ...args, '-f', '-'], JSON.stringify(manifest));
+    } catch (err) {
+      if (!/no warm sandbox/.test(String(err)) || i > 300) throw err;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}
