@@ -48,7 +48,7 @@ describe('claims before refills (foreground gating)', () => {
   });
   after(() => env?.stop());
 
-  it('a refill does not start while claims keep arriving, and starts within its bound once they stop', async () => {
+  it('a refill does not start while claims keep arriving, and starts within its bound once they stop', async (t) => {
     assert.ok(STREAM_MS < REFILL_MAX_DELAY_MS + MAX_HOLD_MS - QUIET_MS, 'the stream ends before the hold bound');
     const selector = `${LabelKeys.warmPoolSandbox}=${fnv1a32('pool')}`;
     const list = await env.client.list<SandboxObj>(Sandboxes, env.ns, { labelSelector: selector });
@@ -121,5 +121,6 @@ describe('claims before refills (foreground gating)', () => {
       `the pool was full ${(refilled - lastAnswer).toFixed(0)} ms after the last claim (bound ${REFILL_BOUND_MS})`,
     );
     assert.equal(pool.status?.readyReplicas, POOL);
+    t.diagnostic(`${timeline}; pool full ${at(refilled)}`);
   });
 });
