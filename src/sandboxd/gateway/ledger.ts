@@ -5,10 +5,8 @@
  * down) is recorded now; one recorded for a claim that is gone since (deleted, or deleted and made again) is
  * released. Without it the second looks like the first, and a deleted claim would be brought back.
  */
-import { readFileSync } from 'node:fs';
-import { SandboxError } from '../../errors.js';
 import type { Logger } from '../../log/logger.js';
-import { StateFile } from '../state-file.js';
+import { readJsonFile, StateFile } from '../state-file.js';
 
 interface Saved {
   /** sandbox id -> the UID of the SandboxClaim it was recorded for. */
@@ -28,23 +26,11 @@ export class DeliveryLedger {
 
   /** Read what a previous run recorded; no file is an empty ledger, an unreadable one an error. */
   load(): void {
-    let text: string;
-    try {
-      text = readFileSync(this.path, 'utf8');
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
-      throw new SandboxError('sandboxd.state', `cannot read ${this.path}: ${(err as Error).message}`, { cause: err });
-    }
-    let saved: Partial<Saved>;
-    try {
-      saved = JSON.parse(text) as Partial<Saved>;
-    } catch (err) {
-      throw new SandboxError('sandboxd.state', `${this.path} is not valid JSON: ${(err as Error).message}`, {
-        cause: err,
-        hint: 'move it aside: the gateway then records every delivery again (claims deleted meanwhile come back)',
-      });
-    }
-    for (const [id, uid] of Object.entries(saved.recorded ?? {}))
+    const saved = readJsonFile<Partial<Saved>>(
+      this.path,
+      'move it aside: the gateway then records every delivery again (claims deleted meanwhile come back)',
+    );
+    for (const [id, uid] of Object.entries(saved?.recorded ?? {}))
       if (typeof uid === 'string') this.recorded.set(id, uid);
   }
 
