@@ -53,6 +53,8 @@ export interface ComponentProcess {
 export interface SandboxdNode {
   node: string;
   address: string;
+  /** The claim gateway (aggregated layout: claims by Kubernetes identity, docs/claim-gateway.md). */
+  claimAddress: string | undefined;
   tokenFile: string;
   vmRunRoot: string;
 }
@@ -163,6 +165,7 @@ async function startSandboxdNodes(
     const dir = join(opts.dataDir, node);
     await mkdir(dir, { recursive: true });
     const port = await freePort(host);
+    const claimAddress = aggregated ? `${host}:${await freePort(host)}` : undefined;
     const vk: string[] = [];
     if (aggregated) vk.push('--vk-nodes=');
     else {
@@ -189,6 +192,7 @@ async function startSandboxdNodes(
       `--data-dir=${join(dir, 'data')}`,
       `--token-file=${tokenFile}`,
       `--kubeconfig=${cluster.kubeconfigPath}`,
+      ...(claimAddress ? [`--claim-listen=${claimAddress}`] : []),
       ...vk,
       ...(opts.pools
         ? [`--pools=${opts.pools}`]
@@ -198,7 +202,13 @@ async function startSandboxdNodes(
       ...(opts.sandboxdArgs ?? []),
       '--destroy-on-exit',
     ]);
-    nodes.push({ node, address: `${host}:${port}`, tokenFile, vmRunRoot: defaultRunRoot(join(dir, 'data')) });
+    nodes.push({
+      node,
+      address: `${host}:${port}`,
+      claimAddress,
+      tokenFile,
+      vmRunRoot: defaultRunRoot(join(dir, 'data')),
+    });
     waits.push(components.waitReady(d, `http://${host}:${port}/healthz`, 30 * 60_000));
   }
   return nodes;
