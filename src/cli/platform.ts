@@ -60,6 +60,8 @@ export interface SandboxdNode {
   address: string;
   /** The node's data plane (envd), aggregated layout only. */
   envdAddress: string | undefined;
+  /** The claim gateway (aggregated layout: claims by Kubernetes identity, docs/claim-gateway.md). */
+  claimAddress: string | undefined;
   tokenFile: string;
   vmRunRoot: string;
 }
@@ -184,6 +186,7 @@ async function startSandboxdNodes(
     const dir = join(opts.dataDir, node);
     await mkdir(dir, { recursive: true });
     const port = await freePort(host);
+    const claimAddress = aggregated ? `${host}:${await freePort(host)}` : undefined;
     const vk: string[] = [];
     const envdAddress = aggregated ? `${host}:${await freePort(host)}` : undefined;
     if (aggregated) vk.push('--vk-nodes=', `--envd-listen=${envdAddress}`);
@@ -211,6 +214,7 @@ async function startSandboxdNodes(
       `--data-dir=${join(dir, 'data')}`,
       `--token-file=${tokenFile}`,
       `--kubeconfig=${cluster.kubeconfigPath}`,
+      ...(claimAddress ? [`--claim-listen=${claimAddress}`] : []),
       ...vk,
       ...poolsFlag(opts),
       ...(opts.sandboxdArgs ?? []),
@@ -220,6 +224,7 @@ async function startSandboxdNodes(
       node,
       address: `${host}:${port}`,
       envdAddress,
+      claimAddress,
       tokenFile,
       vmRunRoot: defaultRunRoot(join(dir, 'data')),
     });
