@@ -9,6 +9,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { CocoonAnnotationKeys } from '../../api/keys.js';
 import { envdAccessToken } from '../../api/envd.js';
 import type { Logger } from '../../log/logger.js';
+import { SLOW_VERB_TIMEOUT_MS } from '../sandboxes/actions.js';
 import type { NodeRow, SandboxEntry } from '../sandboxes/entry.js';
 import { NodeHttpError, NodeUnreachableError, type SandboxdClient } from '../sandboxes/sandboxd-client.js';
 import type { SandboxStorage } from '../sandboxes/storage.js';
@@ -226,6 +227,7 @@ export class SandboxOps {
         'POST',
         `/v1/sandboxes/${encodeURIComponent(e.claimId)}/checkpoint`,
         name ? { name } : {},
+        SLOW_VERB_TIMEOUT_MS,
       )
       .catch((err: unknown) => {
         throw nodeFailure(err, id);
@@ -260,11 +262,14 @@ export class SandboxOps {
       };
     });
     const r = (await this.d.client
-      .call(parent.node, parent.address, 'POST', `/v1/sandboxes/${encodeURIComponent(parent.claimId)}/fork`, {
-        count,
-        ttl_seconds: seconds,
-        objects,
-      })
+      .call(
+        parent.node,
+        parent.address,
+        'POST',
+        `/v1/sandboxes/${encodeURIComponent(parent.claimId)}/fork`,
+        { count, ttl_seconds: seconds, objects },
+        SLOW_VERB_TIMEOUT_MS,
+      )
       .catch((err: unknown) => {
         throw nodeFailure(err, id);
       })) as { children: Array<{ token: string; sandbox: NodeRow }> };
