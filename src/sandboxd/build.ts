@@ -7,6 +7,7 @@ import { InventoryPublisher } from './inventory.js';
 import type { SandboxdConfig } from './options.js';
 import { PeerDirectory } from './peers.js';
 import { startVirtualNodes, type VirtualNodes } from './vk/index.js';
+import { selfSignedKubeletCert } from './vk/serving-cert.js';
 import { join } from 'node:path';
 import { SandboxError } from '../errors.js';
 
@@ -58,13 +59,17 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
     : undefined;
   let vk: VirtualNodes | undefined;
   if (client && config.vkNodes.length) {
-    const { kubeletAddress, kubeletTlsCert, kubeletTlsKey, kubeletClientCa } = config;
-    if (!kubeletAddress || !kubeletTlsCert || !kubeletTlsKey || !kubeletClientCa)
+    const { kubeletAddress, kubeletClientCa } = config;
+    if (!kubeletAddress || !kubeletClientCa || !config.kubeletTlsCert !== !config.kubeletTlsKey)
       throw new SandboxError(
         'sandboxd.flags',
-        'virtual nodes need --kubelet-address, --kubelet-tls-cert, --kubelet-tls-key and --kubelet-client-ca',
+        'virtual nodes need --kubelet-address and --kubelet-client-ca (and --kubelet-tls-cert with --kubelet-tls-key, or neither for a self-signed serving certificate)',
         { hint: 'or pass --vk-nodes "" to run without virtual-kubelet nodes' },
       );
+    const serving =
+      config.kubeletTlsCert && config.kubeletTlsKey
+        ? { cert: config.kubeletTlsCert, key: config.kubeletTlsKey }
+        : selfSignedKubeletCert(join(config.dataDir, 'vk', 'pki'), kubeletAddress);
     vk = await startVirtualNodes({
       engine,
       client,
@@ -72,7 +77,7 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
       nodes: config.vkNodes.map((kind) => ({ kind })),
       hostAddress: kubeletAddress,
       kubeletPortBase: config.kubeletPort,
-      tls: { cert: kubeletTlsCert, key: kubeletTlsKey, clientCa: kubeletClientCa },
+      tls: { ...serving, clientCa: kubeletClientCa },
       stateDir: join(config.dataDir, 'vk'),
       logger: log,
     });
