@@ -1,0 +1,123 @@
+/**
+ * The generated install manifests as the tests use them: rendered by the real tools (helm from the cache,
+ * `kubectl kustomize`), parsed into objects, and the RBAC of one component re-targeted at a test namespace under
+ * unique names, so a test can bind a ServiceAccount to exactly the shipped rules without touching other tests.
+ */
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { parseAllDocuments } from 'yaml';
+import { obtain, readClusterEnvironment } from '../../src/cluster/index.js';
+import type { PolicyRule } from '../../src/deploy/rbac.js';
+import { getTestCluster } from './cluster.js';
+
+export const REPO = fileURLToPath(new URL('../../', import.meta.url));
+export const CHART = `${REPO}deploy/helm/sandbox-operator`;
+export const KUSTOMIZE = `${REPO}deploy/kustomize`;
+
+export type Obj = Record<string, unknown> & {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace?: string; labels?: Record<string, string>; annotations?: Record<string, string> };
+};
+
+export function parseObjects(yaml: string): Obj[] {
+  return parseAllDocuments(yaml)
+    .map((d) => d.toJS() as Obj | null)
+    .filter((o): o is Obj => o !== null);
+}
+
+export const identity = (o: Obj) => `${o.apiVersion}/${o.kind}/${o.metadata.namespace ?? ''}/${o.metadata.name}`;
+
+let helm: Promise<string> | undefined;
+/** The pinned helm, built from the Go module proxy into the cache the first time. */
+export function helmBinary(): Promise<string> {
+  helm ??= (async () => {
+    const env = readClusterEnvironment();
+    return (
+      await obtain('helm', {
+        cacheDir: env.cacheDir,
+        binDir: env.binDir,
+        progress: (l) => process.stderr.write(`${l}\n`),
+      })
+    ).helm!;
+  })();
+  return helm;
+}
+
+/** Run a tool to completion (stdin from `input`); its exit status and output, never a throw. */
+export function runTool(
+  bin: string,
+  args: string[],
+  input?: string,
+): Promise<{ ok: boolean; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(bin, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('error', (err) => resolve({ ok: false, stdout, stderr: `${stderr}${err.message}` }));
+    child.on('close', (code) => resolve({ ok: code === 0, stdout, stderr }));
+    child.stdin.end(input ?? '');
+  });
+}
+
+/** `helm template` of the chart in `namespace` with `--set` pairs; throws with helm's message on failure. */
+export async function helmTemplate(namespace: string, set: Record<string, string | boolean> = {}): Promise<Obj[]> {
+  const args = ['template', 'sandbox-operator', CHART, '--namespace', namespace];
+  for (const [k, v] of Object.entries(set)) args.push('--set', `${k}=${String(v)}`);
+  const r = await runTool(await helmBinary(), args);
+  if (!r.ok) throw new Error(`helm ${args.join(' ')}: ${r.stderr}`);
+  return parseObjects(r.stdout);
+}
+
+export async function kustomizeObjects(layout: 'crd' | 'aggregated'): Promise<Obj[]> {
+  const cluster = await getTestCluster();
+  const r = await runTool(cluster.binaries.kubectl ?? 'kubectl', ['kustomize', `${KUSTOMIZE}/overlays/${layout}`]);
+  if (!r.ok) throw new Error(`kubectl kustomize overlays/${layout}: ${r.stderr}`);
+  return parseObjects(r.stdout);
+}
+
+const RBAC_KINDS = new Set(['ServiceAccount', 'ClusterRole', 'ClusterRoleBinding', 'Role', 'RoleBinding']);
+
+/**
+ * The ServiceAccount, roles and bindings of `component` from rendered manifests, moved to `namespace` (the release
+ * namespace's objects) and suffixed with `suffix` (the cluster-scoped and kube-node-lease ones), with `drop`
+ * rules removed (a rule whose verbs all go is removed whole).
+ */
+export function isolateRbac(
+  objects: Obj[],
+  opts: { component: string; namespace: string; suffix: string; drop?: (rule: PolicyRule, role: Obj) => string[] },
+): Obj[] {
+  const releaseNs = objects.find((o) => o.kind === 'ServiceAccount' && o.metadata.name === opts.component)?.metadata
+    .namespace;
+  if (!releaseNs) throw new Error(`no ServiceAccount ${opts.component} in the rendered objects`);
+  const rename = (name: string) => `${name}-${opts.suffix}`;
+  const out: Obj[] = [];
+  for (const o of objects) {
+    if (!RBAC_KINDS.has(o.kind) || o.metadata.labels?.['app.kubernetes.io/name'] !== opts.component) continue;
+    const copy = structuredClone(o);
+    const inRelease = copy.metadata.namespace === releaseNs;
+    if (inRelease) copy.metadata.namespace = opts.namespace;
+    if (copy.kind !== 'ServiceAccount' && (!inRelease || copy.kind.startsWith('Cluster')))
+      copy.metadata.name = rename(copy.metadata.name);
+    if (copy.kind.endsWith('Binding')) {
+      const ref = copy['roleRef'] as { kind: string; name: string };
+      // Bindings to roles Kubernetes defines keep their roleRef; ours point at the renamed copies.
+      if (objects.some((r) => r.kind === ref.kind && r.metadata.name === ref.name && r.kind.endsWith('Role')))
+        ref.name = ref.kind === 'ClusterRole' || !inRelease ? rename(ref.name) : ref.name;
+      for (const s of copy['subjects'] as Array<{ namespace?: string }>) s.namespace = opts.namespace;
+    }
+    if (opts.drop && (copy.kind === 'ClusterRole' || copy.kind === 'Role')) {
+      const rules = (copy['rules'] as PolicyRule[]).map((r) => {
+        const gone = new Set(opts.drop!(r, o));
+        return { ...r, verbs: r.verbs.filter((v) => !gone.has(v)) };
+      });
+      copy['rules'] = rules.filter((r) => r.verbs.length > 0);
+    }
+    out.push(copy);
+  }
+  return out;
+}
+
+export const toYamlStream = (objects: Obj[]) => objects.map((o) => JSON.stringify(o)).join('\n---\n');
