@@ -8,6 +8,7 @@ import type { SandboxdConfig } from './options.js';
 import { PeerDirectory } from './peers.js';
 import { startVirtualNodes, type VirtualNodes } from './vk/index.js';
 import { selfSignedKubeletCert } from './vk/serving-cert.js';
+import { vmMemoryGauge } from './vm-metrics.js';
 import { join } from 'node:path';
 import { SandboxError } from '../errors.js';
 
@@ -41,6 +42,7 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
     auth: { rootToken: config.rootToken, tenants: config.tenants, allowAnonymous: config.allowAnonymous },
     logger: log.child({ component: 'api' }),
   });
+  vmMemoryGauge(api.registry, engine);
   const bound = await api.listen(config.listenHost, config.listenPort);
   const address = `${bound.address}:${bound.port}`;
   log.info({ address, node: config.nodeName }, 'sandboxd API listening');
