@@ -143,7 +143,7 @@ export function operatorObjects(c: BuildContext): Manifest[] {
 
 const SANDBOXD_KUBECONFIG = '/etc/sandboxd/kubeconfig';
 const SANDBOXD_DATA = '/var/lib/sandboxd';
-/** Where the image keeps the guest images (SBX_CACHE_DIR); VM templates are made under it at run time. */
+/** The sandboxd image's SBX_CACHE_DIR (deploy/images): VM templates are made under it at run time. */
 export const SANDBOXD_CACHE = '/var/cache/sandbox-operator';
 
 export function sandboxdFlags(c: BuildContext): Array<readonly [string, FlagValue]> {
@@ -214,7 +214,6 @@ export function sandboxdObjects(c: BuildContext): Manifest[] {
               env: [
                 fieldEnv('NODE_NAME', 'spec.nodeName'),
                 fieldEnv('POD_IP', 'status.podIP'),
-                { name: 'SBX_CACHE_DIR', value: SANDBOXD_CACHE },
                 { name: 'SBX_RUN_DIR', value: '/run/sandboxd/vms' },
               ],
               ports,
