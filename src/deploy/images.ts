@@ -15,6 +15,13 @@ export const GUEST_IMAGES_DIR = '/opt/sandbox-operator/guest';
 /** The unprivileged user of the operator and apiserver images (the manifests' runAsUser). */
 export const IMAGE_USER = 65532;
 
+/**
+ * After `tsc`, the files under src/ the built JS reads at run time (the generated JSON schemas, the guest build's
+ * assets) go next to it: tsc emits only what it compiles. The Dockerfile and test/deploy/entrypoints.test.ts run
+ * this same command.
+ */
+export const COPY_RUNTIME_FILES = "cd src && find . -type f ! -name '*.ts' -exec cp --parents {} ../dist/src/ ';'";
+
 /** Each image target and the built JS it runs: the entrypoint the manifests' args are given to. */
 export const IMAGE_TARGETS = {
   operator: { entrypoint: 'dist/src/operator/main.js' },
@@ -60,7 +67,7 @@ COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
-RUN npx tsc -p tsconfig.build.json && npm prune --omit=dev --no-audit --no-fund
+RUN npx tsc -p tsconfig.build.json && (${COPY_RUNTIME_FILES}) && npm prune --omit=dev --no-audit --no-fund
 
 # The guest kernel, the initramfs with the static Go agent and the root filesystems, built by the project's own
 # builder (src/guest/build), then exported for SBX_GUEST_IMAGES.

@@ -121,3 +121,40 @@ export function isolateRbac(
 }
 
 export const toYamlStream = (objects: Obj[]) => objects.map((o) => JSON.stringify(o)).join('\n---\n');
+
+/**
+ * A container's args as a process on this machine runs them: `$(VAR)` expanded from `env` (the downward API's
+ * values), the flags in `override` given test-host values (paths, ports: each must be a flag the manifest passes,
+ * so a renamed one fails here), then `add` appended.
+ */
+export function hostArgs(
+  container: { args?: string[] },
+  opts: { env?: Record<string, string>; override?: Record<string, string>; add?: string[] },
+): string[] {
+  const used = new Set<string>();
+  const out = (container.args ?? []).map((arg) => {
+    const m = /^--([^=]+)=(.*)$/s.exec(arg);
+    if (!m) throw new Error(`manifest arg ${arg} is not --flag=value`);
+    const [, name, value] = m as unknown as [string, string, string];
+    if (opts.override && name in opts.override) {
+      used.add(name);
+      return `--${name}=${opts.override[name]}`;
+    }
+    return `--${name}=${value.replace(/\$\((\w+)\)/g, (_x, v: string) => {
+      const got = opts.env?.[v];
+      if (got === undefined) throw new Error(`manifest arg ${arg} needs $(${v})`);
+      return got;
+    })}`;
+  });
+  const missing = Object.keys(opts.override ?? {}).filter((k) => !used.has(k));
+  if (missing.length) throw new Error(`the manifest passes no ${missing.map((k) => `--${k}`).join(', ')}`);
+  return [...out, ...(opts.add ?? [])];
+}
+
+/** The first container of the Deployment or DaemonSet `name` among `objects`. */
+export function containerOf(objects: Obj[], kind: 'Deployment' | 'DaemonSet', name: string) {
+  const w = objects.find((o) => o.kind === kind && o.metadata.name === name);
+  if (!w) throw new Error(`no ${kind} ${name} rendered`);
+  const spec = w['spec'] as { template: { spec: { containers: Array<{ args?: string[]; env?: unknown[] }> } } };
+  return spec.template.spec.containers[0]!;
+}
