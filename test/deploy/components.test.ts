@@ -12,19 +12,25 @@
  * other tests rely on.
  */
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
-import { createWriteStream } from 'node:fs';
-import { cp, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Components, type Component } from '../../src/cli/components.js';
-import { serviceAccountKubeconfig } from '../../src/cluster/aggregated.js';
 import { issueCert, readClusterEnvironment, startCluster, type ClusterHandle } from '../../src/cluster/index.js';
-import { COPY_RUNTIME_FILES, IMAGE_TARGETS } from '../../src/deploy/images.js';
 import { freePort } from '../../src/net/free-port.js';
 import { eventually } from '../support/eventually.js';
-import { containerOf, helmTemplate, hostArgs, REPO, toYamlStream, type Obj } from '../support/deploy.js';
+import {
+  buildImageApp,
+  containerOf,
+  helmTemplate,
+  hostArgs,
+  launchEntrypoint,
+  serviceAccountConfig,
+  serviceToHost,
+  toYamlStream,
+  type Obj,
+} from '../support/deploy.js';
 
 const NS = 'sandbox-system';
 const NODE = 'host-a';
@@ -43,19 +49,6 @@ describe(
     let app = '';
     const kubectl = (args: string[], input?: string) => cluster.kubectl(args, input);
 
-    /** Run an image target's entrypoint (node <app>/<entrypoint> args), logged and stopped with the others. */
-    function launch(target: keyof typeof IMAGE_TARGETS, args: string[]): Component {
-      const logPath = join(dir, `${target}.log`);
-      const child = spawn(process.execPath, [join(app, IMAGE_TARGETS[target].entrypoint), ...args], {
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      const log = createWriteStream(logPath);
-      child.stdout.pipe(log);
-      child.stderr.pipe(log);
-      const c = { name: target, child, logPath };
-      components.list.push(c);
-      return c;
-    }
     const json = async <T>(args: string[]) => JSON.parse(await kubectl([...args, '-o', 'json'])) as T;
 
     before(async () => {
@@ -63,18 +56,7 @@ describe(
       dir = await mkdtemp(join(tmpdir(), 'sbx-components-'));
       cluster = await startCluster({ cacheDir: env.cacheDir, binDir: env.binDir, simulatedNodes: 1 });
       components = new Components(dir);
-      // The image's /app: the JS tsc emits, the files it reads at run time, package.json, the dependencies.
-      app = join(dir, 'app');
-      await mkdir(app);
-      await cp(join(REPO, 'src'), join(app, 'src'), { recursive: true });
-      await cp(join(REPO, 'package.json'), join(app, 'package.json'));
-      await symlink(join(REPO, 'node_modules'), join(app, 'node_modules'));
-      // tsc's exit status is the typecheck's business (npm run typecheck); what it emits is what the image runs.
-      spawnSync(join(REPO, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.build.json', '--outDir', join(app, 'dist')], {
-        cwd: REPO,
-      });
-      const copied = spawnSync('sh', ['-c', COPY_RUNTIME_FILES], { cwd: app, encoding: 'utf8' });
-      assert.equal(copied.status, 0, copied.stderr);
+      app = await buildImageApp(dir);
       objects = await helmTemplate(NS);
       const crds = objects.filter((o) => o.kind === 'CustomResourceDefinition');
       await kubectl(['apply', '--server-side', '-f', '-'], toYamlStream(crds));
@@ -103,15 +85,7 @@ describe(
       if (dir) await rm(dir, { recursive: true, force: true });
     });
 
-    async function tokenFor(name: string): Promise<string> {
-      return serviceAccountKubeconfig(kubectl, {
-        path: join(dir, `${name}.kubeconfig`),
-        server: cluster.server,
-        caPem: await readFile(cluster.pki.ca.cert, 'utf8'),
-        namespace: NS,
-        name,
-      });
-    }
+    const tokenFor = (name: string) => serviceAccountConfig(cluster, NS, name, dir);
 
     it('sandbox-operator: leader, webhook certificate, conversion through the webhook Service', async () => {
       const host = cluster.hostAddress;
@@ -122,29 +96,7 @@ describe(
       await kubectl(['delete', 'service', '-n', NS, 'sandbox-webhook-service', '--ignore-not-found']);
       await kubectl(
         ['apply', '-f', '-'],
-        toYamlStream([
-          {
-            apiVersion: 'v1',
-            kind: 'Service',
-            metadata: { name: 'sandbox-webhook-service', namespace: NS },
-            spec: { ports: [{ name: 'https', port: 443, targetPort: webhookPort, protocol: 'TCP' }] },
-          },
-          {
-            apiVersion: 'discovery.k8s.io/v1',
-            kind: 'EndpointSlice',
-            metadata: {
-              name: 'sandbox-webhook-service',
-              namespace: NS,
-              labels: {
-                'kubernetes.io/service-name': 'sandbox-webhook-service',
-                'endpointslice.kubernetes.io/managed-by': 'test',
-              },
-            },
-            addressType: 'IPv4',
-            endpoints: [{ addresses: [host], conditions: { ready: true } }],
-            ports: [{ name: 'https', port: webhookPort, protocol: 'TCP' }],
-          } as unknown as Obj,
-        ] as Obj[]),
+        toYamlStream(serviceToHost(NS, 'sandbox-webhook-service', host, webhookPort)),
       );
       const args = hostArgs(containerOf(objects, 'Deployment', 'sandbox-operator'), {
         override: {
@@ -155,7 +107,7 @@ describe(
         },
         add: [`--kubeconfig=${await tokenFor('sandbox-operator')}`, `--webhook-host=${host}`],
       });
-      operator = launch('operator', args);
+      operator = launchEntrypoint(components, app, 'operator', args, dir);
       await components.waitReady(operator, `http://127.0.0.1:${healthPort}/readyz`, 120_000);
       operatorMetrics = `http://127.0.0.1:${metricsPort}/metrics`;
 
@@ -229,7 +181,7 @@ describe(
         },
         add: [`--kubelet-tls-cert=${serving.cert}`, `--kubelet-tls-key=${serving.key}`, '--destroy-on-exit=true'],
       });
-      sandboxd = launch('sandboxd', args);
+      sandboxd = launchEntrypoint(components, app, 'sandboxd', args, dir);
       await components.waitReady(sandboxd, `http://${host}:${apiPort}/healthz`, 10 * 60_000);
       for (const node of [`${NODE}-vk`, `${NODE}-sandboxd`]) {
         await eventually(

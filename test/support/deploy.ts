@@ -3,10 +3,16 @@
  * `kubectl kustomize`), parsed into objects, and the RBAC of one component re-targeted at a test namespace under
  * unique names, so a test can bind a ServiceAccount to exactly the shipped rules without touching other tests.
  */
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { createWriteStream } from 'node:fs';
+import { cp, mkdir, readFile, symlink } from 'node:fs/promises';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
-import { obtain, readClusterEnvironment } from '../../src/cluster/index.js';
+import type { Component, Components } from '../../src/cli/components.js';
+import { serviceAccountKubeconfig } from '../../src/cluster/aggregated.js';
+import { obtain, readClusterEnvironment, type ClusterHandle } from '../../src/cluster/index.js';
+import { COPY_RUNTIME_FILES, IMAGE_TARGETS } from '../../src/deploy/images.js';
 import type { PolicyRule } from '../../src/deploy/rbac.js';
 import { getTestCluster } from './cluster.js';
 
@@ -157,4 +163,82 @@ export function containerOf(objects: Obj[], kind: 'Deployment' | 'DaemonSet', na
   if (!w) throw new Error(`no ${kind} ${name} rendered`);
   const spec = w['spec'] as { template: { spec: { containers: Array<{ args?: string[]; env?: unknown[] }> } } };
   return spec.template.spec.containers[0]!;
+}
+
+/**
+ * The image's /app on this machine: the src/ JS tsc emits (its exit status is the typecheck's business), the
+ * files it reads at run time copied as the Dockerfile copies them, package.json and the dependencies.
+ */
+export async function buildImageApp(dir: string): Promise<string> {
+  const app = join(dir, 'app');
+  await mkdir(app);
+  await cp(join(REPO, 'src'), join(app, 'src'), { recursive: true });
+  await cp(join(REPO, 'package.json'), join(app, 'package.json'));
+  await symlink(join(REPO, 'node_modules'), join(app, 'node_modules'));
+  spawnSync(join(REPO, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.build.json', '--outDir', join(app, 'dist')], {
+    cwd: REPO,
+  });
+  const copied = spawnSync('sh', ['-c', COPY_RUNTIME_FILES], { cwd: app, encoding: 'utf8' });
+  if (copied.status !== 0) throw new Error(`copying the runtime files: ${copied.stderr}`);
+  return app;
+}
+
+/** Run an image target's entrypoint (node <app>/<entrypoint> args), logged to <dir>, stopped with `components`. */
+export function launchEntrypoint(
+  components: Components,
+  app: string,
+  target: keyof typeof IMAGE_TARGETS,
+  args: string[],
+  logDir: string,
+): Component {
+  const logPath = join(logDir, `${target}.log`);
+  const child = spawn(process.execPath, [join(app, IMAGE_TARGETS[target].entrypoint), ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const log = createWriteStream(logPath);
+  child.stdout.pipe(log);
+  child.stderr.pipe(log);
+  const c = { name: target, child, logPath };
+  components.list.push(c);
+  return c;
+}
+
+/** A kubeconfig with a token of ServiceAccount `namespace/name` on `cluster`. */
+export async function serviceAccountConfig(
+  cluster: Pick<ClusterHandle, 'kubectl' | 'server' | 'pki'>,
+  namespace: string,
+  name: string,
+  dir: string,
+): Promise<string> {
+  return serviceAccountKubeconfig(cluster.kubectl, {
+    path: join(dir, `${namespace}-${name}.kubeconfig`),
+    server: cluster.server,
+    caPem: await readFile(cluster.pki.ca.cert, 'utf8'),
+    namespace,
+    name,
+  });
+}
+
+/** A selector-less Service and an EndpointSlice sending `name` to this machine (the local cluster has no kube-proxy). */
+export function serviceToHost(namespace: string, name: string, host: string, port: number): Obj[] {
+  return [
+    {
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: { name, namespace },
+      spec: { ports: [{ name: 'https', port: 443, targetPort: port, protocol: 'TCP' }] },
+    },
+    {
+      apiVersion: 'discovery.k8s.io/v1',
+      kind: 'EndpointSlice',
+      metadata: {
+        name,
+        namespace,
+        labels: { 'kubernetes.io/service-name': name, 'endpointslice.kubernetes.io/managed-by': 'test' },
+      },
+      addressType: 'IPv4',
+      endpoints: [{ addresses: [host], conditions: { ready: true } }],
+      ports: [{ name: 'https', port, protocol: 'TCP' }],
+    },
+  ];
 }
