@@ -63,6 +63,32 @@ function container(c: BuildContext, component: 'operator' | 'apiserver' | 'sandb
   };
 }
 
+/** A Deployment of one non-root container, its replicas from `<component>.replicas`. */
+function deployment(
+  c: BuildContext,
+  component: 'operator' | 'apiserver',
+  name: string,
+  pod: { securityContext?: Manifest; container: Manifest; volumes: Manifest[] },
+): Manifest {
+  return {
+    apiVersion: 'apps/v1',
+    kind: 'Deployment',
+    metadata: meta(name, name, c.ns),
+    spec: {
+      replicas: c.p.value(`${component}.replicas`),
+      selector: { matchLabels: selector(name) },
+      template: {
+        metadata: { labels: labels(name) },
+        spec: podSpec(c, component, {
+          securityContext: { runAsNonRoot: true, ...pod.securityContext, seccompProfile: { type: 'RuntimeDefault' } },
+          containers: [container(c, component, { ...pod.container, securityContext: restricted() })],
+          volumes: pod.volumes,
+        }),
+      },
+    },
+  };
+}
+
 function pdb(name: string, c: BuildContext): Manifest {
   return {
     apiVersion: 'policy/v1',
@@ -101,38 +127,22 @@ export function operatorObjects(c: BuildContext): Manifest[] {
     ? { name: 'webhook-certs', secret: { secretName: WEBHOOK_TLS_SECRET } }
     : { name: 'webhook-certs', emptyDir: {} };
   const probe = (path: string) => ({ httpGet: { path, port: 'health' }, periodSeconds: 10 });
-  const deployment: Manifest = {
-    apiVersion: 'apps/v1',
-    kind: 'Deployment',
-    metadata: meta(OPERATOR, OPERATOR, c.ns),
-    spec: {
-      replicas: c.p.value('operator.replicas'),
-      selector: { matchLabels: selector(OPERATOR) },
-      template: {
-        metadata: { labels: labels(OPERATOR) },
-        spec: podSpec(c, 'operator', {
-          securityContext: { runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } },
-          containers: [
-            container(c, 'operator', {
-              args: containerArgs({ command: operatorCommand, flags: operatorFlags(c) }, c.p),
-              ports: [
-                { name: 'webhook', containerPort: PORTS.webhook, protocol: 'TCP' },
-                { name: 'metrics', containerPort: PORTS.operatorMetrics, protocol: 'TCP' },
-                { name: 'health', containerPort: PORTS.operatorHealth, protocol: 'TCP' },
-              ],
-              livenessProbe: probe('/healthz'),
-              readinessProbe: probe('/readyz'),
-              securityContext: restricted(),
-              volumeMounts: [{ name: 'webhook-certs', mountPath: WEBHOOK_CERT_DIR, readOnly: c.variant.certManager }],
-            }),
-          ],
-          volumes: [certVolume],
-        }),
-      },
+  const operator = deployment(c, 'operator', OPERATOR, {
+    container: {
+      args: containerArgs({ command: operatorCommand, flags: operatorFlags(c) }, c.p),
+      ports: [
+        { name: 'webhook', containerPort: PORTS.webhook, protocol: 'TCP' },
+        { name: 'metrics', containerPort: PORTS.operatorMetrics, protocol: 'TCP' },
+        { name: 'health', containerPort: PORTS.operatorHealth, protocol: 'TCP' },
+      ],
+      livenessProbe: probe('/healthz'),
+      readinessProbe: probe('/readyz'),
+      volumeMounts: [{ name: 'webhook-certs', mountPath: WEBHOOK_CERT_DIR, readOnly: c.variant.certManager }],
     },
-  };
+    volumes: [certVolume],
+  });
   return [
-    deployment,
+    operator,
     service(WEBHOOK_SERVICE, OPERATOR, c, [{ name: 'https', port: 443, targetPort: 'webhook', protocol: 'TCP' }]),
     service(`${OPERATOR}-metrics`, OPERATOR, c, [
       { name: 'metrics', port: PORTS.operatorMetrics, targetPort: 'metrics', protocol: 'TCP' },
@@ -286,39 +296,24 @@ export function apiserverFlags(c: BuildContext): Array<readonly [string, FlagVal
 export function apiserverObjects(c: BuildContext): Manifest[] {
   const probe = (path: string) => ({ httpGet: { path, port: 'https', scheme: 'HTTPS' }, periodSeconds: 10 });
   return [
-    {
-      apiVersion: 'apps/v1',
-      kind: 'Deployment',
-      metadata: meta(APISERVER, APISERVER, c.ns),
-      spec: {
-        replicas: c.p.value('apiserver.replicas'),
-        selector: { matchLabels: selector(APISERVER) },
-        template: {
-          metadata: { labels: labels(APISERVER) },
-          spec: podSpec(c, 'apiserver', {
-            securityContext: { runAsNonRoot: true, fsGroup: 65532, seccompProfile: { type: 'RuntimeDefault' } },
-            containers: [
-              container(c, 'apiserver', {
-                args: containerArgs({ command: apiServerCommand, flags: apiserverFlags(c) }, c.p),
-                ports: [{ name: 'https', containerPort: PORTS.apiserver, protocol: 'TCP' }],
-                livenessProbe: probe('/livez'),
-                readinessProbe: probe('/readyz'),
-                securityContext: restricted(),
-                volumeMounts: [
-                  { name: 'tls', mountPath: '/etc/sandbox-apiserver/tls', readOnly: true },
-                  { name: 'token', mountPath: SANDBOXD_TOKEN_DIR, readOnly: true },
-                ],
-              }),
-            ],
-            volumes: [
-              { name: 'tls', secret: { secretName: APISERVER_TLS_SECRET } },
-              // Group-readable through fsGroup: the server runs as a non-root user.
-              { name: 'token', secret: { secretName: SANDBOXD_TOKEN_SECRET, defaultMode: 0o440 } },
-            ],
-          }),
-        },
+    deployment(c, 'apiserver', APISERVER, {
+      // Group-readable secrets through fsGroup: the server runs as a non-root user.
+      securityContext: { fsGroup: 65532 },
+      container: {
+        args: containerArgs({ command: apiServerCommand, flags: apiserverFlags(c) }, c.p),
+        ports: [{ name: 'https', containerPort: PORTS.apiserver, protocol: 'TCP' }],
+        livenessProbe: probe('/livez'),
+        readinessProbe: probe('/readyz'),
+        volumeMounts: [
+          { name: 'tls', mountPath: '/etc/sandbox-apiserver/tls', readOnly: true },
+          { name: 'token', mountPath: SANDBOXD_TOKEN_DIR, readOnly: true },
+        ],
       },
-    },
+      volumes: [
+        { name: 'tls', secret: { secretName: APISERVER_TLS_SECRET } },
+        { name: 'token', secret: { secretName: SANDBOXD_TOKEN_SECRET, defaultMode: 0o440 } },
+      ],
+    }),
     service(APISERVER, APISERVER, c, [{ name: 'https', port: 443, targetPort: 'https', protocol: 'TCP' }]),
     pdb(APISERVER, c),
   ];

@@ -22,7 +22,9 @@ import {
   containerOf,
   helmTemplate,
   hostArgs,
+  installChartObjects,
   launchEntrypoint,
+  RBAC_AND_CONFIG,
   serviceAccountConfig,
   serviceToHost,
   toYamlStream,
@@ -78,19 +80,7 @@ describe('sandbox-apiserver and sandboxd as the chart runs them (aggregated layo
       !crds.some((c) => c.metadata.name === 'sandboxes.agents.x-k8s.io'),
       'no Sandbox CRD: the APIService serves them',
     );
-    await kubectl(['apply', '--server-side', '-f', '-'], toYamlStream(crds));
-    await kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd', ...crds.map((c) => c.metadata.name)]);
-    await kubectl(['create', 'namespace', NS]);
-    const installed = new Set([
-      'ServiceAccount',
-      'ClusterRole',
-      'ClusterRoleBinding',
-      'Role',
-      'RoleBinding',
-      'ConfigMap',
-      'Secret',
-    ]);
-    await kubectl(['apply', '-f', '-'], toYamlStream(objects.filter((o) => installed.has(o.kind))));
+    await installChartObjects(kubectl, objects, NS, [...RBAC_AND_CONFIG, 'Secret']);
     await writeFile(tokenFile(), 'root-token-of-this-test', { mode: 0o600 });
   });
 

@@ -25,7 +25,9 @@ import {
   containerOf,
   helmTemplate,
   hostArgs,
+  installChartObjects,
   launchEntrypoint,
+  RBAC_AND_CONFIG,
   serviceAccountConfig,
   serviceToHost,
   toYamlStream,
@@ -58,25 +60,7 @@ describe(
       components = new Components(dir);
       app = await buildImageApp(dir);
       objects = await helmTemplate(NS);
-      const crds = objects.filter((o) => o.kind === 'CustomResourceDefinition');
-      await kubectl(['apply', '--server-side', '-f', '-'], toYamlStream(crds));
-      await kubectl([
-        'wait',
-        '--for=condition=Established',
-        '--timeout=60s',
-        'crd',
-        ...crds.map((c) => c.metadata.name),
-      ]);
-      await kubectl(['create', 'namespace', NS]);
-      const installed = new Set([
-        'ServiceAccount',
-        'ClusterRole',
-        'ClusterRoleBinding',
-        'Role',
-        'RoleBinding',
-        'ConfigMap',
-      ]);
-      await kubectl(['apply', '-f', '-'], toYamlStream(objects.filter((o) => installed.has(o.kind))));
+      await installChartObjects(kubectl, objects, NS, RBAC_AND_CONFIG);
     });
 
     after(async () => {

@@ -242,3 +242,30 @@ export function serviceToHost(namespace: string, name: string, host: string, por
     },
   ];
 }
+
+/**
+ * Install what of the rendered `objects` a cluster without kubelets can hold: the CRDs (waited for until
+ * Established), the namespace, and the objects of `kinds` (RBAC, ConfigMaps, Secrets); the workloads are run by
+ * the test itself.
+ */
+export async function installChartObjects(
+  kubectl: (args: string[], input?: string) => Promise<string>,
+  objects: Obj[],
+  namespace: string,
+  kinds: readonly string[],
+): Promise<void> {
+  const crds = objects.filter((o) => o.kind === 'CustomResourceDefinition');
+  await kubectl(['apply', '--server-side', '-f', '-'], toYamlStream(crds));
+  await kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd', ...crds.map((c) => c.metadata.name)]);
+  await kubectl(['create', 'namespace', namespace]);
+  await kubectl(['apply', '-f', '-'], toYamlStream(objects.filter((o) => kinds.includes(o.kind))));
+}
+
+export const RBAC_AND_CONFIG = [
+  'ServiceAccount',
+  'ClusterRole',
+  'ClusterRoleBinding',
+  'Role',
+  'RoleBinding',
+  'ConfigMap',
+];
