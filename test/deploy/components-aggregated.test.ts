@@ -25,6 +25,7 @@ import {
   installChartObjects,
   launchEntrypoint,
   RBAC_AND_CONFIG,
+  sandboxdImageEnv,
   serviceAccountConfig,
   serviceToHost,
   toYamlStream,
@@ -105,7 +106,7 @@ describe('sandbox-apiserver and sandboxd as the chart runs them (aggregated layo
       add: ['--destroy-on-exit=true'],
     });
     assert.ok(args.includes('--vk-nodes='), 'the DaemonSet turns the virtual kubelets off');
-    const d = launchEntrypoint(components, app, 'sandboxd', args, dir);
+    const d = launchEntrypoint(components, app, 'sandboxd', args, dir, await sandboxdImageEnv(dir, [TEMPLATE]));
     await components.waitReady(d, `http://${host}:${port}/healthz`, 10 * 60_000);
     await eventually(() => kubectl(['get', 'nodeinventory', 'host-a', '-o', 'json']), {
       what: 'NodeInventory published',

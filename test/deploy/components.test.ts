@@ -28,6 +28,7 @@ import {
   installChartObjects,
   launchEntrypoint,
   RBAC_AND_CONFIG,
+  sandboxdImageEnv,
   serviceAccountConfig,
   serviceToHost,
   toYamlStream,
@@ -165,7 +166,14 @@ describe(
         },
         add: [`--kubelet-tls-cert=${serving.cert}`, `--kubelet-tls-key=${serving.key}`, '--destroy-on-exit=true'],
       });
-      sandboxd = launchEntrypoint(components, app, 'sandboxd', args, dir);
+      sandboxd = launchEntrypoint(
+        components,
+        app,
+        'sandboxd',
+        args,
+        dir,
+        await sandboxdImageEnv(dir, ['sandbox/minimal']),
+      );
       await components.waitReady(sandboxd, `http://${host}:${apiPort}/healthz`, 10 * 60_000);
       for (const node of [`${NODE}-vk`, `${NODE}-sandboxd`]) {
         await eventually(

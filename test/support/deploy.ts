@@ -13,6 +13,8 @@ import type { Component, Components } from '../../src/cli/components.js';
 import { serviceAccountKubeconfig } from '../../src/cluster/aggregated.js';
 import { obtain, readClusterEnvironment, type ClusterHandle } from '../../src/cluster/index.js';
 import { COPY_RUNTIME_FILES, IMAGE_TARGETS } from '../../src/deploy/images.js';
+import { ensureGuestImage } from '../../src/guest/images.js';
+import { exportGuestImages, PREBUILT_ENV } from '../../src/guest/prebuilt.js';
 import type { PolicyRule } from '../../src/deploy/rbac.js';
 import { getTestCluster } from './cluster.js';
 
@@ -183,17 +185,22 @@ export async function buildImageApp(dir: string): Promise<string> {
   return app;
 }
 
-/** Run an image target's entrypoint (node <app>/<entrypoint> args), logged to <dir>, stopped with `components`. */
+/**
+ * Run an image target's entrypoint (node <app>/<entrypoint> args) with the environment its image sets (`env`),
+ * logged to <logDir>, stopped with `components`.
+ */
 export function launchEntrypoint(
   components: Components,
   app: string,
   target: keyof typeof IMAGE_TARGETS,
   args: string[],
   logDir: string,
+  env: Record<string, string> = {},
 ): Component {
   const logPath = join(logDir, `${target}.log`);
   const child = spawn(process.execPath, [join(app, IMAGE_TARGETS[target].entrypoint), ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ...env },
   });
   const log = createWriteStream(logPath);
   child.stdout.pipe(log);
@@ -269,3 +276,13 @@ export const RBAC_AND_CONFIG = [
   'RoleBinding',
   'ConfigMap',
 ];
+
+/**
+ * The sandboxd image's environment on this machine: guest images exported as its guest stage exports them
+ * (from this machine's cache) for SBX_GUEST_IMAGES, and a cache dir of its own for the VM templates.
+ */
+export async function sandboxdImageEnv(dir: string, templates: readonly string[]): Promise<Record<string, string>> {
+  const images = join(dir, 'guest-images');
+  exportGuestImages(images, await Promise.all(templates.map((t) => ensureGuestImage(t))));
+  return { [PREBUILT_ENV]: images, SBX_CACHE_DIR: join(dir, 'sandboxd-cache') };
+}
