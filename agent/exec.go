@@ -140,15 +140,21 @@ func openPty() (master, slave *os.File, err error) {
 const chunk = 32 << 10
 
 // pump copies r to frames of type t until EOF/error, then signals wg. It reads straight into the
-// payload area of a frame buffer, so a chunk is copied once (kernel to frame), not three times.
-func (s *session) pump(id uint32, t byte, r *os.File, wg *sync.WaitGroup) {
+// payload area of a frame buffer, so a chunk is copied once (kernel to frame), not three times. A chunk is sent
+// only as the stream's credit allows: a host that does not take the output stops this process (its pipe fills),
+// not the VM. Credit is claimed after the read, for bytes in hand: stdout and stderr share it, and a pump idle in
+// read must not hold any.
+func (s *session) pump(id uint32, t byte, r *os.File, credit *outCredit, wg *sync.WaitGroup) {
 	defer wg.Done()
 	buf := make([]byte, HeaderLen+chunk)
 	for {
 		n, err := r.Read(buf[HeaderLen:])
-		if n > 0 {
-			putHeader(buf, t, id, n)
-			s.writeFrame(buf[:HeaderLen+n])
+		for off := 0; off < n; {
+			k := credit.take(n-off, s.done)
+			// The header goes right before the unsent bytes, over bytes already sent (writeFrame has returned).
+			putHeader(buf[off:], t, id, k)
+			s.writeFrame(buf[off : off+HeaderLen+k])
+			off += k
 		}
 		if err != nil {
 			return
@@ -268,7 +274,9 @@ func (s *session) startExec(id uint32, req *Request) {
 		closeAfterStart = append(closeAfterStart, ew)
 		files = []uintptr{inR.Fd(), ow.Fd(), ew.Fd()}
 	}
-	st := &stream{}
+	st := &stream{out: s.newOutCredit()}
+	// cancel: the host dropped the stream (it gave up waiting); the process runs on, its output is dropped.
+	st.cancel = st.out.release
 	var pid int
 	st.signal = func(sig int) error {
 		if pid <= 0 {
@@ -288,7 +296,7 @@ func (s *session) startExec(id uint32, req *Request) {
 		stdinTarget = master
 	}
 	if stdinTarget != nil {
-		st.in = make(chan []byte, 16)
+		st.in = s.newInbox(id)
 	}
 	if err := s.register(id, st); err != nil {
 		fail(err)
@@ -315,10 +323,11 @@ func (s *session) startExec(id uint32, req *Request) {
 		in := st.in
 		go func() {
 			for {
-				var data []byte
-				select {
-				case data = <-in:
-				case <-procDone:
+				data, ok := in.get(procDone)
+				if !ok {
+					if in.overran() && stdinW != nil {
+						stdinW.Close() // the host broke the window: end the input
+					}
 					return
 				}
 				if len(data) == 0 {
@@ -329,18 +338,21 @@ func (s *session) startExec(id uint32, req *Request) {
 					}
 					continue
 				}
+				// A process that does not read its stdin blocks only this goroutine; the host sends no more than
+				// the window until this write has taken what it has.
 				_, _ = stdinTarget.Write(data)
+				in.consumed(len(data))
 			}
 		}()
 	}
 	var wg sync.WaitGroup
 	if master != nil {
 		wg.Add(1)
-		go s.pump(id, TOut, master, &wg)
+		go s.pump(id, TOut, master, st.out, &wg)
 	} else {
 		wg.Add(2)
-		go s.pump(id, TOut, outR, &wg)
-		go s.pump(id, TErr, errR, &wg)
+		go s.pump(id, TOut, outR, st.out, &wg)
+		go s.pump(id, TErr, errR, st.out, &wg)
 	}
 	go func() {
 		timedOut := false
@@ -358,12 +370,17 @@ func (s *session) startExec(id uint32, req *Request) {
 		} else {
 			ws = <-wait
 		}
-		// Drain output; a background grandchild may hold the pipes open, so bound the wait.
+		// Drain output; a background grandchild may hold the pipes open, so bound the wait. Time spent waiting
+		// for the host to take output (credit) does not count: what the process wrote before it exited is sent.
 		drained := make(chan struct{})
 		go func() { wg.Wait(); close(drained) }()
-		select {
-		case <-drained:
-		case <-time.After(500 * time.Millisecond):
+		for waiting := true; waiting; {
+			select {
+			case <-drained:
+				waiting = false
+			case <-time.After(500 * time.Millisecond):
+				waiting = st.out.blocked()
+			}
 		}
 		for _, f := range []*os.File{outR, errR, stdinW, master} {
 			if f != nil {
@@ -372,6 +389,9 @@ func (s *session) startExec(id uint32, req *Request) {
 		}
 		<-drained
 		close(procDone)
+		if st.in != nil {
+			st.in.close()
+		}
 		s.unregister(id)
 		s.send(TRes, id, exitResult(ws, timedOut))
 	}()

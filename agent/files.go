@@ -136,31 +136,49 @@ func fileRemove(p string, recursive bool) error {
 	return os.Remove(p)
 }
 
+// fileRead streams a file as OUT frames, within the stream's credit. It is registered as a stream so WINDOW
+// frames and cancel find it; the reading runs in its own goroutine.
 func (s *session) fileRead(id uint32, req *Request) {
 	if err := checkPath(req.Path); err != nil {
 		s.reply(id, nil, err)
 		return
 	}
-	f, err := os.Open(req.Path)
-	if err != nil {
+	cancelled := make(chan struct{})
+	var once sync.Once
+	st := &stream{out: s.newOutCredit()}
+	st.cancel = func() {
+		once.Do(func() {
+			close(cancelled)
+			st.out.release()
+		})
+	}
+	if err := s.register(id, st); err != nil {
 		s.reply(id, nil, err)
 		return
+	}
+	go func() {
+		res, err := s.sendFile(id, req, st.out, cancelled)
+		s.reply(id, res, err)
+	}()
+}
+
+func (s *session) sendFile(id uint32, req *Request, credit *outCredit, cancelled <-chan struct{}) (map[string]any, error) {
+	f, err := os.Open(req.Path)
+	if err != nil {
+		return nil, err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		s.reply(id, nil, err)
-		return
+		return nil, err
 	}
 	if fi.IsDir() {
-		s.reply(id, nil, newOpError("EISDIR", req.Path+" is a directory"))
-		return
+		return nil, newOpError("EISDIR", req.Path+" is a directory")
 	}
 	var r io.Reader = f
 	if req.Offset > 0 {
 		if _, err := f.Seek(req.Offset, io.SeekStart); err != nil {
-			s.reply(id, nil, err)
-			return
+			return nil, err
 		}
 	}
 	if req.Length > 0 {
@@ -169,22 +187,27 @@ func (s *session) fileRead(id uint32, req *Request) {
 	buf := make([]byte, 256<<10)
 	var total int64
 	for {
-		n, err := r.Read(buf)
+		k := credit.take(len(buf), s.done)
+		select {
+		case <-cancelled:
+			return nil, newOpError("ECANCELED", "read cancelled")
+		default:
+		}
+		n, err := r.Read(buf[:k])
+		credit.refund(k - n)
 		if n > 0 {
 			if !s.send(TOut, id, append([]byte(nil), buf[:n]...)) {
-				return
+				return nil, newOpError("ECANCELED", "session ended")
 			}
 			total += int64(n)
 		}
 		if err == io.EOF {
-			break
+			return map[string]any{"size": total}, nil
 		}
 		if err != nil {
-			s.reply(id, nil, err)
-			return
+			return nil, err
 		}
 	}
-	s.reply(id, map[string]any{"size": total}, nil)
 }
 
 // fileWrite: the host streams TIn frames for this id, then an empty frame (EOF).
@@ -214,7 +237,7 @@ func (s *session) fileWrite(id uint32, req *Request) {
 	}
 	cancelled := make(chan struct{})
 	var once sync.Once
-	st := &stream{in: make(chan []byte, 16), cancel: func() { once.Do(func() { close(cancelled) }) }}
+	st := &stream{in: s.newInbox(id), cancel: func() { once.Do(func() { close(cancelled) }) }}
 	if err := s.register(id, st); err != nil {
 		f.Close()
 		s.reply(id, nil, err)
@@ -222,27 +245,32 @@ func (s *session) fileWrite(id uint32, req *Request) {
 	}
 	go func() {
 		defer f.Close()
+		defer st.in.close()
 		var total int64
 		var werr error
 		for {
-			select {
-			case data := <-st.in:
-				if len(data) == 0 {
-					if werr == nil {
-						werr = f.Close()
-					}
-					s.reply(id, map[string]any{"size": total}, werr)
-					return
+			data, ok := st.in.get(cancelled)
+			if !ok {
+				if st.in.overran() {
+					s.reply(id, nil, newOpError("EPROTO", "upload data past the stream's flow-control window"))
+				} else {
+					s.reply(id, nil, newOpError("ECANCELED", "write cancelled"))
 				}
-				if werr == nil {
-					var n int
-					n, werr = f.Write(data)
-					total += int64(n)
-				}
-			case <-cancelled:
-				s.reply(id, nil, newOpError("ECANCELED", "write cancelled"))
 				return
 			}
+			if len(data) == 0 {
+				if werr == nil {
+					werr = f.Close()
+				}
+				s.reply(id, map[string]any{"size": total}, werr)
+				return
+			}
+			if werr == nil {
+				var n int
+				n, werr = f.Write(data)
+				total += int64(n)
+			}
+			st.in.consumed(len(data))
 		}
 	}()
 }
@@ -354,7 +382,7 @@ func (s *session) tcpConnect(id uint32, req *Request) {
 		s.reply(id, nil, newOpError("EINVAL", "port out of range"))
 		return
 	}
-	st := &stream{in: make(chan []byte, 16)}
+	st := &stream{in: s.newInbox(id), out: s.newOutCredit()}
 	var conn net.Conn
 	var connMu sync.Mutex
 	closed := make(chan struct{})
@@ -362,6 +390,8 @@ func (s *session) tcpConnect(id uint32, req *Request) {
 	st.cancel = func() {
 		once.Do(func() {
 			close(closed)
+			st.in.close()
+			st.out.release()
 			connMu.Lock()
 			if conn != nil {
 				conn.Close()
@@ -392,26 +422,28 @@ func (s *session) tcpConnect(id uint32, req *Request) {
 		s.sendJSON(TEvt, id, map[string]any{"type": "connected"})
 		go func() {
 			for {
-				select {
-				case data := <-st.in:
-					if len(data) == 0 {
-						if tc, ok := c.(*net.TCPConn); ok {
-							_ = tc.CloseWrite()
-						}
-						continue
-					}
-					if _, err := c.Write(data); err != nil {
-						st.cancel()
-						return
-					}
-				case <-closed:
+				data, ok := st.in.get(closed)
+				if !ok {
 					return
 				}
+				if len(data) == 0 {
+					if tc, ok := c.(*net.TCPConn); ok {
+						_ = tc.CloseWrite()
+					}
+					continue
+				}
+				if _, err := c.Write(data); err != nil {
+					st.cancel()
+					return
+				}
+				st.in.consumed(len(data))
 			}
 		}()
 		buf := make([]byte, chunk)
 		for {
-			n, err := c.Read(buf)
+			k := st.out.take(len(buf), s.done)
+			n, err := c.Read(buf[:k])
+			st.out.refund(k - n)
 			if n > 0 {
 				if !s.send(TOut, id, append([]byte(nil), buf[:n]...)) {
 					break

@@ -159,16 +159,19 @@ func (u *unixListener) Write(b []byte) error {
 var writeMu sync.Mutex // one writer at a time; stale writes of a dead session finish before a new magic
 
 type stream struct {
-	in     chan []byte // non-nil if the op accepts TIn frames
+	in     *inbox     // non-nil if the op accepts TIn frames
+	out    *outCredit // non-nil if the op sends TOut/TErr frames
 	cancel func()
 	signal func(sig int) error
 	resize func(cols, rows int) error
 }
 
 type session struct {
-	t       transport
-	done    chan struct{}
-	alive   atomic.Bool
+	t     transport
+	done  chan struct{}
+	alive atomic.Bool
+	// flow: the host turned flow control on (WINDOW for id 0); streams opened from then on are flow-controlled.
+	flow    atomic.Bool
 	mu      sync.Mutex
 	streams map[uint32]*stream
 }
@@ -197,8 +200,12 @@ func (s *session) close() {
 	streams := s.streams
 	s.streams = map[uint32]*stream{}
 	s.mu.Unlock()
-	// Streams that only make sense with a host (watches, tcp, uploads) end; processes keep running.
+	// Streams that only make sense with a host (watches, tcp, uploads) end; processes keep running, and their
+	// output no longer waits for credit (it is dropped).
 	for _, st := range streams {
+		if st.out != nil {
+			st.out.release()
+		}
 		if st.cancel != nil {
 			st.cancel()
 		}
@@ -207,8 +214,9 @@ func (s *session) close() {
 
 // writeFrame writes one encoded frame from the calling goroutine. There is no writer goroutine: each
 // hand-off between goroutines costs a futex wake and a guest context switch, which under TCG is
-// a large share of a small request's round trip. Blocking here is the backpressure. False once the
-// session has ended (the frame is dropped).
+// a large share of a small request's round trip. With flow control a stream's data waits for credit before it
+// gets here, so this blocks only while the transport itself is full. False once the session has ended (the
+// frame is dropped).
 func (s *session) writeFrame(f []byte) bool {
 	writeMu.Lock()
 	defer writeMu.Unlock()
@@ -228,6 +236,14 @@ func (s *session) send(t byte, id uint32, payload []byte) bool {
 }
 
 func (s *session) sendJSON(t byte, id uint32, v any) bool { return s.send(t, id, mustJSON(v)) }
+
+// newInbox makes the IN queue of stream id, granting credit back to the host as the stream consumes it.
+func (s *session) newInbox(id uint32) *inbox {
+	return newInbox(s.flow.Load(), func(n int) { s.send(TWindow, id, windowPayload(n)) })
+}
+
+// newOutCredit makes the OUT/ERR credit of a stream; it is unlimited once the session ends.
+func (s *session) newOutCredit() *outCredit { return newOutCredit(s.flow.Load()) }
 
 func (s *session) reply(id uint32, res map[string]any, err error) {
 	s.unregister(id)
@@ -330,16 +346,29 @@ func (s *session) serve(r *bufio.Reader) bool {
 		case TExec:
 			s.handleExec(f)
 		case TIn:
-			if st := s.lookup(f.ID); st != nil && st.in != nil {
-				select {
-				case st.in <- f.Payload:
-				case <-s.done:
-					return false
-				}
+			if st := s.lookup(f.ID); st != nil && st.in != nil && !st.in.put(f.Payload, s.done) {
+				return false
 			}
+		case TWindow:
+			s.window(f)
 		default:
 			s.sendJSON(TRes, f.ID, map[string]any{"ok": false, "code": "EPROTO", "message": fmt.Sprintf("unexpected frame type %d", f.Type)})
 		}
+	}
+}
+
+// window handles a WINDOW frame: id 0 turns flow control on, any other id grants output credit to that stream.
+// A malformed one is ignored, like a frame for an unknown id: nothing is waiting for an answer to it.
+func (s *session) window(f Frame) {
+	if f.ID == 0 {
+		s.flow.Store(true)
+		return
+	}
+	if len(f.Payload) != 4 {
+		return
+	}
+	if st := s.lookup(f.ID); st != nil && st.out != nil {
+		st.out.grant(int(binary.BigEndian.Uint32(f.Payload)))
 	}
 }
 
@@ -404,7 +433,7 @@ func (s *session) handleRequest(f Frame) {
 		}
 		s.reply(id, nil, err)
 	case "file.read":
-		go s.fileRead(id, &req)
+		s.fileRead(id, &req)
 	case "file.write":
 		s.fileWrite(id, &req)
 	case "file.stat":
@@ -442,7 +471,7 @@ func (s *session) handleExec(f Frame) {
 // helloReply is encoded once at start-up, before any snapshot: a restored clone's first answer then
 // runs no JSON encoder (cold code is what a clone pays for under TCG).
 var helloReply = mustJSON(map[string]any{"ok": true, "protocol": ProtocolVersion, "version": AgentVersion,
-	"pid": os.Getpid(), "features": []string{"exec", "exec.bin", "pty", "signal", "files", "watch", "tcp", "health", "time"}})
+	"pid": os.Getpid(), "features": []string{"exec", "exec.bin", "pty", "signal", "files", "watch", "tcp", "health", "time", "flow"}})
 
 // hello answers a THello frame: u64 BE host wall clock in ns, then seed bytes.
 func (s *session) hello(id uint32, p []byte) {

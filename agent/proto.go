@@ -38,6 +38,10 @@ const (
 	// TExec opens an exec without JSON (docs/agent-protocol.md, "EXEC frame"): the arguments of the "exec"
 	// op in a fixed binary layout, answered like it. Offered as feature "exec.bin".
 	TExec = 8
+	// TWindow grants flow-control credit (docs/agent-protocol.md, "Flow control"): u32 BE bytes the sender will
+	// take on stream id. Host -> guest for OUT/ERR, guest -> host for IN; from the host with id 0 (empty payload)
+	// it turns flow control on for the session. Offered as feature "flow".
+	TWindow = 9
 )
 
 var (

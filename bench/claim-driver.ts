@@ -194,6 +194,7 @@ export class InvariantWatcher {
 /** The operator as a child process, scoped to one namespace (so it can be SIGKILLed and restarted). */
 export class OperatorProcess {
   private child: ChildProcess | undefined;
+  private exit: Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number }> | undefined;
   starts = 0;
   constructor(
     private readonly kubeconfig: string,
@@ -221,6 +222,33 @@ export class OperatorProcess {
       ],
       { stdio: ['ignore', 'ignore', 'inherit'], cwd: ROOT },
     );
+    const c = this.child;
+    this.exit = new Promise((r) => c.once('exit', (code, signal) => r({ code, signal, at: Date.now() })));
+  }
+
+  get pid(): number | undefined {
+    return this.child?.pid;
+  }
+
+  get running(): boolean {
+    return this.child !== undefined && this.child.exitCode === null && this.child.signalCode === null;
+  }
+
+  /** How and when (Date.now()) the current child exited; undefined if it is still running after `timeoutMs`. */
+  async exited(
+    timeoutMs: number,
+  ): Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number } | undefined> {
+    if (!this.exit) return undefined;
+    const timer = new AbortController();
+    const timeout = sleep(timeoutMs, undefined, { signal: timer.signal }).then(
+      () => undefined,
+      () => undefined,
+    );
+    try {
+      return await Promise.race([this.exit, timeout]);
+    } finally {
+      timer.abort();
+    }
   }
 
   /** CPU time the operator process has used so far (all threads), in ms. */

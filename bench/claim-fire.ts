@@ -8,7 +8,7 @@
  *
  * test/operator/claim-exclusivity.test.ts runs a smaller version against the test cluster.
  */
-import { SandboxClaims, Sandboxes, type KubeClient } from '../src/kube/index.js';
+import { Leases, SandboxClaims, Sandboxes, type KubeClient, type Lease } from '../src/kube/index.js';
 import type { ClaimObj, SandboxObj } from '../src/operator/extensions/support.js';
 import {
   claim,
@@ -29,6 +29,12 @@ export interface FireOptions {
   claims: number;
   clients: number;
   kills: number;
+  /**
+   * Operator replicas; more than one needs leaderElection (a Lease in the run's namespace), and each kill then
+   * takes the current leader, so a standby has to take over.
+   */
+  replicas?: number;
+  leaderElection?: boolean;
   /** Per-claim wait for Ready before the client moves on (the claim is then left for the final check). */
   claimTimeoutMs?: number;
   progress?: (line: string) => void;
@@ -51,14 +57,15 @@ const CLEAN_PENDING = new Set([undefined, 'SandboxNotReady', 'DependenciesNotRea
 export async function runUnderFire(o: FireOptions): Promise<FireReport> {
   const { client: c, namespace: ns } = o;
   const log = o.progress ?? (() => {});
-  const op = new OperatorProcess(o.kubeconfig, ns);
+  const electionArgs = o.leaderElection ? ['--leader-elect=true', `--leader-election-namespace=${ns}`] : [];
+  const ops = Array.from({ length: o.replicas ?? 1 }, () => new OperatorProcess(o.kubeconfig, ns, electionArgs));
   const stop = new AbortController();
   const inv = new InvariantWatcher();
   const waiter = new ReadyWaiter();
   const t0 = performance.now();
   try {
     await setupPool(c, ns, o.poolSize);
-    op.start();
+    for (const op of ops) op.start();
     await waitPool(c, ns, 'pool', o.poolSize, 180_000, log);
     const sbList = await c.list<SandboxObj>(Sandboxes, ns, { limit: 1 });
     const clList = await c.list<ClaimObj>(SandboxClaims, ns, { limit: 1 });
@@ -104,6 +111,7 @@ export async function runUnderFire(o: FireOptions): Promise<FireReport> {
         if (killAt.length && done >= killAt[0]!) {
           killAt.shift();
           log(`SIGKILL operator after ${done} claims at ${new Date().toISOString()}`);
+          const op = o.leaderElection ? await leaderOf(c, ns, ops) : ops[0]!;
           await op.kill('SIGKILL');
           op.start();
           log(`operator restarted at ${new Date().toISOString()}`);
@@ -135,7 +143,7 @@ export async function runUnderFire(o: FireOptions): Promise<FireReport> {
       claims: o.claims,
       readyObserved,
       timedOut,
-      operatorStarts: op.starts,
+      operatorStarts: ops.reduce((n, op) => n + op.starts, 0),
       finalReady: remaining.filter(isClaimReady).length,
       finalPending,
       violations: inv.violations,
@@ -144,8 +152,15 @@ export async function runUnderFire(o: FireOptions): Promise<FireReport> {
     };
   } finally {
     stop.abort();
-    await op.kill('SIGTERM');
+    await Promise.all(ops.map((op) => op.kill('SIGTERM')));
   }
+}
+
+/** The replica holding the operator's Lease (its identity carries the pid); the first one if none does yet. */
+async function leaderOf(c: KubeClient, ns: string, ops: OperatorProcess[]): Promise<OperatorProcess> {
+  const lease = await c.get<Lease>(Leases, ns, 'sandbox-operator.agents.x-k8s.io').catch(() => undefined);
+  const pid = Number(/_(\d+)_[0-9a-f-]+$/.exec(lease?.spec?.holderIdentity ?? '')?.[1]);
+  return ops.find((op) => op.pid === pid) ?? ops[0]!;
 }
 
 async function main(): Promise<void> {

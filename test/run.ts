@@ -51,26 +51,28 @@ async function main(): Promise<number> {
 
   process.stderr.write(`starting the shared control plane for ${files.length} test files...\n`);
   const t0 = Date.now();
-  const cluster = await startCluster({
-    cacheDir: env.cacheDir,
-    binDir: env.binDir,
-    simulatedNodes: 2,
-    progress: (l) => process.stderr.write(`${l}\n`),
-  });
-  process.stderr.write(
-    `control plane Ready in ${(cluster.readyMs / 1000).toFixed(2)} s (kube-apiserver /readyz; ${((Date.now() - t0) / 1000).toFixed(2)} s with controllers and simulated nodes)\n`,
-  );
-  await installCrds(cluster.kubectl);
-  const infoPath = join(cluster.dataDir, 'test-cluster.json');
-  const { kubectl: _k, processes: _p, stop: _s, ...info } = cluster;
-  await writeFile(infoPath, JSON.stringify(info));
-
-  let code = 1;
+  let cluster: Awaited<ReturnType<typeof startCluster>> | undefined;
   // The aggregated layout needs a control plane of its own (its APIService would shadow the Sandbox CRD the
   // other tests use); started only when a test of it is selected.
   let aggregated: Awaited<ReturnType<typeof startAggregatedForTests>> | undefined;
-  const testEnv: Record<string, string> = { SBX_TEST_CLUSTER: infoPath };
+  let code = 1;
+  // Everything after startCluster (CRDs, the info file, the tests) inside the try: a failed CRD install still tears
+  // the cluster down. startCluster itself cleans up what it started when it fails.
   try {
+    cluster = await startCluster({
+      cacheDir: env.cacheDir,
+      binDir: env.binDir,
+      simulatedNodes: 2,
+      progress: (l) => process.stderr.write(`${l}\n`),
+    });
+    process.stderr.write(
+      `control plane Ready in ${(cluster.readyMs / 1000).toFixed(2)} s (kube-apiserver /readyz; ${((Date.now() - t0) / 1000).toFixed(2)} s with controllers and simulated nodes)\n`,
+    );
+    await installCrds(cluster.kubectl);
+    const infoPath = join(cluster.dataDir, 'test-cluster.json');
+    const { kubectl: _k, processes: _p, stop: _s, ...info } = cluster;
+    await writeFile(infoPath, JSON.stringify(info));
+    const testEnv: Record<string, string> = { SBX_TEST_CLUSTER: infoPath };
     if (files.some((f) => f.includes('test/aggregated/'))) {
       process.stderr.write('starting the aggregated-layout control plane (sandbox-apiserver, 2 sandboxd nodes)...\n');
       aggregated = await startAggregatedForTests(join(cluster.dataDir, 'aggregated'));
@@ -92,17 +94,19 @@ async function main(): Promise<number> {
       );
       child.on('exit', (c, sig) => resolve(c ?? (sig ? 1 : 0)));
     });
+  } catch (err) {
+    process.stderr.write(`test run failed before the tests: ${errorMessage(err)}\n`);
   } finally {
     await aggregated?.stop();
-    await cluster.stop();
+    await cluster?.stop();
   }
 
   // Nothing this run started may outlive it.
   await sleep(200);
   const leftovers = await processesOfRun(runId);
-  const clusterAlive = [...cluster.pids, ...(aggregated?.pids() ?? [])].filter(isAlive);
+  const clusterAlive = [...(cluster?.pids ?? []), ...(aggregated?.pids() ?? [])].filter(isAlive);
   // Only this run's namespaces: other work on the machine may create its own meanwhile.
-  const ours = [cluster.netns, aggregated?.info.cluster.netns];
+  const ours = [cluster?.netns, aggregated?.info.cluster.netns];
   const netnsLeft = (await listClusterNamespaces()).filter((n) => ours.includes(n));
   if (leftovers.length || clusterAlive.length || netnsLeft.length) {
     process.stderr.write(

@@ -15,6 +15,7 @@ import {
   SandboxWarmPoolResource,
   type ResourceDef,
 } from '../api/index.js';
+import { SANDBOX_ACTIONS } from '../apiserver/sandboxes/actions.js';
 
 export interface PolicyRule {
   apiGroups: string[];
@@ -191,6 +192,30 @@ export const GRANTS: Record<ComponentName, readonly Grant[]> = {
       rule: { ...core('namespaces'), verbs: READ },
       usedBy: 'create refused in a missing or terminating namespace (NamespaceLifecycle)',
     },
+    {
+      scope: 'cluster',
+      rule: {
+        apiGroups: [SandboxWarmPoolResource.group],
+        resources: ['sandboxwarmpools', 'sandboxtemplates'],
+        verbs: READ,
+      },
+      usedBy: 'warm-pool driver informers (pools and the templates their keys are derived from)',
+    },
+    {
+      scope: 'cluster',
+      rule: { ...ours(SandboxWarmPoolResource), verbs: ['patch'] },
+      usedBy: 'warm-pool driver served-by annotation (the operator leaves marked pools alone)',
+    },
+    {
+      scope: 'cluster',
+      rule: { ...ours(SandboxWarmPoolResource, '/status'), verbs: ['patch'] },
+      usedBy: 'warm-pool driver status writes (replicas, readyReplicas)',
+    },
+    {
+      scope: 'release',
+      rule: { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'create', 'update'] },
+      usedBy: 'warm-pool driver leader election (Lease sandbox-apiserver-warm-pool-driver)',
+    },
   ],
 };
 
@@ -213,9 +238,8 @@ export const BUILTIN_BINDINGS: Record<
 /**
  * The aggregated layout's roles for people (aggregated into the built-in admin/edit/view roles): sandboxes are
  * served by sandbox-apiserver, whose verbs are create/delete/get/list/watch plus the lifecycle actions, each a
- * `create` on its subresource (docs/aggregated-layout.md).
+ * `create` on its subresource (docs/aggregated-layout.md), listed from the subresources the server serves.
  */
-export const SANDBOX_ACTIONS = ['pause', 'resume', 'fork', 'snapshot'] as const;
 export const USER_ROLES: ReadonlyArray<{ suffix: 'edit' | 'view'; aggregateTo: string[]; rules: PolicyRule[] }> = [
   {
     suffix: 'edit',
@@ -224,7 +248,7 @@ export const USER_ROLES: ReadonlyArray<{ suffix: 'edit' | 'view'; aggregateTo: s
       { ...ours(SandboxResource), verbs: [...READ, 'create', 'delete'] },
       {
         ...ours(SandboxResource),
-        resources: SANDBOX_ACTIONS.map((a) => `${SandboxResource.plural}/${a}`),
+        resources: SANDBOX_ACTIONS.map((a) => `${SandboxResource.plural}/${a.name}`),
         verbs: ['create'],
       },
     ],

@@ -6,8 +6,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { connect as netConnect, type Socket } from 'node:net';
-import { constants as osConstants } from 'node:os';
-import { Duplex } from 'node:stream';
+import type { Duplex } from 'node:stream';
 import { SandboxError } from '../errors.js';
 import {
   AGENT_MAGIC,
@@ -22,6 +21,11 @@ import {
   type ExecRequestArgs,
   type Frame,
 } from './protocol.js';
+import { agentError } from './agent-errors.js';
+import { AgentFiles } from './agent-files.js';
+import { startExecProcess, type ExecOptions, type ExecProcess, type ExecResult } from './agent-exec.js';
+import { connectGuestTcp } from './agent-tcp.js';
+import { StreamInput, StreamOutput, type StreamLink } from './flow.js';
 
 export interface AgentInfo {
   protocol: number;
@@ -48,240 +52,27 @@ export interface AgentConnectOptions {
   signal?: AbortSignal;
 }
 
-export interface ExecOptions extends Omit<ExecRequestArgs, 'argv'> {
-  onStdout?: (chunk: Buffer) => void;
-  onStderr?: (chunk: Buffer) => void;
-  /** Collect output into the result (capped at maxOutputBytes per stream). @default true */
-  collect?: boolean;
-  /** @default 64 MiB */
-  maxOutputBytes?: number;
-  signal?: AbortSignal;
-}
-
-export interface ExecResult {
-  exitCode: number;
-  /** Set if the process died from a signal (then exitCode is 128+n). */
-  signal?: string;
-  timedOut: boolean;
-  stdout: Buffer;
-  stderr: Buffer;
-  /** True if output was cut at maxOutputBytes. */
-  truncated: boolean;
-}
-
-export interface FileStat {
-  path: string;
-  name: string;
-  type: 'file' | 'dir' | 'symlink' | 'other';
-  size: number;
-  mode: number;
-  mtimeMs: number;
-  target?: string;
-}
-
-export interface WatchEvent {
-  op: 'create' | 'write' | 'remove' | 'rename' | 'chmod';
-  path: string;
-}
-
 interface Pending {
   op?: string;
   resolve: (res: Record<string, unknown>) => void;
   reject: (err: Error) => void;
   onEvent?: (evt: Record<string, unknown>) => void;
-  onOut?: (b: Buffer) => void;
-  onErr?: (b: Buffer) => void;
+  /** Output handlers; a returned promise holds the stream's credit until it settles (backpressure). */
+  onOut?: (b: Buffer) => unknown;
+  onErr?: (b: Buffer) => unknown;
   timer?: NodeJS.Timeout;
+  /** With flow control: the stream's IN data (streamInput) and the accounting of its OUT/ERR data. */
+  input?: StreamInput;
+  output?: StreamOutput;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-function signalNumber(sig: string | number): number {
-  if (typeof sig === 'number') return sig;
-  const n = (osConstants.signals as Record<string, number | undefined>)[sig.startsWith('SIG') ? sig : `SIG${sig}`];
-  if (n === undefined)
-    throw new SandboxError('INVALID_ARGUMENT', `unknown signal ${sig}`, {
-      hint: 'use a name like SIGTERM or a number',
-    });
-  return n;
-}
-
-function agentError(op: string, res: Record<string, unknown>): SandboxError {
-  const code = typeof res.code === 'string' ? res.code : 'EIO';
-  const message = typeof res.message === 'string' ? res.message : 'agent error';
-  const hints: Record<string, string> = {
-    ENOENT: 'check the path or command name inside the guest',
-    EFRAMETOOLARGE: 'split the data into chunks of at most 1 MiB',
-    EUNKNOWNOP: 'the guest agent is older than this host; rebuild the guest image',
-  };
-  return new SandboxError(`AGENT_${code}`, `${op}: ${message}`, { hint: hints[code] });
-}
-
-/** A running guest process. */
-export class ExecProcess {
-  readonly pid: Promise<number>;
-  readonly result: Promise<ExecResult>;
-
-  constructor(
-    private readonly client: AgentClient,
-    readonly id: number,
-    pid: Promise<number>,
-    result: Promise<ExecResult>,
-  ) {
-    this.pid = pid;
-    this.result = result;
-    // Callers that only use `wait()` later must not see an unhandled rejection in between.
-    pid.catch(() => undefined);
-    result.catch(() => undefined);
-  }
-
-  wait(): Promise<ExecResult> {
-    return this.result;
-  }
-
-  /** Send bytes to stdin (requires `stdin: true` or a pty). */
-  write(data: Buffer | string): void {
-    const b = typeof data === 'string' ? Buffer.from(data) : data;
-    for (let off = 0; off < b.length; off += MAX_PAYLOAD)
-      this.client.sendRaw(FrameType.In, this.id, b.subarray(off, off + MAX_PAYLOAD));
-  }
-
-  closeStdin(): void {
-    this.client.sendRaw(FrameType.In, this.id, Buffer.alloc(0));
-  }
-
-  /** Signal the process group. */
-  async kill(signal: string | number = 'SIGTERM'): Promise<void> {
-    await this.client.request('signal', { target: this.id, signal: signalNumber(signal) });
-  }
-
-  async resize(cols: number, rows: number): Promise<void> {
-    await this.client.request('resize', { target: this.id, cols, rows });
-  }
-}
-
-export class AgentFiles {
-  constructor(private readonly client: AgentClient) {}
-
-  async read(
-    path: string,
-    opts: { offset?: number; length?: number; maxBytes?: number; timeoutMs?: number } = {},
-  ): Promise<Buffer> {
-    const max = opts.maxBytes ?? 64 << 20;
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let tooBig = false;
-    await this.client.request(
-      'file.read',
-      { path, offset: opts.offset, length: opts.length },
-      {
-        timeoutMs: opts.timeoutMs,
-        onOut: (b) => {
-          size += b.length;
-          if (size > max) tooBig = true;
-          else chunks.push(b);
-        },
-      },
-    );
-    if (tooBig) {
-      throw new SandboxError('FILE_TOO_LARGE', `${path} is larger than ${max} bytes`, {
-        hint: 'pass a larger maxBytes or read a range with offset/length',
-      });
-    }
-    return Buffer.concat(chunks);
-  }
-
-  async readText(path: string): Promise<string> {
-    return (await this.read(path)).toString('utf8');
-  }
-
-  async write(
-    path: string,
-    data: Buffer | string,
-    opts: { mode?: number; append?: boolean; parents?: boolean; timeoutMs?: number } = {},
-  ): Promise<number> {
-    const b = typeof data === 'string' ? Buffer.from(data) : data;
-    const { id, done } = this.client.start(
-      'file.write',
-      { path, mode: opts.mode, append: opts.append, parents: opts.parents },
-      { timeoutMs: opts.timeoutMs },
-    );
-    const step = 256 << 10;
-    for (let off = 0; off < b.length; off += step)
-      await this.client.sendRawAsync(FrameType.In, id, b.subarray(off, off + step));
-    this.client.sendRaw(FrameType.In, id, Buffer.alloc(0));
-    const res = await done;
-    return Number(res.size ?? 0);
-  }
-
-  async stat(path: string): Promise<FileStat> {
-    return (await this.client.request('file.stat', { path })) as unknown as FileStat;
-  }
-
-  async exists(path: string): Promise<boolean> {
-    try {
-      await this.stat(path);
-      return true;
-    } catch (err) {
-      if (err instanceof SandboxError && err.code === 'AGENT_ENOENT') return false;
-      throw err;
-    }
-  }
-
-  async list(path: string, opts: { depth?: number } = {}): Promise<{ entries: FileStat[]; truncated: boolean }> {
-    const res = await this.client.request('file.list', { path, depth: opts.depth });
-    return { entries: res.entries as FileStat[], truncated: Boolean(res.truncated) };
-  }
-
-  async mkdir(path: string, opts: { parents?: boolean; mode?: number } = {}): Promise<void> {
-    await this.client.request('file.mkdir', { path, parents: opts.parents, mode: opts.mode });
-  }
-
-  async move(from: string, to: string): Promise<void> {
-    await this.client.request('file.move', { path: from, to });
-  }
-
-  async remove(path: string, opts: { recursive?: boolean } = {}): Promise<void> {
-    await this.client.request('file.remove', { path, recursive: opts.recursive });
-  }
-
-  /** Watch a directory; resolves once the watch is in place. */
-  async watch(
-    path: string,
-    onEvent: (e: WatchEvent) => void,
-    opts: { recursive?: boolean } = {},
-  ): Promise<{ close(): Promise<void>; done: Promise<void> }> {
-    let ready!: () => void;
-    const readyP = new Promise<void>((r) => (ready = r));
-    const { id, done } = this.client.start(
-      'file.watch',
-      { path, recursive: opts.recursive },
-      {
-        timeoutMs: 0,
-        onEvent: (e) => {
-          if (e.type === 'watching') ready();
-          else if (e.type === 'fs') onEvent({ op: e.op as WatchEvent['op'], path: String(e.path) });
-        },
-      },
-    );
-    await Promise.race([readyP, done]);
-    const finished = done.then(() => undefined);
-    finished.catch(() => undefined);
-    return {
-      done: finished,
-      close: async () => {
-        await this.client.request('cancel', { target: id }).catch(() => undefined);
-        await finished.catch(() => undefined);
-      },
-    };
-  }
-}
 
 /** A request's payload, checked against the agent's request limit. */
 function requestPayload(op: string, payload: Buffer): Buffer {
   if (payload.length > MAX_JSON) {
     throw new SandboxError(
-      'AGENT_FRAME_TOO_LARGE',
+      'agent.frame-too-large',
       `${op} request is ${payload.length} bytes, over the ${MAX_JSON}-byte limit`,
       { hint: 'send large data as file content, not as arguments' },
     );
@@ -299,6 +90,8 @@ export class AgentClient {
   private readonly decoder: FrameDecoder;
   private readonly requestTimeoutMs: number;
   private readonly closeListeners: ((err: SandboxError) => void)[] = [];
+  /** The agent offers `flow` and the host turned it on: streams opened from now on are flow-controlled. */
+  private flow = false;
 
   private constructor(
     private readonly socket: Socket,
@@ -313,17 +106,17 @@ export class AgentClient {
       try {
         frames = this.decoder.push(chunk);
       } catch (err) {
-        this.fail(err instanceof SandboxError ? err : new SandboxError('AGENT_PROTOCOL', String(err)));
+        this.fail(err instanceof SandboxError ? err : new SandboxError('agent.protocol', String(err)));
         return;
       }
       for (const f of frames) this.onFrame(f);
     });
     socket.on('error', (err) =>
-      this.fail(new SandboxError('AGENT_DISCONNECTED', `agent connection error: ${err.message}`, { cause: err })),
+      this.fail(new SandboxError('agent.disconnected', `agent connection error: ${err.message}`, { cause: err })),
     );
     socket.on('close', () =>
       this.fail(
-        new SandboxError('AGENT_DISCONNECTED', 'agent connection closed', {
+        new SandboxError('agent.disconnected', 'agent connection closed', {
           hint: 'the VM stopped or the connection was closed',
         }),
       ),
@@ -347,7 +140,7 @@ export class AgentClient {
     let lastErr: unknown;
     for (;;) {
       if (opts.signal?.aborted)
-        throw new SandboxError('ABORTED', 'agent connect aborted', { cause: opts.signal.reason });
+        throw new SandboxError('agent.aborted', 'agent connect aborted', { cause: opts.signal.reason });
       try {
         return await new Promise<Socket>((resolve, reject) => {
           const s = netConnect(socketPath);
@@ -366,7 +159,7 @@ export class AgentClient {
       }
     }
     throw new SandboxError(
-      'AGENT_UNREACHABLE',
+      'agent.unreachable',
       `cannot connect to the agent socket ${socketPath}: ${String((lastErr as Error | undefined)?.message ?? lastErr)}`,
       {
         cause: lastErr,
@@ -379,7 +172,7 @@ export class AgentClient {
   static async handshake(socket: Socket, socketPath: string, opts: AgentConnectOptions = {}): Promise<AgentClient> {
     const timeoutMs = opts.connectTimeoutMs ?? 10_000;
     if (socket.destroyed) {
-      throw new SandboxError('AGENT_DISCONNECTED', `the agent socket ${socketPath} closed before the handshake`, {
+      throw new SandboxError('agent.disconnected', `the agent socket ${socketPath} closed before the handshake`, {
         hint: 'the VM stopped; check the VM log',
       });
     }
@@ -396,8 +189,8 @@ export class AgentClient {
       };
     } catch (err) {
       client.close();
-      if (err instanceof SandboxError && err.code === 'AGENT_TIMEOUT') {
-        throw new SandboxError('AGENT_UNRESPONSIVE', `the guest agent did not answer within ${timeoutMs} ms`, {
+      if (err instanceof SandboxError && err.code === 'agent.timeout') {
+        throw new SandboxError('agent.unresponsive', `the guest agent did not answer within ${timeoutMs} ms`, {
           cause: err,
           hint: 'the guest may be paused, still booting or hung; check the VM console log',
         });
@@ -407,10 +200,15 @@ export class AgentClient {
     if (client.info.protocol !== PROTOCOL_VERSION) {
       client.close();
       throw new SandboxError(
-        'AGENT_VERSION',
+        'agent.version',
         `agent speaks protocol ${client.info.protocol}, host speaks ${PROTOCOL_VERSION}`,
         { hint: 'rebuild the guest image' },
       );
+    }
+    if (client.info.features.includes('flow')) {
+      // Before any other request, so every stream of the session is flow-controlled.
+      socket.write(encodeFrame(FrameType.Window, 0, Buffer.alloc(0)));
+      client.flow = true;
     }
     return client;
   }
@@ -424,7 +222,7 @@ export class AgentClient {
   }
 
   close(): void {
-    this.fail(new SandboxError('AGENT_DISCONNECTED', 'agent connection closed by the host'));
+    this.fail(new SandboxError('agent.disconnected', 'agent connection closed by the host'));
     this.socket.destroy();
   }
 
@@ -434,6 +232,7 @@ export class AgentClient {
     this.socket.destroy();
     for (const [, p] of this.pending) {
       if (p.timer) clearTimeout(p.timer);
+      p.input?.close();
       p.reject(err);
     }
     this.pending.clear();
@@ -447,11 +246,12 @@ export class AgentClient {
       case FrameType.Res: {
         this.pending.delete(f.id);
         if (p.timer) clearTimeout(p.timer);
+        p.input?.close();
         let res: Record<string, unknown>;
         try {
           res = JSON.parse(f.payload.toString('utf8')) as Record<string, unknown>;
         } catch {
-          p.reject(new SandboxError('AGENT_PROTOCOL', 'agent sent malformed JSON'));
+          p.reject(new SandboxError('agent.protocol', 'agent sent malformed JSON'));
           return;
         }
         if (res.ok === true) {
@@ -468,14 +268,32 @@ export class AgentClient {
         }
         return;
       case FrameType.Out:
-        p.onOut?.(f.payload);
+      case FrameType.Err: {
+        try {
+          p.output?.received(f.payload.length);
+        } catch (err) {
+          this.fail(err as SandboxError);
+          return;
+        }
+        const done = f.type === FrameType.Out ? p.onOut?.(f.payload) : p.onErr?.(f.payload);
+        p.output?.consumed(f.payload.length, done);
         return;
-      case FrameType.Err:
-        p.onErr?.(f.payload);
+      }
+      case FrameType.Window:
+        if (f.payload.length !== 4) {
+          this.fail(new SandboxError('agent.protocol', `agent sent a WINDOW frame of ${f.payload.length} bytes`));
+          return;
+        }
+        p.input?.grant(f.payload.readUInt32BE(0));
         return;
       default:
-        this.fail(new SandboxError('AGENT_PROTOCOL', `agent sent unexpected frame type ${f.type}`));
+        this.fail(new SandboxError('agent.protocol', `agent sent unexpected frame type ${f.type}`));
     }
+  }
+
+  /** @internal Throws the connection's error once it is closed. */
+  assertOpen(): void {
+    if (this.closedErr) throw this.closedErr;
   }
 
   /** @internal */
@@ -484,33 +302,63 @@ export class AgentClient {
     return this.socket.write(encodeFrame(type, id, payload));
   }
 
-  /** @internal send and wait for the socket to drain (backpressure for bulk uploads). */
-  async sendRawAsync(type: FrameType, id: number, payload: Buffer): Promise<void> {
-    if (!this.sendRaw(type, id, payload)) {
-      await new Promise<void>((resolve) => {
-        const done = () => {
-          this.socket.off('drain', done);
-          this.socket.off('close', done);
-          resolve();
-        };
-        this.socket.on('drain', done);
-        this.socket.on('close', done);
-      });
-    }
+  /** Resolves when the socket has drained (or closed). */
+  private socketDrained(): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        this.socket.off('drain', done);
+        this.socket.off('close', done);
+        resolve();
+      };
+      this.socket.on('drain', done);
+      this.socket.on('close', done);
+    });
+  }
+
+  /** What the flow-control objects of stream `id` send through. */
+  private link(id: number): StreamLink {
+    return {
+      sendIn: (payload) => this.sendRaw(FrameType.In, id, payload),
+      sendWindow: (n) => {
+        if (this.closedErr || !this.pending.has(id)) return;
+        const b = Buffer.allocUnsafe(4);
+        b.writeUInt32BE(n, 0);
+        this.socket.write(encodeFrame(FrameType.Window, id, b));
+      },
+      socketDrained: () => this.socketDrained(),
+    };
+  }
+
+  /**
+   * @internal The IN data of operation `id` (stdin, upload, TCP): sent within the stream's credit when flow
+   * control is on, at once otherwise. Closed when the operation ends.
+   */
+  streamInput(id: number): StreamInput {
+    const input = new StreamInput(this.link(id), this.flow);
+    const p = this.pending.get(id);
+    if (p) p.input = input;
+    else input.close();
+    return input;
   }
 
   /** @internal Start an operation; `done` settles with its final response. timeoutMs 0 = none. */
   start(
     op: string,
     args: Record<string, unknown>,
-    handlers: Omit<Pending, 'op' | 'resolve' | 'reject' | 'timer'> & { timeoutMs?: number; signal?: AbortSignal } = {},
+    handlers: Omit<Pending, 'op' | 'resolve' | 'reject' | 'timer' | 'input' | 'output'> & {
+      timeoutMs?: number;
+      signal?: AbortSignal;
+    } = {},
   ): { id: number; done: Promise<Record<string, unknown>> } {
     if (this.closedErr) throw this.closedErr;
     return this.open(op, FrameType.Req, requestPayload(op, Buffer.from(JSON.stringify({ op, ...args }))), handlers);
   }
 
-  /** An exec: the binary EXEC frame when the agent offers it (no JSON decoder in the guest), else the `exec` op. */
-  private startExec(
+  /**
+   * @internal An exec: the binary EXEC frame when the agent offers it (no JSON decoder in the guest), else the
+   * `exec` op.
+   */
+  startExec(
     args: ExecRequestArgs,
     handlers: Parameters<AgentClient['start']>[2],
   ): { id: number; done: Promise<Record<string, unknown>> } {
@@ -540,11 +388,15 @@ export class AgentClient {
         onOut: handlers.onOut,
         onErr: handlers.onErr,
       };
+      if (this.flow && (handlers.onOut || handlers.onErr)) p.output = new StreamOutput(this.link(id), true);
       if (timeoutMs > 0) {
         p.timer = setTimeout(() => {
           this.pending.delete(id);
+          p.input?.close();
+          // A flow-controlled stream would otherwise wait in the guest for credit that never comes.
+          if (this.flow && (p.output || p.input)) this.start('cancel', { target: id }).done.catch(() => undefined);
           reject(
-            new SandboxError('AGENT_TIMEOUT', `${op} got no answer from the guest agent within ${timeoutMs} ms`, {
+            new SandboxError('agent.timeout', `${op} got no answer from the guest agent within ${timeoutMs} ms`, {
               hint: 'the guest may be paused or overloaded',
             }),
           );
@@ -556,7 +408,8 @@ export class AgentClient {
           if (!this.pending.has(id)) return;
           this.pending.delete(id);
           if (p.timer) clearTimeout(p.timer);
-          reject(new SandboxError('ABORTED', `${op} aborted`, { cause: signal.reason }));
+          p.input?.close();
+          reject(new SandboxError('agent.aborted', `${op} aborted`, { cause: signal.reason }));
           if (!this.closedErr) this.start('cancel', { target: id }).done.catch(() => undefined);
         };
         if (signal.aborted) queueMicrotask(onAbort);
@@ -588,7 +441,7 @@ export class AgentClient {
     try {
       return await this.open('hello', FrameType.Hello, payload, handlers).done;
     } catch (err) {
-      if (!(err instanceof SandboxError) || err.code !== 'AGENT_EPROTO') throw err;
+      if (!(err instanceof SandboxError) || err.code !== 'agent.eproto') throw err;
       return this.request('hello', { timeUnixNs: Date.now() * 1e6, seed: seed.toString('base64') }, handlers);
     }
   }
@@ -611,69 +464,7 @@ export class AgentClient {
   }
 
   exec(argv: readonly string[], opts: ExecOptions = {}): ExecProcess {
-    const collect = opts.collect ?? true;
-    const max = opts.maxOutputBytes ?? 64 << 20;
-    let truncated = false;
-    /** One output stream: forwarded as it arrives, and collected up to `max` bytes. */
-    const sink = (forward: ((chunk: Buffer) => void) | undefined) => {
-      const chunks: Buffer[] = [];
-      let len = 0;
-      const push = (b: Buffer) => {
-        forward?.(b);
-        if (!collect) return;
-        if (len + b.length > max) truncated = true;
-        else {
-          chunks.push(b);
-          len += b.length;
-        }
-      };
-      return { chunks, push };
-    };
-    const out = sink(opts.onStdout);
-    const err = sink(opts.onStderr);
-    let resolvePid!: (pid: number) => void;
-    let rejectPid!: (e: Error) => void;
-    const pid = new Promise<number>((res, rej) => {
-      resolvePid = res;
-      rejectPid = rej;
-    });
-    const args: ExecRequestArgs = {
-      argv,
-      env: opts.env,
-      cwd: opts.cwd,
-      stdin: opts.stdin,
-      pty: opts.pty,
-      timeoutMs: opts.timeoutMs,
-      uid: opts.uid,
-      gid: opts.gid,
-    };
-    const { id, done } = this.startExec(args, {
-      timeoutMs: opts.timeoutMs ? opts.timeoutMs + 10_000 : 0,
-      signal: opts.signal,
-      onEvent: (e) => {
-        if (e.type === 'started') resolvePid(Number(e.pid));
-      },
-      onOut: out.push,
-      onErr: err.push,
-    });
-    const result = done.then(
-      (res) => {
-        const r: ExecResult = {
-          exitCode: Number(res.exitCode),
-          timedOut: Boolean(res.timedOut),
-          stdout: Buffer.concat(out.chunks),
-          stderr: Buffer.concat(err.chunks),
-          truncated,
-        };
-        if (typeof res.signal === 'string') r.signal = res.signal;
-        return r;
-      },
-      (e: unknown) => {
-        rejectPid(e as Error);
-        throw e;
-      },
-    );
-    return new ExecProcess(this, id, pid, result);
+    return startExecProcess(this, argv, opts);
   }
 
   /** Run a command to completion and collect its output. */
@@ -683,50 +474,6 @@ export class AgentClient {
 
   /** Open a TCP connection from inside the guest to `host:port` (default 127.0.0.1), as a Duplex stream. */
   async connectTcp(port: number, host = '127.0.0.1'): Promise<Duplex> {
-    let connected!: () => void;
-    const connectedP = new Promise<void>((r) => (connected = r));
-    // eslint-disable-next-line prefer-const
-    let duplex: Duplex;
-    const { id, done } = this.start(
-      'tcp.connect',
-      { port, host },
-      {
-        timeoutMs: 0,
-        onEvent: (e) => {
-          if (e.type === 'connected') connected();
-        },
-        onOut: (b) => duplex.push(b),
-      },
-    );
-    duplex = new Duplex({
-      write: (chunk: Buffer, _enc, cb) => {
-        try {
-          for (let off = 0; off < chunk.length; off += MAX_PAYLOAD)
-            this.sendRaw(FrameType.In, id, chunk.subarray(off, off + MAX_PAYLOAD));
-          cb();
-        } catch (e) {
-          cb(e as Error);
-        }
-      },
-      final: (cb) => {
-        try {
-          this.sendRaw(FrameType.In, id, Buffer.alloc(0));
-        } catch {
-          /* connection gone */
-        }
-        cb();
-      },
-      read: () => undefined,
-      destroy: (e, cb) => {
-        if (!this.closedErr) this.start('cancel', { target: id }).done.catch(() => undefined);
-        cb(e);
-      },
-    });
-    done.then(
-      () => duplex.push(null),
-      (e: unknown) => duplex.destroy(e as Error),
-    );
-    await Promise.race([connectedP, done]);
-    return duplex;
+    return connectGuestTcp(this, port, host);
   }
 }

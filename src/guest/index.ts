@@ -2,16 +2,12 @@
  * Public surface of src/guest: the host side of the agent protocol and the guest image builds.
  * Imports nothing of ours except errors and logging.
  */
-export { AgentClient, AgentFiles, ExecProcess } from './agent-client.js';
-export type {
-  AgentConnectOptions,
-  AgentHealth,
-  AgentInfo,
-  ExecOptions,
-  ExecResult,
-  FileStat,
-  WatchEvent,
-} from './agent-client.js';
+export { AgentClient } from './agent-client.js';
+export type { AgentConnectOptions, AgentHealth, AgentInfo } from './agent-client.js';
+export { ExecProcess } from './agent-exec.js';
+export type { ExecOptions, ExecResult } from './agent-exec.js';
+export { AgentFiles } from './agent-files.js';
+export type { FileStat, WatchEvent } from './agent-files.js';
 export {
   FrameDecoder,
   FrameType,

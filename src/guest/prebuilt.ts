@@ -48,7 +48,7 @@ export function prebuiltGuestImage(dir: string, def: GuestTemplateDef): GuestIma
     manifest = JSON.parse(readFileSync(join(dir, MANIFEST), 'utf8')) as Manifest;
   } catch (err) {
     throw new SandboxError(
-      'GUEST_PREBUILT',
+      'guest.prebuilt-missing',
       `${PREBUILT_ENV}=${dir}: cannot read ${MANIFEST}: ${(err as Error).message}`,
       {
         hint: 'export the images with `node --import tsx scripts/build-guest-images.ts --export <dir>`, or unset it to build them',
@@ -57,9 +57,13 @@ export function prebuiltGuestImage(dir: string, def: GuestTemplateDef): GuestIma
   }
   const t = manifest.templates[def.name];
   if (!t)
-    throw new SandboxError('GUEST_PREBUILT', `template ${def.name} is not among the prebuilt images in ${dir}`, {
-      hint: `prebuilt: ${Object.keys(manifest.templates).join(', ') || 'none'}; rebuild the image with it`,
-    });
+    throw new SandboxError(
+      'guest.prebuilt-missing',
+      `template ${def.name} is not among the prebuilt images in ${dir}`,
+      {
+        hint: `prebuilt: ${Object.keys(manifest.templates).join(', ') || 'none'}; rebuild the image with it`,
+      },
+    );
   return {
     kernel: join(dir, t.kernel),
     initramfs: join(dir, t.initramfs),

@@ -60,7 +60,13 @@ export interface KubeList<T> {
   items: T[];
 }
 
-export interface WriteOptions {
+/** Per-call options of every verb. */
+export interface CallOptions {
+  /** Aborts the request (and a wait for the rate limiter); the call rejects with kube.aborted. */
+  signal?: AbortSignal;
+}
+
+export interface WriteOptions extends CallOptions {
   fieldManager?: string;
   dryRun?: boolean;
 }
@@ -80,6 +86,7 @@ interface RequestSpec {
   body?: unknown;
   contentType?: string;
   timeoutMs?: number;
+  signal?: AbortSignal | undefined;
 }
 
 let metricsFor = new WeakMap<Registry, { requests: Counter<string>; latency: Histogram<string> }>();
@@ -119,11 +126,13 @@ export class KubeClient {
   private readonly agent: Agent | HttpAgent;
   private readonly limiter: TokenBucket | undefined;
   private readonly metrics: ReturnType<typeof clientMetrics>;
-  private readonly userAgent: string;
+  readonly userAgent: string;
   private readonly timeoutMs: number;
+  private readonly opts: ClientOptions;
 
   private constructor(server: string, tls: RequestOptions, opts: ClientOptions) {
     this.base = new URL(server);
+    this.opts = opts;
     this.tls = tls;
     const agentOpts = { keepAlive: true, maxSockets: 256, maxFreeSockets: 64 };
     const { ca, cert, key, pfx, passphrase, rejectUnauthorized, servername } = tls;
@@ -163,6 +172,14 @@ export class KubeClient {
     return this.base.origin;
   }
 
+  /**
+   * A client for the same server and credentials with its own connection pool, rate limiter and options (e.g.
+   * leader election's: unthrottled, so renewals never queue behind the controllers' requests).
+   */
+  derive(opts: ClientOptions): KubeClient {
+    return new KubeClient(this.base.href, this.tls, { ...this.opts, ...opts });
+  }
+
   close(): void {
     this.agent.destroy();
   }
@@ -172,12 +189,14 @@ export class KubeClient {
     namespace: string | undefined,
     name: string,
     subresource?: string,
+    opts: CallOptions = {},
   ): Promise<T> {
     return this.call<T>({
       verb: 'get',
       method: 'GET',
       path: objectPath(rt, namespace, name, subresource),
       resource: rt.plural,
+      signal: opts.signal,
     });
   }
 
@@ -199,6 +218,7 @@ export class KubeClient {
       resource: rt.plural,
       body: obj,
       query: writeQuery(opts),
+      signal: opts.signal,
     });
   }
 
@@ -216,6 +236,7 @@ export class KubeClient {
       resource: rt.plural,
       body: obj,
       query: writeQuery(opts),
+      signal: opts.signal,
     });
   }
 
@@ -235,6 +256,7 @@ export class KubeClient {
       body: patch,
       contentType: PATCH_CONTENT_TYPES[type],
       query: { ...writeQuery(opts), force: opts.force },
+      signal: opts.signal,
     });
   }
 
@@ -263,6 +285,7 @@ export class KubeClient {
 
   private async send(spec: RequestSpec, raw: boolean): Promise<unknown> {
     if (this.limiter) await this.limiter.take();
+    if (spec.signal?.aborted) throw aborted(spec);
     const started = performance.now();
     const url = this.url(spec.path, spec.query);
     const payload =
@@ -280,7 +303,13 @@ export class KubeClient {
     return new Promise((resolve, reject) => {
       const req = doRequest(
         url,
-        { method: spec.method, agent: this.agent, headers, timeout: spec.timeoutMs ?? this.timeoutMs },
+        {
+          method: spec.method,
+          agent: this.agent,
+          headers,
+          timeout: spec.timeoutMs ?? this.timeoutMs,
+          signal: spec.signal,
+        },
         (res) => {
           const chunks: Buffer[] = [];
           res.on('data', (c: Buffer) => chunks.push(c));
@@ -315,7 +344,9 @@ export class KubeClient {
         reject(
           err instanceof SandboxError
             ? err
-            : new SandboxError('kube.transport', `${spec.verb} ${spec.path}: ${err.message}`, { cause: err }),
+            : spec.signal?.aborted
+              ? aborted(spec)
+              : new SandboxError('kube.transport', `${spec.verb} ${spec.path}: ${err.message}`, { cause: err }),
         );
       });
       req.end(payload);
@@ -384,6 +415,15 @@ export class KubeClient {
       for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== '') url.searchParams.set(k, String(v));
     return url;
   }
+}
+
+function aborted(spec: RequestSpec): SandboxError {
+  const reason: unknown = spec.signal?.reason;
+  return new SandboxError(
+    'kube.aborted',
+    `${spec.verb} ${spec.path}: aborted (${reason instanceof Error ? reason.message : String(reason)})`,
+    { cause: reason },
+  );
 }
 
 function writeQuery(opts: WriteOptions): Record<string, string | undefined> {

@@ -7,6 +7,7 @@ export type {
   WatchEvent,
   KubeList,
   WriteOptions,
+  CallOptions,
   DeleteOptions,
 } from './client.js';
 export { Informer } from './informer.js';
@@ -17,6 +18,7 @@ export type { Reconciler, ReconcileRequest, ReconcileResult, ReconcileContext, P
 export { Manager, splitHostPort } from './manager.js';
 export type { ManagerOptions, Runnable } from './manager.js';
 export { LeaderElector } from './leader-election.js';
+export type { Lease, LeaderElectionOptions } from './leader-election.js';
 export { mergePatch, applyMergePatch } from './merge-patch.js';
 export { controllerRef, controllerOf, isControlledBy, refGroup } from './ownership.js';
 export {

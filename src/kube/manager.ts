@@ -43,6 +43,7 @@ export class Manager {
   private started = false;
   private readonly readyChecks: Array<{ name: string; check: () => boolean }>;
   private lostLeadership: (() => void) | undefined;
+  private leaderClient: KubeClient | undefined;
   /** Addresses the HTTP servers actually bound (port 0 picks one). */
   readonly boundAddresses: { metrics?: string; health?: string } = {};
 
@@ -96,6 +97,10 @@ export class Manager {
     for (const inf of this.informers.values()) inf.resync();
   }
 
+  /**
+   * Called after leadership was lost and the leader-gated runnables were told to stop. The default exits the
+   * process at once (as controller-runtime does), which also drops any request they still have in flight.
+   */
   onLostLeadership(fn: () => void): void {
     this.lostLeadership = fn;
   }
@@ -108,9 +113,9 @@ export class Manager {
     // Every informer, controller and runnable listens on this one signal.
     setMaxListeners(0, signal);
     let fatalError: unknown;
-    const guard = (name: string, p: Promise<unknown>) =>
+    const guard = (name: string, p: Promise<unknown>, stopped: AbortSignal = signal) =>
       p.catch((err: unknown) => {
-        if (signal.aborted) return;
+        if (stopped.aborted) return;
         this.log.error({ err, runnable: name }, 'runnable failed; stopping the manager');
         fatalError ??= err;
         fatal.abort();
@@ -123,21 +128,37 @@ export class Manager {
     await Promise.race([Promise.all([...this.informers.values()].map((i) => i.synced())), abortPromise(signal)]);
     if (!signal.aborted) {
       this.log.info({ informers: this.informers.size }, 'caches synced');
-      if (this.opts.leaderElection) {
-        const elector = new LeaderElector(this.client, { ...this.opts.leaderElection, logger: this.log });
-        await elector.acquire(signal);
-        if (!signal.aborted)
+      const elector = this.opts.leaderElection && this.elector(this.opts.leaderElection);
+      if (!elector || (await elector.acquire(signal))) {
+        // Everything the lease guards stops on this signal, the moment leadership is lost.
+        const leading = new AbortController();
+        const leaderSignal = AbortSignal.any([signal, leading.signal]);
+        setMaxListeners(0, leaderSignal);
+        this.elected = true;
+        const gated = [
+          ...this.controllers.map((c) => guard(`controller/${c.name}`, c.run(leaderSignal), leaderSignal)),
+          ...this.runnables.filter((r) => r.needsLeader).map((r) => guard(r.name, r.start(leaderSignal), leaderSignal)),
+        ];
+        tasks.push(...gated);
+        if (elector) {
+          // Shutting down, the lease is renewed until nothing it guards is still running, then handed over.
+          const drained = new AbortController();
+          void abortPromise(signal)
+            .then(() => Promise.allSettled(gated))
+            .then(() => drained.abort());
           tasks.push(
-            elector.holdUntil(signal, () => {
+            elector.hold(drained.signal).then(async (lost) => {
               this.elected = false;
-              (this.lostLeadership ?? (() => process.exit(1)))();
+              if (lost) {
+                leading.abort();
+                // Lost while draining a shutdown: the process is stopping anyway.
+                if (!signal.aborted) (this.lostLeadership ?? (() => process.exit(1)))();
+                return;
+              }
+              await elector.release().catch((err: unknown) => this.log.warn({ err }, 'could not release the lease'));
             }),
           );
-      }
-      if (!signal.aborted) {
-        this.elected = true;
-        for (const c of this.controllers) tasks.push(guard(`controller/${c.name}`, c.run(signal)));
-        for (const r of this.runnables.filter((r) => r.needsLeader)) tasks.push(guard(r.name, r.start(signal)));
+        }
       }
     }
     await abortPromise(signal);
@@ -145,8 +166,15 @@ export class Manager {
     if (fatalError !== undefined) throw fatalError;
   }
 
+  /** The elector gets its own client: unthrottled, own connections, so renewals never queue behind controllers. */
+  private elector(opts: LeaderElectionOptions): LeaderElector {
+    this.leaderClient = this.client.derive({ qps: -1, userAgent: `${this.client.userAgent}/leader-election` });
+    return new LeaderElector(this.leaderClient, { ...opts, logger: this.log });
+  }
+
   private async shutdown(tasks: Promise<unknown>[]): Promise<void> {
     await Promise.allSettled(tasks);
+    this.leaderClient?.close();
     await Promise.all(this.servers.map((s) => new Promise((r) => s.close(r))));
     this.log.info('manager stopped');
   }

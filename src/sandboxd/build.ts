@@ -40,6 +40,7 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
     engine,
     peers,
     auth: { rootToken: config.rootToken, tenants: config.tenants, allowAnonymous: config.allowAnonymous },
+    pauseMode: config.pauseMode,
     logger: log.child({ component: 'api' }),
   });
   vmMemoryGauge(api.registry, engine);

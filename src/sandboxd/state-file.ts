@@ -13,7 +13,7 @@ import type { PoolKey } from './pool-key.js';
 
 export interface SavedState {
   claims: SandboxRecord[];
-  targets: Array<{ key: PoolKey; warm: number }>;
+  targets: Array<{ key: PoolKey; warm: number; owner?: string }>;
   checkpoints: CheckpointRecord[];
 }
 

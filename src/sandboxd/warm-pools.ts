@@ -16,6 +16,8 @@ const LABEL_POOL = 'sandboxd.pool';
 
 export interface PoolStatus {
   key: PoolKey;
+  /** Who set its target (`PUT /v1/pools?owner=`), when someone did. */
+  owner?: string;
   warm: number;
   /** Of `warm`, how many have run their first command (see EngineOptions.primeWarmVms). */
   primed: number;
@@ -27,6 +29,8 @@ export interface PoolStatus {
 interface Pool {
   key: PoolKey;
   target: number;
+  /** Who set the target (`PUT /v1/pools?owner=`): a wholesale update by one owner leaves the others' pools alone. */
+  owner?: string;
   warm: Vm[];
   refilling: number;
   template?: Template;
@@ -80,7 +84,7 @@ export class WarmPools {
 
   assertKnownTemplate(template: string): void {
     if (!GUEST_TEMPLATES[template])
-      throw new SandboxError('bad-request', `template: unknown template "${template}"`, {
+      throw new SandboxError('sandboxd.bad-request', `template: unknown template "${template}"`, {
         hint: `known templates: ${this.knownTemplates().join(', ')}`,
       });
   }
@@ -114,8 +118,10 @@ export class WarmPools {
 
   // ------------------------------------------------------------------ pools
 
-  ensurePool(key: PoolKey, target: number): void {
-    this.pool(key, target).target = target;
+  ensurePool(key: PoolKey, target: number, owner?: string): void {
+    const pool = this.pool(key, target);
+    pool.target = target;
+    if (owner) pool.owner = owner;
   }
 
   private pool(key: PoolKey, target: number): Pool {
@@ -128,15 +134,23 @@ export class WarmPools {
     return pool;
   }
 
-  /** Replace this node's warm targets wholesale; pools left out are drained (claims are never touched). */
-  setTargets(targets: Array<{ key: PoolKey; warm: number }>): void {
+  /**
+   * Replace this node's warm targets wholesale; pools left out are drained (claims are never touched). With an
+   * `owner`, only that owner's pools are replaced (and the ones given become its): a driver never drains pools it
+   * did not set, such as the node's own `--pools`.
+   */
+  setTargets(targets: Array<{ key: PoolKey; warm: number }>, owner?: string): void {
     const wanted = new Map(targets.map((t) => [keyString(t.key), t]));
-    if (wanted.size !== targets.length) throw new SandboxError('bad-request', 'pools: duplicate pool');
+    if (wanted.size !== targets.length) throw new SandboxError('sandboxd.bad-request', 'pools: duplicate pool');
     for (const t of targets) this.assertKnownTemplate(t.key.template);
     for (const [k, pool] of this.pools) {
-      if (!wanted.has(k)) pool.target = 0;
+      if (!wanted.has(k) && (owner === undefined || pool.owner === owner)) pool.target = 0;
     }
-    for (const t of targets) this.pool(t.key, t.warm).target = t.warm;
+    for (const t of targets) {
+      const pool = this.pool(t.key, t.warm);
+      pool.target = t.warm;
+      pool.owner = owner;
+    }
     for (const pool of this.pools.values()) {
       this.trim(pool);
       this.refill(pool);
@@ -144,8 +158,10 @@ export class WarmPools {
   }
 
   /** The warm targets worth keeping across a restart. */
-  targets(): Array<{ key: PoolKey; warm: number }> {
-    return [...this.pools.values()].filter((p) => p.target > 0).map((p) => ({ key: p.key, warm: p.target }));
+  targets(): Array<{ key: PoolKey; warm: number; owner?: string }> {
+    return [...this.pools.values()]
+      .filter((p) => p.target > 0)
+      .map((p) => ({ key: p.key, warm: p.target, ...(p.owner ? { owner: p.owner } : {}) }));
   }
 
   status(): PoolStatus[] {
@@ -153,6 +169,7 @@ export class WarmPools {
       .filter((p) => p.target > 0 || p.warm.length > 0 || p.refilling > 0)
       .map((p) => ({
         key: p.key,
+        ...(p.owner ? { owner: p.owner } : {}),
         warm: p.warm.length,
         primed: p.warm.filter((v) => this.primed.has(v)).length,
         refilling: p.refilling,

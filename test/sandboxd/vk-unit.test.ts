@@ -1,13 +1,23 @@
 /**
  * Pure parts of the virtual kubelet: Pod -> VM request (table-driven), Pod status builders and their diff, the
- * exec query and status wire format, node profiles, and SPDY framing (a client built from the same primitives
- * talks to the server over a loopback byte pipe).
+ * exec query and status wire format, node profiles, the pod log (CRI records, tail, follow), SPDY framing (a client built from the same primitives
+ * talks to the server over a loopback byte pipe), and backpressure through exec and SPDY (a loopback WebSocket and
+ * a stand-in for the guest process).
  */
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { PassThrough } from 'node:stream';
 import { describe, it } from 'node:test';
 import { constants as zc, createDeflate, createInflate } from 'node:zlib';
-import { exitStatus, parseExecQuery } from '../../src/sandboxd/vk/exec-stream.js';
+import { WebSocket, WebSocketServer } from 'ws';
+import type { ExecOptions, ExecProcess } from '../../src/guest/index.js';
+import { silentLogger } from '../../src/log/logger.js';
+import { exitStatus, parseExecQuery, serveExec, type ExecRequest } from '../../src/sandboxd/vk/exec-stream.js';
 import { desiredNode, nodeProfile } from '../../src/sandboxd/vk/node-registration.js';
+import { PodLogs } from '../../src/sandboxd/vk/pod-logs.js';
 import {
   failedStatus,
   runningStatus,
@@ -23,6 +33,7 @@ import {
 } from '../../src/sandboxd/vk/spdy.js';
 import { SPDY3_DICTIONARY } from '../../src/sandboxd/vk/spdy-dictionary.js';
 import type { Pod } from '../../src/sandboxd/vk/types.js';
+import { eventually } from '../support/eventually.js';
 
 const TEMPLATES = ['sandbox/minimal', 'sandbox/base', 'sandbox/python'];
 
@@ -247,6 +258,51 @@ describe('node profiles', () => {
   });
 });
 
+/** A minimal SPDY client: one deflate context for its header blocks (the server keeps one inflate context). */
+class SpdyTestClient {
+  private readonly deflate = createDeflate({ dictionary: SPDY3_DICTIONARY });
+
+  compress(b: Buffer): Promise<Buffer> {
+    return new Promise<Buffer>((resolve) => {
+      const out: Buffer[] = [];
+      const on = (d: Buffer) => out.push(d);
+      this.deflate.on('data', on);
+      this.deflate.write(b);
+      this.deflate.flush(zc.Z_SYNC_FLUSH, () => {
+        this.deflate.off('data', on);
+        resolve(Buffer.concat(out));
+      });
+    });
+  }
+
+  /** SYN_STREAM for `id` with a header block compressed in this client's context. */
+  async synStream(id: number, headers: Record<string, string>): Promise<Buffer> {
+    return synStreamFrame(id, await this.compress(encodeHeaderBlock(headers)));
+  }
+
+  close(): void {
+    this.deflate.destroy();
+  }
+}
+
+/** SYN_STREAM for `id` carrying `block` as its (already compressed) header block. */
+function synStreamFrame(id: number, block: Buffer): Buffer {
+  const syn = Buffer.alloc(18 + block.length);
+  syn.writeUInt16BE(0x8003, 0);
+  syn.writeUInt16BE(1, 2);
+  syn.writeUInt32BE(10 + block.length, 4);
+  syn.writeUInt32BE(id, 8);
+  block.copy(syn, 18);
+  return syn;
+}
+
+function dataFrame(id: number, data: Buffer, flags = 0): Buffer {
+  const h = Buffer.alloc(8);
+  h.writeUInt32BE(id, 0);
+  h.writeUInt32BE((flags << 24) | data.length, 4);
+  return Buffer.concat([h, data]);
+}
+
 describe('SPDY/3.1 server framing', () => {
   it('the dictionary is the 1423-byte SPDY/3 one', () => {
     assert.equal(SPDY3_DICTIONARY.length, 1423);
@@ -261,20 +317,30 @@ describe('SPDY/3.1 server framing', () => {
     assert.throws(() => parseHeaderBlock(Buffer.from([0, 0, 0, 2, 0, 0])), /truncated/);
   });
 
+  it('refuses a header block that inflates past its cap (a zlib bomb) instead of inflating it', async () => {
+    const client = new SpdyTestClient();
+    // 64 MiB of header value compresses to ~64 KiB: a SYN_STREAM well under the control frame limit.
+    const block = await client.compress(encodeHeaderBlock({ streamtype: 'data', port: '80', x: 'a'.repeat(64 << 20) }));
+    assert.ok(block.length < 1 << 20, `compressed block of ${block.length} bytes`);
+    const server = new SpdyServerConnection(() => undefined);
+    const outcome = new Promise<Error>((resolve, reject) => {
+      server.once('error', resolve);
+      server.once('stream', (st: SpdyStream) =>
+        reject(new Error(`the block was inflated (${st.headers.x?.length ?? 0}-byte header) and a stream opened`)),
+      );
+    });
+    const closed = new Promise<void>((resolve) => server.once('close', resolve));
+    const t0 = Date.now();
+    server.push(synStreamFrame(1, block));
+    const err = await outcome;
+    await closed;
+    assert.match(err.message, /header block inflates to more than 65536 bytes/);
+    assert.ok(Date.now() - t0 < 1000, `refused after ${Date.now() - t0} ms`);
+    client.close();
+  });
+
   it('accepts streams, replies, carries data both ways, echoes pings', async () => {
-    // A minimal client: one deflate context for its header blocks, one inflate context for the server's.
-    const deflate = createDeflate({ dictionary: SPDY3_DICTIONARY });
-    const compress = (b: Buffer) =>
-      new Promise<Buffer>((resolve) => {
-        const out: Buffer[] = [];
-        const on = (d: Buffer) => out.push(d);
-        deflate.on('data', on);
-        deflate.write(b);
-        deflate.flush(zc.Z_SYNC_FLUSH, () => {
-          deflate.off('data', on);
-          resolve(Buffer.concat(out));
-        });
-      });
+    const client = new SpdyTestClient();
     const inflate = createInflate({ dictionary: SPDY3_DICTIONARY });
     const fromServer: Buffer[] = [];
     const server = new SpdyServerConnection((b) => fromServer.push(b));
@@ -285,14 +351,8 @@ describe('SPDY/3.1 server framing', () => {
       s.on('data', (d: Buffer) => s.write(Buffer.concat([Buffer.from('echo:'), d])));
       s.on('end', () => s.end());
     });
-    const block = await compress(encodeHeaderBlock({ streamtype: 'data', port: '8080', requestid: '0' }));
-    const syn = Buffer.alloc(18 + block.length);
-    syn.writeUInt16BE(0x8003, 0);
-    syn.writeUInt16BE(1, 2);
-    syn.writeUInt32BE(10 + block.length, 4);
-    syn.writeUInt32BE(1, 8);
-    block.copy(syn, 18);
-    const data = Buffer.concat([Buffer.from([0, 0, 0, 1, 0, 0, 0, 2]), Buffer.from('hi')]);
+    const syn = await client.synStream(1, { streamtype: 'data', port: '8080', requestid: '0' });
+    const data = dataFrame(1, Buffer.from('hi'));
     const fin = Buffer.from([0, 0, 0, 1, 1, 0, 0, 0]);
     const ping = Buffer.from([0x80, 3, 0, 6, 0, 0, 0, 4, 0, 0, 0, 7]);
     // Deliver in awkward pieces to exercise reassembly.
@@ -318,7 +378,180 @@ describe('SPDY/3.1 server framing', () => {
     assert.ok(rest.includes('echo:hi'), 'echoed data frame');
     assert.ok(out.includes(ping), 'ping echoed');
     server.close();
-    deflate.destroy();
+    client.close();
     inflate.destroy();
+  });
+});
+
+/** A stand-in for a guest process behind `serveExec`: what the test needs of ExecProcess, the rest never used. */
+function fakeProcess(parts: Partial<ExecProcess>): ExecProcess {
+  return {
+    pid: Promise.resolve(42),
+    wait: () => new Promise(() => undefined),
+    write: () => true,
+    drained: () => Promise.resolve(),
+    closeStdin: () => undefined,
+    kill: () => Promise.resolve(),
+    resize: () => Promise.resolve(),
+    ...parts,
+  } as unknown as ExecProcess;
+}
+
+/** serveExec behind a loopback WebSocket server, and a client connected to it. */
+async function execSession(
+  exec: (argv: readonly string[], opts: ExecOptions) => ExecProcess,
+  req: Partial<ExecRequest>,
+): Promise<{ client: WebSocket; close: () => Promise<void> }> {
+  const protocol = 'v5.channel.k8s.io';
+  const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, handleProtocols: () => protocol });
+  await new Promise<void>((r) => wss.once('listening', r));
+  const request: ExecRequest = { command: ['x'], stdin: false, stdout: true, stderr: false, tty: false, ...req };
+  wss.on('connection', (ws) => serveExec(ws, { exec }, request, silentLogger));
+  const client = new WebSocket(`ws://127.0.0.1:${(wss.address() as AddressInfo).port}/`, protocol);
+  await new Promise<void>((resolve, reject) => {
+    client.once('open', resolve);
+    client.once('error', reject);
+  });
+  return {
+    client,
+    close: async () => {
+      client.terminate();
+      for (const c of wss.clients) c.terminate();
+      await new Promise((r) => wss.close(r));
+    },
+  };
+}
+
+describe('backpressure through exec and port-forward', () => {
+  const MiB = 1 << 20;
+
+  it('exec: stdin the process has not taken stops the WebSocket from being read', async () => {
+    let delivered = 0;
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    const proc = fakeProcess({
+      // Every write stays queued (the process reads nothing) until released.
+      write: (b) => {
+        delivered += Buffer.byteLength(b);
+        return false;
+      },
+      drained: () => released,
+    });
+    const { client, close } = await execSession(() => proc, { stdin: true });
+    try {
+      const chunk = Buffer.concat([Buffer.of(0), Buffer.alloc(64 << 10, 0x61)]);
+      for (let i = 0; i < 256; i++) client.send(chunk); // 16 MiB of stdin
+      await new Promise((r) => setTimeout(r, 500));
+      assert.ok(delivered <= 2 * MiB, `${delivered} bytes of stdin taken from the client while the process read none`);
+      release();
+      await eventually(() => delivered, { until: (n) => n === 256 * (64 << 10), what: 'all stdin once read' });
+    } finally {
+      await close();
+    }
+  });
+
+  it('exec: output the client does not read holds the process back', async () => {
+    const chunk = Buffer.alloc(64 << 10, 0x62);
+    let acked = 0;
+    const total = 1024; // 64 MiB
+    const exec = (_argv: readonly string[], opts: ExecOptions) => {
+      // The agent's side: send the next chunk only once the last one was taken (its credit).
+      void (async () => {
+        for (let i = 0; i < total; i++) {
+          await opts.onStdout?.(chunk);
+          acked++;
+        }
+      })();
+      return fakeProcess({});
+    };
+    const { client, close } = await execSession(exec, {});
+    try {
+      client.pause();
+      await new Promise((r) => setTimeout(r, 1000));
+      assert.ok(acked < total / 2, `${acked} of ${total} chunks taken while the client read nothing`);
+      client.resume();
+      await eventually(() => acked, { timeoutMs: 20_000, until: (n) => n === total, what: 'all output once read' });
+    } finally {
+      await close();
+    }
+  });
+
+  it('SPDY: a stream whose reader is full pauses the transport until it is read', async () => {
+    const client = new SpdyTestClient();
+    const events: string[] = [];
+    const server = new SpdyServerConnection({
+      write: (_b, done) => done(),
+      pause: () => events.push('pause'),
+      resume: () => events.push('resume'),
+    });
+    let stream: SpdyStream | undefined;
+    server.on('stream', (s: SpdyStream) => (stream = s));
+    server.push(await client.synStream(1, { streamtype: 'data', port: '80' }));
+    for (let i = 0; i < 64; i++) server.push(dataFrame(1, Buffer.alloc(16 << 10)));
+    await eventually(() => events, { until: (e) => e.includes('pause'), what: 'the transport paused' });
+    assert.deepEqual(events, ['pause']);
+    let read = 0;
+    stream!.on('data', (b: Buffer) => (read += b.length));
+    await eventually(() => events, { until: (e) => e.at(-1) === 'resume', what: 'the transport resumed' });
+    assert.equal(read, 64 * (16 << 10));
+    server.close();
+    client.close();
+  });
+
+  it('SPDY: a stream write completes once the transport has taken its frames', async () => {
+    const client = new SpdyTestClient();
+    const taken: Array<() => void> = [];
+    const server = new SpdyServerConnection({
+      write: (_b, done) => taken.push(done),
+      pause: () => undefined,
+      resume: () => undefined,
+    });
+    let stream: SpdyStream | undefined;
+    server.on('stream', (s: SpdyStream) => (stream = s));
+    server.push(await client.synStream(1, { streamtype: 'data', port: '80' }));
+    await eventually(() => stream, { until: (s) => s !== undefined, what: 'the stream' });
+    let written = false;
+    stream!.write(Buffer.alloc(100 << 10), () => (written = true)); // two DATA frames
+    await eventually(() => taken.length, { until: (n) => n === 2, what: 'two frames handed to the transport' });
+    taken.shift()!();
+    await new Promise((r) => setTimeout(r, 20));
+    assert.equal(written, false, 'the write completed before the transport took its last frame');
+    taken.shift()!();
+    await eventually(() => written, { until: (w) => w, what: 'the write callback' });
+    server.close();
+    client.close();
+  });
+});
+
+describe('pod logs', () => {
+  it('serves CRI records with tail and timestamps, and follows appended lines until aborted', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sbx-logs-'));
+    try {
+      const logs = new PodLogs(dir);
+      const file = logs.path('ns', 'p', 'u1');
+      logs.event(file, 'one');
+      logs.append(file, 'stdout', 'two\npartial');
+      const read = async (q: Parameters<PodLogs['serve']>[2]) => {
+        const out = new PassThrough();
+        let text = '';
+        out.on('data', (b: Buffer) => (text += b.toString()));
+        await logs.serve(file, out, q);
+        return text;
+      };
+      assert.equal(await read({}), '[sandboxd] one\ntwo\npartial');
+      assert.match(await read({ tailLines: 1, timestamps: true }), /^\d{4}-\d\d-\d\dT[\d:.]+Z partial$/);
+      const ctrl = new AbortController();
+      const out = new PassThrough();
+      let followed = '';
+      out.on('data', (b: Buffer) => (followed += b.toString()));
+      const following = logs.serve(file, out, { follow: true, tailLines: 0, signal: ctrl.signal });
+      await new Promise((r) => setTimeout(r, 100));
+      logs.event(file, 'three');
+      await eventually(() => followed, { until: (f) => f === '[sandboxd] three\n', what: 'the appended line' });
+      ctrl.abort();
+      await following;
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -1,6 +1,7 @@
 /**
  * The agent protocol without a VM: the real Go agent listening on a unix socket on this host, and a
- * hostile fake agent. Covers frame limits on both sides and a guest that never answers.
+ * hostile fake agent. Covers frame limits on both sides, a guest that never answers, and flow control (the
+ * host's credit accounting, a stalled stream beside live ones, and an older host that sends no credit).
  */
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -21,6 +22,7 @@ import {
   HOST_MAGIC,
   MAX_PAYLOAD,
 } from '../../src/guest/index.js';
+import { STREAM_WINDOW, StreamInput, StreamOutput, type StreamLink } from '../../src/guest/flow.js';
 import { eventually } from '../support/eventually.js';
 import { BUILD_TIMEOUT_MS, sleep } from './helpers.js';
 
@@ -93,7 +95,7 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
   it('rejects an outgoing frame over the limit before sending it', () => {
     assert.throws(
       () => encodeFrame(FrameType.In, 1, Buffer.alloc(MAX_PAYLOAD + 1)),
-      (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_FRAME_TOO_LARGE',
+      (e: unknown) => e instanceof SandboxError && e.code === 'agent.frame-too-large',
     );
   });
 
@@ -176,7 +178,7 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
       const t0 = Date.now();
       await assert.rejects(
         AgentClient.connect(evil, { connectTimeoutMs: 5000 }),
-        (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_FRAME_TOO_LARGE',
+        (e: unknown) => e instanceof SandboxError && e.code === 'agent.frame-too-large',
       );
       assert.ok(Date.now() - t0 < 2000);
     } finally {
@@ -184,7 +186,7 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
     }
   });
 
-  it('a guest that never answers gives AGENT_UNRESPONSIVE within the deadline', async () => {
+  it('a guest that never answers gives agent.unresponsive within the deadline', async () => {
     const mute = join(dir, 'mute.sock');
     const server = createServer(() => undefined);
     await new Promise<void>((r) => server.listen(mute, r));
@@ -192,7 +194,7 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
       const t0 = Date.now();
       await assert.rejects(
         AgentClient.connect(mute, { connectTimeoutMs: 500 }),
-        (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_UNRESPONSIVE',
+        (e: unknown) => e instanceof SandboxError && e.code === 'agent.unresponsive',
       );
       const took = Date.now() - t0;
       assert.ok(took >= 450 && took < 2000, `took ${took} ms`);
@@ -201,11 +203,11 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
     }
   });
 
-  it('a missing socket gives AGENT_UNREACHABLE within the deadline', async () => {
+  it('a missing socket gives agent.unreachable within the deadline', async () => {
     const t0 = Date.now();
     await assert.rejects(
       AgentClient.connect(join(dir, 'nope.sock'), { connectTimeoutMs: 300 }),
-      (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_UNREACHABLE',
+      (e: unknown) => e instanceof SandboxError && e.code === 'agent.unreachable',
     );
     assert.ok(Date.now() - t0 < 2000);
   });
@@ -234,5 +236,125 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
     } finally {
       c.close();
     }
+  });
+
+  it('a TCP connect to a port nothing listens on rejects, and nothing else fails', async () => {
+    const closed = createServer();
+    await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
+    const port = (closed.address() as { port: number }).port;
+    await new Promise((r) => closed.close(r));
+    const uncaught: unknown[] = [];
+    const onUncaught = (e: unknown) => uncaught.push(e);
+    process.on('uncaughtException', onUncaught);
+    const c = await AgentClient.connect(sock);
+    try {
+      await assert.rejects(
+        c.connectTcp(port),
+        (e: unknown) => e instanceof SandboxError && e.code === 'agent.econnrefused',
+      );
+      await sleep(50);
+      assert.deepEqual(uncaught, []);
+    } finally {
+      process.off('uncaughtException', onUncaught);
+      c.close();
+    }
+  });
+
+  it('a process that never reads stdin is sent 64 MiB: another exec and a kill of it still answer at once', async () => {
+    const c = await AgentClient.connect(sock);
+    try {
+      assert.ok(c.info.features.includes('flow'), c.info.features.join(' '));
+      const stuck = c.exec(['sleep', '600'], { stdin: true });
+      await stuck.pid;
+      assert.equal(stuck.write(Buffer.alloc(64 << 20)), false, 'the write waits for the process');
+      await sleep(200);
+      const t0 = Date.now();
+      assert.equal((await c.run(['echo', 'beside'])).stdout.toString(), 'beside\n');
+      await stuck.kill('SIGKILL');
+      assert.equal((await stuck.wait()).signal, 'SIGKILL');
+      const took = Date.now() - t0;
+      assert.ok(took < 1000, `took ${took} ms`);
+    } finally {
+      c.close();
+    }
+  });
+
+  it('an older host (no flow control) still streams stdin and output, the reader waiting on a full stream', async () => {
+    const s = connect(sock);
+    const dec = new FrameDecoder({ expectMagic: AGENT_MAGIC });
+    const id = 4242;
+    let out = 0;
+    const answer = new Promise<Record<string, unknown>>((resolve) => {
+      s.on('data', (d: Buffer) => {
+        for (const f of dec.push(d)) {
+          assert.notEqual(f.type, FrameType.Window, 'no credit frames for a host that did not turn flow control on');
+          if (f.id === id && f.type === FrameType.Out) out += f.payload.length;
+          if (f.id === id && f.type === FrameType.Res)
+            resolve(JSON.parse(f.payload.toString()) as Record<string, unknown>);
+        }
+      });
+    });
+    try {
+      s.write(HOST_MAGIC);
+      s.write(encodeFrame(FrameType.Exec, id, encodeExecPayload({ argv: ['cat'], stdin: true })!));
+      // More IN frames than the agent queues for one stream (16) before its reader waits for the process.
+      for (let i = 0; i < 40; i++) s.write(encodeFrame(FrameType.In, id, Buffer.alloc(100_000, 0x61)));
+      s.write(encodeFrame(FrameType.In, id, Buffer.alloc(0)));
+      const res = await answer;
+      assert.deepEqual([res.ok, res.exitCode, out], [true, 0, 4_000_000]);
+    } finally {
+      s.destroy();
+    }
+  });
+
+  /** A StreamLink that records what a stream sends. */
+  function recordingLink(): StreamLink & { ins: number[]; windows: number[] } {
+    const ins: number[] = [];
+    const windows: number[] = [];
+    return {
+      ins,
+      windows,
+      sendIn: (p) => (ins.push(p.length), true),
+      sendWindow: (n) => windows.push(n),
+      socketDrained: () => Promise.resolve(),
+    };
+  }
+
+  it('host input: sent within the credit, the rest after WINDOW grants, EOF after the data', async () => {
+    const link = recordingLink();
+    const input = new StreamInput(link, true);
+    assert.equal(input.write(Buffer.alloc(STREAM_WINDOW + 1000)), false);
+    assert.deepEqual(link.ins, [STREAM_WINDOW]);
+    input.end();
+    assert.deepEqual(link.ins, [STREAM_WINDOW], 'EOF waits behind the queued data');
+    let drained = false;
+    void input.drained().then(() => (drained = true));
+    input.grant(600);
+    input.grant(600);
+    await sleep(0);
+    assert.deepEqual([link.ins, drained], [[STREAM_WINDOW, 600, 400, 0], true]);
+    // Without flow control (an older agent) everything goes at once, in frames of at most MAX_PAYLOAD.
+    const old = recordingLink();
+    const legacy = new StreamInput(old, false);
+    assert.equal(legacy.write(Buffer.alloc(MAX_PAYLOAD + 5)), true);
+    assert.deepEqual(old.ins, [MAX_PAYLOAD, 5]);
+  });
+
+  it('host output: credit goes back once the consumer has taken the data, and a guest past its window is refused', async () => {
+    const link = recordingLink();
+    const output = new StreamOutput(link, true);
+    let take!: () => void;
+    const taken = new Promise<void>((r) => (take = r));
+    output.received(STREAM_WINDOW);
+    output.consumed(STREAM_WINDOW, taken);
+    await sleep(0);
+    assert.deepEqual(link.windows, [], 'no credit while the consumer holds the data');
+    assert.throws(
+      () => output.received(1),
+      (e: unknown) => e instanceof SandboxError && e.code === 'agent.protocol',
+    );
+    take();
+    await sleep(0);
+    assert.deepEqual(link.windows, [STREAM_WINDOW]);
   });
 });

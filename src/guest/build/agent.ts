@@ -27,15 +27,16 @@ function goBinary(): string {
     execFileSync('go', ['version'], { stdio: 'ignore' });
     return 'go';
   } catch {
-    throw new SandboxError('GUEST_GO_MISSING', 'the Go toolchain is needed to build the guest agent', {
+    throw new SandboxError('guest.go-missing', 'the Go toolchain is needed to build the guest agent', {
       hint: 'install Go >= 1.26 (scripts/bootstrap.sh) or set GO=/path/to/go',
     });
   }
 }
 
+/** The hash of what goes into the binary: Go sources (not `_test.go`, so a test-only change rebuilds no guest image). */
 export function agentHash(go = goBinary()): string {
   const files = readdirSync(AGENT_SRC)
-    .filter((f) => f.endsWith('.go') || f === 'go.mod' || f === 'go.sum')
+    .filter((f) => (f.endsWith('.go') && !f.endsWith('_test.go')) || f === 'go.mod' || f === 'go.sum')
     .sort();
   const goVersion = execFileSync(go, ['version'], { encoding: 'utf8' }).trim();
   return contentHash(['agent-v1', goVersion, ...files.flatMap((f) => [f, readFileSync(join(AGENT_SRC, f))])]);

@@ -6,6 +6,9 @@
  * carries a metav1.Status JSON: `Success`, or `Failure` with reason `NonZeroExitCode` and a cause
  * `{reason: "ExitCode", message: "<code>"}`. The server then closes the WebSocket normally (1000), which the
  * client reads as EOF on every stream.
+ *
+ * Backpressure runs end to end: output is acknowledged to the guest only once the WebSocket has written it to the
+ * client's connection, and while stdin waits for the guest process to read it the WebSocket is not read either.
  */
 import type { WebSocket } from 'ws';
 import type { Logger } from '../../log/logger.js';
@@ -67,20 +70,21 @@ export interface ExecTarget {
   exec(argv: readonly string[], opts: ExecOptions): ExecProcess;
 }
 
-export interface ExecHooks {
-  /** Called with every output chunk (the pod's log transcript). */
-  onOutput?(stream: 'stdout' | 'stderr', data: Buffer): void;
-  onExit?(exitCode: number | undefined, err?: unknown): void;
-}
-
-/** Run `req.command` in the VM and bridge it to an upgraded WebSocket until it exits or the client goes away. */
-export function serveExec(ws: WebSocket, target: ExecTarget, req: ExecRequest, hooks: ExecHooks, log: Logger): void {
+/**
+ * Run `req.command` in the VM and bridge it to an upgraded WebSocket until it exits or the client goes away. What
+ * the session reads and prints goes to the client only: not to the pod's log (as on a kubelet, where `kubectl logs`
+ * is the container's own output), nor to the node's log.
+ */
+export function serveExec(ws: WebSocket, target: ExecTarget, req: ExecRequest, log: Logger): void {
   const protocol = ws.protocol;
   const v4 = protocol.startsWith('v4.') || protocol.startsWith('v5.');
-  const send = (channel: number, data: Buffer | string) => {
-    if (ws.readyState !== ws.OPEN) return;
+  /** Resolves once the message has been written to the client's connection (or the WebSocket is gone). */
+  const send = (channel: number, data: Buffer | string): Promise<void> | undefined => {
+    if (ws.readyState !== ws.OPEN) return undefined;
     const payload = typeof data === 'string' ? Buffer.from(data) : data;
-    ws.send(Buffer.concat([Buffer.of(channel), payload]), { binary: true });
+    return new Promise((resolve) =>
+      ws.send(Buffer.concat([Buffer.of(channel), payload]), { binary: true }, () => resolve()),
+    );
   };
   const finish = (status: StreamStatus) => {
     if (v4) send(Channel.error, JSON.stringify(status));
@@ -94,17 +98,11 @@ export function serveExec(ws: WebSocket, target: ExecTarget, req: ExecRequest, h
       stdin: req.stdin,
       ...(req.tty ? { pty: { cols: 80, rows: 24 } } : {}),
       collect: false,
-      onStdout: (b) => {
-        if (req.stdout || req.tty) send(Channel.stdout, b);
-        hooks.onOutput?.('stdout', b);
-      },
-      onStderr: (b) => {
-        if (req.stderr) send(Channel.stderr, b);
-        hooks.onOutput?.('stderr', b);
-      },
+      onStdout: (b) => (req.stdout || req.tty ? send(Channel.stdout, b) : undefined),
+      onStderr: (b) => (req.stderr ? send(Channel.stderr, b) : undefined),
     });
   } catch (err) {
-    hooks.onExit?.(undefined, err);
+    log.info({ err }, 'exec failed to start');
     finish(internalErrorStatus(`error executing command in container: ${(err as Error).message}`));
     return;
   }
@@ -112,12 +110,12 @@ export function serveExec(ws: WebSocket, target: ExecTarget, req: ExecRequest, h
   proc.wait().then(
     (res) => {
       exited = true;
-      hooks.onExit?.(res.exitCode);
+      log.info({ exitCode: res.exitCode }, 'exec session ended');
       finish(exitStatus(res.exitCode));
     },
     (err: unknown) => {
       exited = true;
-      hooks.onExit?.(undefined, err);
+      log.info({ err }, 'exec session failed');
       finish(internalErrorStatus(`error executing command in container: ${(err as Error).message}`));
     },
   );
@@ -139,7 +137,10 @@ export function serveExec(ws: WebSocket, target: ExecTarget, req: ExecRequest, h
     const data = raw.subarray(1);
     try {
       if (channel === Channel.stdin && req.stdin) {
-        if (data.length) proc.write(Buffer.from(data));
+        if (data.length && !proc.write(Buffer.from(data))) {
+          ws.pause();
+          void proc.drained().then(() => ws.resume());
+        }
       } else if (channel === Channel.resize && req.tty) {
         const size = JSON.parse(data.toString('utf8')) as { Width?: number; Height?: number };
         const cols = Number(size.Width);

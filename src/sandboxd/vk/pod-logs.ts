@@ -1,8 +1,9 @@
 /**
  * What `kubectl logs` shows for a microVM pod. A microVM has no single container process whose stdout the node
- * could capture, so the container log is a transcript the virtual kubelet writes: lifecycle lines (VM bound,
- * adopted after a restart, released) and the output of every exec session (`kubectl exec <pod> -- uname -a`
- * puts its output here, so `kubectl logs` shows it afterwards). Stored per pod in the CRI log format
+ * could capture, so the container log is what the virtual kubelet writes about the pod: lifecycle lines (VM bound,
+ * adopted after a restart, replaced, released). Exec sessions are not in it, neither their commands nor what they
+ * read or print: on a kubelet `kubectl logs` is the container's own output, and an exec's input and output belong
+ * to whoever ran it (whoever may read pod logs need not see them). Stored per pod in the CRI log format
  * (`<RFC 3339 nano> <stdout|stderr> <F|P> <text>`), so `timestamps`, `sinceSeconds`, `sinceTime`, `tailLines`,
  * `limitBytes` and `follow` behave as on a real kubelet.
  */

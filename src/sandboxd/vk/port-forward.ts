@@ -5,7 +5,8 @@
  * per forwarded connection the client opens two streams with headers `streamtype: error|data`, `port`,
  * `requestid`; once both exist the node connects to `127.0.0.1:<port>` inside the guest (through the agent) and
  * copies bytes; a failure is written as text to the error stream (k8s.io/cri-streaming portforward/httpstream.go).
- * A plain `Upgrade: SPDY/3.1` request (older clients) gets the same protocol over the raw socket.
+ * A plain `Upgrade: SPDY/3.1` request (older clients) gets the same protocol over the raw socket. Both directions
+ * honour backpressure: `pipe` between the SPDY stream and the guest's TCP stream (flow-controlled by the agent).
  */
 import type { Duplex } from 'node:stream';
 import type { WebSocket } from 'ws';
@@ -106,8 +107,13 @@ export function servePortForward(
   _query: URLSearchParams,
   log: Logger,
 ): void {
-  const conn = new SpdyServerConnection((b) => {
-    if (ws.readyState === ws.OPEN) ws.send(b, { binary: true });
+  const conn = new SpdyServerConnection({
+    write: (b, done) => {
+      if (ws.readyState === ws.OPEN) ws.send(b, { binary: true }, () => done());
+      else done();
+    },
+    pause: () => ws.pause(),
+    resume: () => ws.resume(),
   });
   servePortForwardSpdy(conn, target, log);
   ws.on('message', (b: Buffer) => conn.push(Buffer.from(b)));
@@ -120,8 +126,13 @@ export function servePortForward(
 
 /** Raw SPDY over the upgraded socket (the 101 response was already written). */
 export function servePortForwardOnSocket(socket: Duplex, head: Buffer, target: PortForwardTarget, log: Logger): void {
-  const conn = new SpdyServerConnection((b) => {
-    if (!socket.destroyed) socket.write(b);
+  const conn = new SpdyServerConnection({
+    write: (b, done) => {
+      if (socket.destroyed) done();
+      else socket.write(b, () => done());
+    },
+    pause: () => socket.pause(),
+    resume: () => socket.resume(),
   });
   servePortForwardSpdy(conn, target, log);
   if (head.length) conn.push(head);

@@ -4,6 +4,10 @@
  * direction for the whole connection), the server answers SYN_REPLY, data flows in DATA frames, FIN half-closes,
  * RST_STREAM aborts, PING is echoed. spdystream does no flow control, so WINDOW_UPDATE and SETTINGS are ignored.
  *
+ * Backpressure without SPDY flow control: a stream's write completes once the transport has taken its frames, and
+ * while a stream's reader is full the transport is not read at all (what the kubelet's spdystream does too: its
+ * frame reader waits on the full stream).
+ *
  * Transport-agnostic: bytes come in through `push()` and go out through the `write` callback, so the same code
  * serves a raw upgraded socket (`Upgrade: SPDY/3.1`) and SPDY tunnelled in WebSocket messages
  * (`SPDY/3.1+portforward.k8s.io`, what kubectl 1.36 sends first).
@@ -18,6 +22,11 @@ const FLAG_FIN = 0x01;
 const MAX_FRAME_DATA = 64 << 10;
 /** A header block or control frame larger than this is a protocol error (spdystream's defaults are similar). */
 const MAX_CONTROL_FRAME = 1 << 20;
+/**
+ * A header block that inflates to more than this is refused and ends the connection. Port-forward's headers
+ * (`streamtype`, `port`, `requestid`) are a few dozen bytes; this leaves room for anything a client adds.
+ */
+const MAX_HEADER_BLOCK = 64 << 10;
 
 const enum FrameType {
   SynStream = 1,
@@ -32,13 +41,40 @@ const enum FrameType {
 
 export const RstStatus = { protocolError: 1, invalidStream: 2, refusedStream: 3, cancel: 5, internalError: 6 } as const;
 
-/** Run zlib stream operations one at a time and collect what each flush produces. */
+/** Where the connection's bytes go, and how reading from the peer is held back. */
+export interface SpdyTransport {
+  /** Write to the peer; `done` once the transport has taken the bytes (a stream's write completes then). */
+  write(b: Buffer, done: () => void): void;
+  /** Stop reading from the peer while a stream's reader is full; `resume` once none is. */
+  pause(): void;
+  resume(): void;
+}
+
+/**
+ * Run zlib stream operations one at a time and collect what each flush produces. With `maxOutput`, an operation
+ * that would produce more is refused as soon as it does, and the stream is destroyed: a peer's compressed header
+ * block (up to MAX_CONTROL_FRAME) could otherwise inflate to a thousand times its size.
+ */
 class ZlibPipe {
   private chain: Promise<unknown> = Promise.resolve();
   private chunks: Buffer[] = [];
+  private size = 0;
+  private refuse: ((err: Error) => void) | undefined;
 
-  constructor(private readonly z: Inflate | Deflate) {
-    z.on('data', (b: Buffer) => this.chunks.push(b));
+  constructor(
+    private readonly z: Inflate | Deflate,
+    private readonly maxOutput = Number.POSITIVE_INFINITY,
+  ) {
+    z.on('data', (b: Buffer) => {
+      this.size += b.length;
+      if (this.size <= this.maxOutput) {
+        this.chunks.push(b);
+        return;
+      }
+      this.chunks = [];
+      this.z.destroy();
+      this.refuse?.(new Error(`SPDY header block inflates to more than ${this.maxOutput} bytes`));
+    });
     z.on('error', () => undefined);
   }
 
@@ -46,11 +82,15 @@ class ZlibPipe {
     const p = this.chain.then(
       () =>
         new Promise<Buffer>((resolve, reject) => {
+          if (this.z.destroyed) return reject(new Error('SPDY compression context is gone'));
           const onError = (err: Error) => reject(err);
+          this.refuse = reject;
+          this.size = 0;
           this.z.once('error', onError);
           this.z.write(input);
           this.z.flush(zc.Z_SYNC_FLUSH, () => {
             this.z.off('error', onError);
+            this.refuse = undefined;
             // 'data' events for the flushed output are emitted before the flush callback.
             const out = Buffer.concat(this.chunks);
             this.chunks = [];
@@ -93,12 +133,21 @@ export class SpdyStream extends Duplex {
     this.destroy();
   }
 
-  override _read(): void {}
+  override _read(): void {
+    this.conn.drained(this);
+  }
 
   override _write(chunk: Buffer, _enc: BufferEncoding, cb: (err?: Error | null) => void): void {
-    for (let off = 0; off < chunk.length; off += MAX_FRAME_DATA)
-      this.conn.sendData(this.id, chunk.subarray(off, off + MAX_FRAME_DATA), 0);
-    cb();
+    if (chunk.length === 0) return cb();
+    for (let off = 0; off < chunk.length; off += MAX_FRAME_DATA) {
+      const last = off + MAX_FRAME_DATA >= chunk.length;
+      this.conn.sendData(this.id, chunk.subarray(off, off + MAX_FRAME_DATA), 0, last ? () => cb() : undefined);
+    }
+  }
+
+  override _destroy(err: Error | null, cb: (err?: Error | null) => void): void {
+    this.conn.drained(this);
+    cb(err);
   }
 
   override _final(cb: (err?: Error | null) => void): void {
@@ -111,7 +160,7 @@ export class SpdyStream extends Duplex {
 export class SpdyServerConnection extends EventEmitter {
   private buf: Buffer = Buffer.alloc(0);
   private readonly streams = new Map<number, SpdyStream>();
-  private readonly inflate = new ZlibPipe(createInflate({ dictionary: SPDY3_DICTIONARY }));
+  private readonly inflate = new ZlibPipe(createInflate({ dictionary: SPDY3_DICTIONARY }), MAX_HEADER_BLOCK);
   private readonly deflate = new ZlibPipe(createDeflate({ dictionary: SPDY3_DICTIONARY, level: 9 }));
   /** Incoming frames are handled in order (header blocks share one inflate context). */
   private inChain: Promise<void> = Promise.resolve();
@@ -119,9 +168,24 @@ export class SpdyServerConnection extends EventEmitter {
   private outChain: Promise<void> = Promise.resolve();
   private closed = false;
   private lastStreamId = 0;
+  private readonly transport: SpdyTransport;
+  /** Streams whose reader is full; the transport is paused while there is one. */
+  private readonly full = new Set<SpdyStream>();
 
-  constructor(private readonly write: (b: Buffer) => void) {
+  /** A bare write function is a transport that takes every write at once and is never paused. */
+  constructor(transport: SpdyTransport | ((b: Buffer) => void)) {
     super();
+    this.transport =
+      typeof transport === 'function'
+        ? {
+            write: (b, done) => {
+              transport(b);
+              done();
+            },
+            pause: () => undefined,
+            resume: () => undefined,
+          }
+        : transport;
   }
 
   /** Feed bytes received from the peer. */
@@ -145,6 +209,7 @@ export class SpdyServerConnection extends EventEmitter {
     this.closed = true;
     for (const s of this.streams.values()) s.destroy();
     this.streams.clear();
+    this.full.clear();
     this.inflate.close();
     this.deflate.close();
     this.emit('close');
@@ -163,7 +228,7 @@ export class SpdyServerConnection extends EventEmitter {
       const id = frame.readUInt32BE(0) & 0x7fffffff;
       const s = this.streams.get(id);
       if (!s) return; // data for a stream we reset or never knew
-      if (body.length) s.push(Buffer.from(body));
+      if (body.length && !s.push(Buffer.from(body))) this.filled(s);
       if (flags & FLAG_FIN) {
         s.remoteClosed = true;
         s.push(null);
@@ -220,13 +285,24 @@ export class SpdyServerConnection extends EventEmitter {
     this.streams.delete(id);
   }
 
-  /** @internal */
-  sendData(id: number, data: Buffer, flags: number): void {
+  private filled(s: SpdyStream): void {
+    if (this.full.size === 0) this.transport.pause();
+    this.full.add(s);
+  }
+
+  /** @internal The stream's reader wants more (or the stream is gone). */
+  drained(s: SpdyStream): void {
+    if (!this.full.delete(s) || this.full.size > 0 || this.closed) return;
+    this.transport.resume();
+  }
+
+  /** @internal `done` once the transport has taken the frame (or the connection is gone). */
+  sendData(id: number, data: Buffer, flags: number, done?: () => void): void {
     const h = Buffer.alloc(8);
     h.writeUInt32BE(id & 0x7fffffff, 0);
     h.writeUInt32BE(((flags & 0xff) << 24) | data.length, 4);
     const frame = Buffer.concat([h, data]);
-    this.enqueue(async () => frame);
+    this.enqueue(async () => frame, done);
   }
 
   /** @internal */
@@ -253,14 +329,18 @@ export class SpdyServerConnection extends EventEmitter {
     });
   }
 
-  private enqueue(make: () => Promise<Buffer>): void {
-    if (this.closed) return;
+  private enqueue(make: () => Promise<Buffer>, done: () => void = () => undefined): void {
+    if (this.closed) return done();
     const p = this.outChain.then(make);
     this.outChain = p.then(
       (b) => {
-        if (!this.closed) this.write(b);
+        if (this.closed) done();
+        else this.transport.write(b, done);
       },
-      (err: unknown) => this.fail(err as Error),
+      (err: unknown) => {
+        this.fail(err as Error);
+        done();
+      },
     );
   }
 }

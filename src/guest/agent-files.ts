@@ -1,0 +1,142 @@
+/**
+ * Files in the guest over the agent connection: read and write (streamed in chunks, size-capped), stat, list,
+ * mkdir, move, remove, and directory watches.
+ */
+import { SandboxError } from '../errors.js';
+import type { AgentClient } from './agent-client.js';
+
+export interface FileStat {
+  path: string;
+  name: string;
+  type: 'file' | 'dir' | 'symlink' | 'other';
+  size: number;
+  mode: number;
+  mtimeMs: number;
+  target?: string;
+}
+
+export interface WatchEvent {
+  op: 'create' | 'write' | 'remove' | 'rename' | 'chmod';
+  path: string;
+}
+
+export class AgentFiles {
+  constructor(private readonly client: AgentClient) {}
+
+  async read(
+    path: string,
+    opts: { offset?: number; length?: number; maxBytes?: number; timeoutMs?: number } = {},
+  ): Promise<Buffer> {
+    const max = opts.maxBytes ?? 64 << 20;
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let tooBig = false;
+    await this.client.request(
+      'file.read',
+      { path, offset: opts.offset, length: opts.length },
+      {
+        timeoutMs: opts.timeoutMs,
+        onOut: (b) => {
+          size += b.length;
+          if (size > max) tooBig = true;
+          else chunks.push(b);
+        },
+      },
+    );
+    if (tooBig) {
+      throw new SandboxError('agent.file-too-large', `${path} is larger than ${max} bytes`, {
+        hint: 'pass a larger maxBytes or read a range with offset/length',
+      });
+    }
+    return Buffer.concat(chunks);
+  }
+
+  async readText(path: string): Promise<string> {
+    return (await this.read(path)).toString('utf8');
+  }
+
+  async write(
+    path: string,
+    data: Buffer | string,
+    opts: { mode?: number; append?: boolean; parents?: boolean; timeoutMs?: number } = {},
+  ): Promise<number> {
+    const b = typeof data === 'string' ? Buffer.from(data) : data;
+    const { id, done } = this.client.start(
+      'file.write',
+      { path, mode: opts.mode, append: opts.append, parents: opts.parents },
+      { timeoutMs: opts.timeoutMs },
+    );
+    const input = this.client.streamInput(id);
+    const step = 256 << 10;
+    for (let off = 0; off < b.length; off += step) {
+      this.client.assertOpen();
+      if (!input.write(b.subarray(off, off + step))) await Promise.race([input.drained(), done]);
+    }
+    this.client.assertOpen();
+    input.end();
+    const res = await done;
+    return Number(res.size ?? 0);
+  }
+
+  async stat(path: string): Promise<FileStat> {
+    return (await this.client.request('file.stat', { path })) as unknown as FileStat;
+  }
+
+  async exists(path: string): Promise<boolean> {
+    try {
+      await this.stat(path);
+      return true;
+    } catch (err) {
+      if (err instanceof SandboxError && err.code === 'agent.enoent') return false;
+      throw err;
+    }
+  }
+
+  async list(path: string, opts: { depth?: number } = {}): Promise<{ entries: FileStat[]; truncated: boolean }> {
+    const res = await this.client.request('file.list', { path, depth: opts.depth });
+    return { entries: res.entries as FileStat[], truncated: Boolean(res.truncated) };
+  }
+
+  async mkdir(path: string, opts: { parents?: boolean; mode?: number } = {}): Promise<void> {
+    await this.client.request('file.mkdir', { path, parents: opts.parents, mode: opts.mode });
+  }
+
+  async move(from: string, to: string): Promise<void> {
+    await this.client.request('file.move', { path: from, to });
+  }
+
+  async remove(path: string, opts: { recursive?: boolean } = {}): Promise<void> {
+    await this.client.request('file.remove', { path, recursive: opts.recursive });
+  }
+
+  /** Watch a directory; resolves once the watch is in place. */
+  async watch(
+    path: string,
+    onEvent: (e: WatchEvent) => void,
+    opts: { recursive?: boolean } = {},
+  ): Promise<{ close(): Promise<void>; done: Promise<void> }> {
+    let ready!: () => void;
+    const readyP = new Promise<void>((r) => (ready = r));
+    const { id, done } = this.client.start(
+      'file.watch',
+      { path, recursive: opts.recursive },
+      {
+        timeoutMs: 0,
+        onEvent: (e) => {
+          if (e.type === 'watching') ready();
+          else if (e.type === 'fs') onEvent({ op: e.op as WatchEvent['op'], path: String(e.path) });
+        },
+      },
+    );
+    await Promise.race([readyP, done]);
+    const finished = done.then(() => undefined);
+    finished.catch(() => undefined);
+    return {
+      done: finished,
+      close: async () => {
+        await this.client.request('cancel', { target: id }).catch(() => undefined);
+        await finished.catch(() => undefined);
+      },
+    };
+  }
+}
