@@ -4,8 +4,8 @@
  * bindings, the certificate Secret and the APIService with its caBundle installed for real; sandboxd and
  * sandbox-apiserver run as their images run them with the args of their DaemonSet / Deployment (paths and ports
  * mapped to this machine) on tokens of their ServiceAccounts. The APIService becomes Available with the chart's
- * certificate, a Sandbox is created, read, listed and deleted through the aggregator, and no request of
- * sandbox-apiserver is refused.
+ * certificate, a Sandbox is created, read, listed and deleted through the aggregator, the warm-pool driver takes
+ * its Lease and writes a pool's status, and no request of sandbox-apiserver is refused.
  */
 import assert from 'node:assert/strict';
 import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -173,6 +173,50 @@ describe('sandbox-apiserver and sandboxd as the chart runs them (aggregated layo
     });
     assert.match(await kubectl(['get', '-n', 'work', 'sandboxes', '-o', 'name']), /s1/);
     await kubectl(['delete', '-n', 'work', 'sandbox', 's1']);
+  });
+
+  it("the warm-pool driver, on the chart's RBAC, takes its Lease, marks a SandboxWarmPool and writes its status", async () => {
+    await kubectl(
+      ['apply', '-n', 'work', '-f', '-'],
+      toYamlStream([
+        {
+          apiVersion: 'extensions.agents.x-k8s.io/v1beta1',
+          kind: 'SandboxTemplate',
+          metadata: { name: 'tpl' },
+          spec: { podTemplate: { spec: { containers: [{ name: 'main', image: TEMPLATE }] } } },
+        },
+        {
+          apiVersion: 'extensions.agents.x-k8s.io/v1beta1',
+          kind: 'SandboxWarmPool',
+          metadata: { name: 'pool' },
+          spec: { replicas: 1, sandboxTemplateRef: { name: 'tpl' } },
+        },
+      ]),
+    );
+    const pool = await eventually(
+      async () =>
+        JSON.parse(await kubectl(['get', '-n', 'work', 'sandboxwarmpool', 'pool', '-o', 'json'])) as {
+          metadata: { generation?: number; annotations?: Record<string, string> };
+          status?: { replicas?: number; observedGeneration?: number };
+        },
+      { until: (p) => p.status?.replicas === 1, what: 'the pool status written by the driver', timeoutMs: 60_000 },
+    );
+    assert.equal(pool.metadata.annotations?.['sandbox.cocoonstack.io/served-by'], 'sandbox-apiserver');
+    assert.equal(pool.status?.observedGeneration, pool.metadata.generation);
+    assert.match(
+      await kubectl([
+        'get',
+        'lease',
+        '-n',
+        NS,
+        'sandbox-apiserver-warm-pool-driver',
+        '-o',
+        'jsonpath={.spec.holderIdentity}',
+      ]),
+      /./,
+      'the driver holds its leader Lease',
+    );
+    await kubectl(['delete', '-n', 'work', 'sandboxwarmpool', 'pool']);
   });
 
   it('no request of sandbox-apiserver was refused', async () => {
