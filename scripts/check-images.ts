@@ -9,7 +9,7 @@
  *   scripts/build-images.sh operator && flock /tmp/sbx-heavy.lock node --import tsx scripts/check-images.ts [image]
  */
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { chownSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -28,6 +28,8 @@ import {
 } from '../test/support/deploy.js';
 
 const NS = 'sandbox-system';
+/** The Dockerfile's `USER` of the operator target. */
+const IMAGE_USER = 65532;
 const version = (JSON.parse(readFileSync(join(REPO, 'package.json'), 'utf8')) as { version: string }).version;
 const image = process.argv[2] ?? `localhost/sandbox-operator:${version}`;
 const buildahEnv = { ...process.env, STORAGE_DRIVER: 'vfs', BUILDAH_ISOLATION: 'chroot' };
@@ -43,6 +45,8 @@ async function main(): Promise<string[]> {
     const objects = await helmTemplate(NS);
     await installChartObjects(cluster.kubectl, objects, NS, RBAC_AND_CONFIG);
     const kubeconfig = await serviceAccountConfig(cluster, NS, 'sandbox-operator', dir);
+    // The image's user reads it (mode 0600, as a mounted Secret with fsGroup would be readable to it).
+    chownSync(kubeconfig, IMAGE_USER, IMAGE_USER);
     const host = cluster.hostAddress;
     const webhookPort = await freePort(host);
     const healthPort = await freePort();
@@ -62,10 +66,15 @@ async function main(): Promise<string[]> {
     // buildah run shares this machine's network (chroot isolation), so the mapped ports are reachable as they are.
     const child = spawn(
       'buildah',
-      ['run', '--user', '65532:65532', '-v', `${kubeconfig}:/etc/sbx/kubeconfig:ro`, container, '--'].concat(
-        ['node', '/app/dist/src/operator/main.js'],
-        args,
-      ),
+      [
+        'run',
+        '--user',
+        `${IMAGE_USER}:${IMAGE_USER}`,
+        '-v',
+        `${kubeconfig}:/etc/sbx/kubeconfig:ro`,
+        container,
+        '--',
+      ].concat(['node', '/app/dist/src/operator/main.js'], args),
       { env: buildahEnv, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     let log = '';
