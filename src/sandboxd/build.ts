@@ -8,6 +8,8 @@ import { InventoryPublisher } from './inventory.js';
 import type { SandboxdConfig } from './options.js';
 import { PeerDirectory } from './peers.js';
 import { startVirtualNodes, type VirtualNodes } from './vk/index.js';
+import { selfSignedKubeletCert } from './vk/serving-cert.js';
+import { vmMemoryGauge } from './vm-metrics.js';
 import { join } from 'node:path';
 import { SandboxError } from '../errors.js';
 
@@ -42,6 +44,7 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
     pauseMode: config.pauseMode,
     logger: log.child({ component: 'api' }),
   });
+  vmMemoryGauge(api.registry, engine);
   const bound = await api.listen(config.listenHost, config.listenPort);
   const address = `${bound.address}:${bound.port}`;
   log.info({ address, node: config.nodeName }, 'sandboxd API listening');
@@ -76,13 +79,17 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
   }
   let vk: VirtualNodes | undefined;
   if (client && config.vkNodes.length) {
-    const { kubeletAddress, kubeletTlsCert, kubeletTlsKey, kubeletClientCa } = config;
-    if (!kubeletAddress || !kubeletTlsCert || !kubeletTlsKey || !kubeletClientCa)
+    const { kubeletAddress, kubeletClientCa } = config;
+    if (!kubeletAddress || !kubeletClientCa || !config.kubeletTlsCert !== !config.kubeletTlsKey)
       throw new SandboxError(
         'sandboxd.flags',
-        'virtual nodes need --kubelet-address, --kubelet-tls-cert, --kubelet-tls-key and --kubelet-client-ca',
+        'virtual nodes need --kubelet-address and --kubelet-client-ca (and --kubelet-tls-cert with --kubelet-tls-key, or neither for a self-signed serving certificate)',
         { hint: 'or pass --vk-nodes "" to run without virtual-kubelet nodes' },
       );
+    const serving =
+      config.kubeletTlsCert && config.kubeletTlsKey
+        ? { cert: config.kubeletTlsCert, key: config.kubeletTlsKey }
+        : selfSignedKubeletCert(join(config.dataDir, 'vk', 'pki'), kubeletAddress);
     vk = await startVirtualNodes({
       engine,
       client,
@@ -90,7 +97,7 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
       nodes: config.vkNodes.map((kind) => ({ kind })),
       hostAddress: kubeletAddress,
       kubeletPortBase: config.kubeletPort,
-      tls: { cert: kubeletTlsCert, key: kubeletTlsKey, clientCa: kubeletClientCa },
+      tls: { ...serving, clientCa: kubeletClientCa },
       stateDir: join(config.dataDir, 'vk'),
       logger: log,
     });

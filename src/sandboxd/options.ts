@@ -134,8 +134,11 @@ export function sandboxdCommand(): Command {
     )
     .option('--kubelet-address <ip>', 'address the apiserver reaches the kubelet API at (Node InternalIP)')
     .option('--kubelet-port <port>', 'first kubelet API port (one per virtual node)', Number, 10250)
-    .option('--kubelet-tls-cert <path>', 'kubelet serving certificate (signed by the cluster CA)')
-    .option('--kubelet-tls-key <path>', 'kubelet serving key')
+    .option(
+      '--kubelet-tls-cert <path>',
+      'kubelet serving certificate (default: a self-signed one for --kubelet-address, as the kubelet makes)',
+    )
+    .option('--kubelet-tls-key <path>', 'kubelet serving key (with --kubelet-tls-cert)')
     .option('--kubelet-client-ca <path>', "CA that signs the apiserver's kubelet client certificate")
     .addOption(
       new Option('--destroy-on-exit [bool]', 'destroy every VM when stopping (default: VMs survive restarts)')
