@@ -86,6 +86,10 @@ export const CocoonAnnotationKeys = {
   servedBy: 'sandbox.cocoonstack.io/served-by',
   /** Label on a fork child: the Sandbox it was forked from. */
   forkedFrom: 'sandbox.cocoonstack.io/forked-from',
+  /** On a NodeInventory (and a simulated node's objects): what simulates this node, when it is not real. */
+  simulation: 'sandbox.cocoonstack.io/simulation',
+  /** On a NodeInventory whose `entries` were capped: how many it lists of how many claims the node holds. */
+  inventoryEntries: 'sandbox.cocoonstack.io/inventory-entries',
   cocoonsetMode: 'cocoonset.cocoonstack.io/mode',
   cocoonsetManaged: 'cocoonset.cocoonstack.io/managed',
   cocoonsetImage: 'cocoonset.cocoonstack.io/image',
