@@ -29,9 +29,10 @@ import {
 /**
  * Default clone delay (ms): the real engine's clone time on this machine, measured by bench/scale/clone-time.ts (a
  * real NodeEngine refilling sandbox/minimal from 0 to 30 with the daemon's defaults, refill concurrency 2 and one
- * spare VMM: the p50 of every driver.clone() inside the refill, from call to the clone's agent answering).
+ * spare VMM, priming off; every driver.clone() inside the refill timed from call to the clone's agent answering):
+ * p50 267 / 286 / 291 ms in three rounds (6.7-7.1 VMs/s per node), under the heavy lock, PERFORMANCE.md "Fleet scale".
  */
-export const SIM_CLONE_MS = 170;
+export const SIM_CLONE_MS = 280;
 
 /** What every simulated record says about itself. */
 export const SIMULATION_NOTE = 'simulated VMM (sandboxd --engine=sim): no VM runs behind this sandbox';
