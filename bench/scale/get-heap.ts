@@ -13,9 +13,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { EventLog } from '../../src/apiserver/sandboxes/event-log.js';
 import { NodeFeed } from '../../src/apiserver/sandboxes/node-feed.js';
 import { SandboxdClient } from '../../src/apiserver/sandboxes/sandboxd-client.js';
-import { SANDBOX_RENDERER } from '../../src/apiserver/sandboxes/storage.js';
 import { SandboxStore } from '../../src/apiserver/sandboxes/store.js';
 import { silentLogger } from '../../src/log/logger.js';
+import { heapPerGet } from '../support/heap-per-get.js';
 
 const { values } = parseArgs({
   options: {
@@ -54,21 +54,9 @@ for (const f of feeds) f.stop();
 const keys = [...store.keysFrom('')];
 const gets = Number(values.gets);
 const names = Array.from({ length: gets }, (_, i) => keys[(i * 7919) % keys.length]!);
-const bodies: string[] = new Array(gets);
-const burst = () => {
-  for (let i = 0; i < gets; i++) bodies[i] = JSON.stringify(SANDBOX_RENDERER.toObject(store.get(names[i]!)!));
-};
-burst();
-const samples: number[] = [];
-for (let round = 0; round < 5; round++) {
-  gc();
-  const before = process.memoryUsage().heapUsed;
-  burst();
-  samples.push((process.memoryUsage().heapUsed - before) / gets);
-}
-samples.sort((a, b) => a - b);
+const bytesPerGet = heapPerGet(store, names);
 gc();
 process.stdout.write(
-  `${JSON.stringify({ size: store.size, bytesPerGet: samples[2], storeHeapMiB: process.memoryUsage().heapUsed / 2 ** 20 })}\n`,
+  `${JSON.stringify({ size: store.size, bytesPerGet, storeHeapMiB: process.memoryUsage().heapUsed / 2 ** 20 })}\n`,
 );
 process.exit(0);

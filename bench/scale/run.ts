@@ -30,6 +30,7 @@ import { readClusterEnvironment } from '../../src/cluster/index.js';
 import { createLogger } from '../../src/log/logger.js';
 import { SIM_CLONE_MS } from '../../src/vmm/index.js';
 import { machineIdleSettings } from '../machine.js';
+import { timed } from '../support/timed.js';
 import {
   adminHttps,
   etcdKeys,
@@ -37,13 +38,12 @@ import {
   fitLine,
   keyKind,
   nodeRefs,
-  percentile,
+  pct,
   platformRss,
-  timed,
   warmOnNodes,
   type Https,
   type NodeRef,
-} from './probes.js';
+} from '../support/scale-probes.js';
 
 const { values } = parseArgs({
   options: {
@@ -406,7 +406,7 @@ async function main(): Promise<void> {
       return [...m].map(([k, n]) => `${k} ${n}`).join(', ');
     };
     const sandboxApiObjects = keys1.filter((k) => /agents\.x-k8s\.io\//.test(k));
-    const p50 = (xs: number[]) => percentile(xs, 50);
+    const p50 = (xs: number[]) => pct(xs, 50);
     const row = (label: string, a: string, b: string) => `| ${label} | ${a} | ${b} |`;
     const rs = readsSmall;
     const rf = readsFull;
@@ -434,8 +434,8 @@ async function main(): Promise<void> {
       '|---|---|---|',
       row(
         'first page, limit 500 (Table), p50 / p99',
-        `${ms(p50(rs.firstPage))} / ${ms(percentile(rs.firstPage, 99))}`,
-        `${ms(p50(rf.firstPage))} / ${ms(percentile(rf.firstPage, 99))}`,
+        `${ms(p50(rs.firstPage))} / ${ms(pct(rs.firstPage, 99))}`,
+        `${ms(p50(rf.firstPage))} / ${ms(pct(rf.firstPage, 99))}`,
       ),
       row(
         '`kubectl get sandboxes -A --chunk-size=500`, total',
@@ -444,8 +444,8 @@ async function main(): Promise<void> {
       ),
       row(
         'Get by name p50 / p99',
-        `${ms(p50(rs.get))} / ${ms(percentile(rs.get, 99))}`,
-        `${ms(p50(rf.get))} / ${ms(percentile(rf.get, 99))}`,
+        `${ms(p50(rs.get))} / ${ms(pct(rs.get, 99))}`,
+        `${ms(p50(rf.get))} / ${ms(pct(rf.get, 99))}`,
       ),
       row(
         'watch initial sync (WatchList to initial-events-end)',
@@ -460,13 +460,13 @@ async function main(): Promise<void> {
       ),
       row(
         `claim create → 201 Ready, serial p50 / p99 (n=${CLAIMS})`,
-        `${ms(p50(rs.claimSerial))} / ${ms(percentile(rs.claimSerial, 99))}`,
-        `${ms(p50(rf.claimSerial))} / ${ms(percentile(rf.claimSerial, 99))}`,
+        `${ms(p50(rs.claimSerial))} / ${ms(pct(rs.claimSerial, 99))}`,
+        `${ms(p50(rf.claimSerial))} / ${ms(pct(rf.claimSerial, 99))}`,
       ),
       row(
         `claim create → 201 Ready, c=20 p50 / p99 (n=${CLAIMS * 2})`,
-        `${ms(p50(rs.claimC20))} / ${ms(percentile(rs.claimC20, 99))}`,
-        `${ms(p50(rf.claimC20))} / ${ms(percentile(rf.claimC20, 99))}`,
+        `${ms(p50(rs.claimC20))} / ${ms(pct(rs.claimC20, 99))}`,
+        `${ms(p50(rf.claimC20))} / ${ms(pct(rf.claimC20, 99))}`,
       ),
       row(
         'RSS sandboxd sum / max node (MiB)',

@@ -10,12 +10,13 @@
  * Anything that needs a guest (exec, files, port-forward) is refused with an error that names the simulation.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
 import type { MicrovmDriver, MicrovmHandle, SimulationInfo } from './driver.js';
 import { newId } from './run-records.js';
+import { loadTemplate } from './templates.js';
 import {
   assertAllowed,
   type CloneOptions,
@@ -193,73 +194,53 @@ export class SimulatedMicrovmDriver implements MicrovmDriver {
       .update(JSON.stringify(['sim-template-v1', spec.name, spec.image.hash, memoryMiB, vcpus, network]))
       .digest('hex')
       .slice(0, 16);
-    const dir = join(this.templateRoot, hash);
-    const t: Template = {
-      name: spec.name,
-      hash,
-      dir,
-      memFile: join(dir, 'mem'),
-      stateFile: join(dir, 'state'),
-      memoryMiB,
-      vcpus,
-      network,
-      accel: 'tcg',
-      image: spec.image,
-      cmdline: '',
-      createdAt: new Date().toISOString(),
-      bootMs: 0,
-    };
-    this.writeTemplate(t, { simulated: SIMULATION_NOTE });
-    this.log.info({ template: spec.name, dir }, 'simulated template written (no VM was booted)');
+    const t = this.writeTemplate(
+      { name: spec.name, hash, memoryMiB, vcpus, network, accel: 'tcg', image: spec.image },
+      { simulated: SIMULATION_NOTE },
+    );
+    this.log.info({ template: spec.name, dir: t.dir }, 'simulated template written (no VM was booted)');
     return t;
   }
 
   /** A template (a checkpoint or a fork's base) recording the VM it was taken of. @internal */
   recordTemplate(name: string, of: VmRecord): Template {
-    const hash = `sim-ck-${randomBytes(8).toString('hex')}`;
-    const dir = join(this.templateRoot, hash);
-    const t: Template = {
-      name,
-      hash,
-      dir,
-      memFile: join(dir, 'mem'),
-      stateFile: join(dir, 'state'),
-      memoryMiB: of.memoryMiB,
-      vcpus: of.vcpus,
-      network: of.network,
-      accel: of.accel,
-      image: { kernel: '', initramfs: '', hash: of.template.hash },
-      cmdline: '',
-      createdAt: new Date().toISOString(),
-      bootMs: 0,
-    };
-    this.writeTemplate(t, { simulated: SIMULATION_NOTE, of: { id: of.id, template: of.template, labels: of.labels } });
+    const { memoryMiB, vcpus, network, accel } = of;
+    return this.writeTemplate(
+      {
+        name,
+        hash: `sim-ck-${randomBytes(8).toString('hex')}`,
+        memoryMiB,
+        vcpus,
+        network,
+        accel,
+        image: { kernel: '', initramfs: '', hash: of.template.hash },
+      },
+      { simulated: SIMULATION_NOTE, of: { id: of.id, template: of.template, labels: of.labels } },
+    );
+  }
+
+  /** The template's directory, written like the real driver's, with records where its RAM and device state go. */
+  private writeTemplate(
+    fields: Pick<Template, 'name' | 'hash' | 'memoryMiB' | 'vcpus' | 'network' | 'accel' | 'image'>,
+    record: unknown,
+  ): Template {
+    const dir = join(this.templateRoot, fields.hash);
+    mkdirSync(dir, { recursive: true });
+    const saved = { ...fields, cmdline: '', createdAt: new Date().toISOString(), bootMs: 0, simulated: true };
+    writeFileSync(join(dir, 'template.json'), JSON.stringify(saved, null, 2));
+    const t = loadTemplate(dir);
+    writeFileSync(t.memFile, JSON.stringify(record));
+    writeFileSync(t.stateFile, JSON.stringify(record));
     return t;
   }
 
-  private writeTemplate(t: Template, record: unknown): void {
-    mkdirSync(t.dir, { recursive: true });
-    writeFileSync(join(t.dir, 'template.json'), JSON.stringify({ ...t, dir: undefined, simulated: true }, null, 2));
-    // The real driver's RAM file and device state: here, records saying what they stand for.
-    writeFileSync(t.memFile, JSON.stringify(record));
-    writeFileSync(t.stateFile, JSON.stringify(record));
-  }
-
   loadTemplate(dir: string): Template {
-    let t: Template & { simulated?: boolean };
-    try {
-      t = JSON.parse(readFileSync(join(dir, 'template.json'), 'utf8')) as Template & { simulated?: boolean };
-    } catch (err) {
-      throw new SandboxError('TEMPLATE_INVALID', `no valid template in ${dir}`, {
-        cause: err,
-        hint: 'remove the directory and create the template again',
-      });
-    }
+    const t = loadTemplate(dir) as Template & { simulated?: boolean };
     if (!t.simulated)
       throw new SandboxError('TEMPLATE_INVALID', `${dir} holds a real template; the simulated engine cannot clone it`, {
         hint: 'a node keeps one engine for its data dir: start it with the engine that wrote it',
       });
-    return { ...t, dir, memFile: join(dir, 'mem'), stateFile: join(dir, 'state') };
+    return t;
   }
 
   deleteTemplate(t: Template): void {

@@ -10,6 +10,7 @@ import { Agent as HttpAgent, request as httpRequest } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { promisify } from 'node:util';
 import type { Platform } from '../../src/cli/platform.js';
+import { percentile } from '../claim-driver.js';
 
 const run = promisify(execFile);
 
@@ -242,10 +243,12 @@ export function platformRss(p: Platform): Record<string, number> {
 
 // ------------------------------------------------------------------ numbers
 
-export function percentile(xs: readonly number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  if (!s.length) return NaN;
-  return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))]!;
+/** The p-th percentile of unsorted `xs` (the convention of bench/claim-driver). */
+export function pct(xs: readonly number[], p: number): number {
+  return percentile(
+    [...xs].sort((a, b) => a - b),
+    p,
+  );
 }
 
 /** Least-squares line y = a + b·x. */
@@ -257,21 +260,4 @@ export function fitLine(points: ReadonlyArray<{ x: number; y: number }>): { a: n
   const sxx = points.reduce((s, p) => s + (p.x - mx) ** 2, 0);
   const b = sxy / sxx;
   return { a: my - b * mx, b };
-}
-
-/** Run `n` operations `concurrency` at a time; the latencies (ms) of each. */
-export async function timed(n: number, concurrency: number, op: (i: number) => Promise<void>): Promise<number[]> {
-  const out: number[] = [];
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(concurrency, n) }, async () => {
-      while (next < n) {
-        const i = next++;
-        const t0 = performance.now();
-        await op(i);
-        out.push(performance.now() - t0);
-      }
-    }),
-  );
-  return out;
 }
