@@ -257,7 +257,10 @@ async function measureReads(p: Platform, kube: Https, nodes: NodeRef[], count: n
   const claim = async () => {
     const name = `c-${count}-${seq++}`;
     const r = await kube.post(`${SANDBOXES}/namespaces/${NS}/sandboxes`, sandboxBody(name));
-    if (r.status !== 201 || !/"type":"Ready","status":"True"/.test(r.body))
+    const ready = (
+      JSON.parse(r.body) as { status?: { conditions?: Array<{ type: string; status: string }> } }
+    ).status?.conditions?.find((c) => c.type === 'Ready');
+    if (r.status !== 201 || ready?.status !== 'True')
       throw new Error(`claim ${name}: HTTP ${r.status}: ${r.body.slice(0, 300)}`);
     created.push(name);
   };
