@@ -276,7 +276,8 @@ export class NodeEngine extends EventEmitter {
     const warm = this.claimWarm(req);
     if (warm) return warm;
     this.assertKnownTemplate(req.key.template);
-    if (req.provisionOnMiss === false) throw new SandboxError('warm-miss', `no warm sandbox for ${keyString(req.key)}`);
+    if (req.provisionOnMiss === false)
+      throw new SandboxError('sandboxd.warm-miss', `no warm sandbox for ${keyString(req.key)}`);
     const vm = await this.reserving(1, () => this.pools.provision(req.key));
     this.counters.provisioned++;
     if (req.primeAfter) this.pools.primeLater(vm);
@@ -292,7 +293,7 @@ export class NodeEngine extends EventEmitter {
   claimWarm(req: ClaimRequest): SandboxRecord | undefined {
     if (!this.hasRoom())
       throw new SandboxError(
-        'at-capacity',
+        'sandboxd.at-capacity',
         `node ${this.opts.nodeName} is at capacity (${this.opts.maxClaims} claims)`,
       );
     const vm = this.pools.take(req.key);
@@ -342,13 +343,13 @@ export class NodeEngine extends EventEmitter {
   vm(id: string): MicrovmHandle {
     const rec = this.mustGet(id);
     const vm = this.driver.get(rec.vmId);
-    if (!vm) throw new SandboxError('not-found', `sandbox ${id} has no VM any more`);
+    if (!vm) throw new SandboxError('sandboxd.not-found', `sandbox ${id} has no VM any more`);
     return vm;
   }
 
   private mustGet(id: string): SandboxRecord {
     const rec = this.claims.get(id);
-    if (!rec) throw new SandboxError('not-found', `sandbox ${id} not found`);
+    if (!rec) throw new SandboxError('sandboxd.not-found', `sandbox ${id} not found`);
     return rec;
   }
 
@@ -405,7 +406,7 @@ export class NodeEngine extends EventEmitter {
 
   /**
    * Memory-resident pause (QMP stop): the vCPUs stop, the guest's RAM stays in the VMM, resume takes ~2 ms. What
-   * the node does for "pause" unless `--pause-mode=hibernate` (docs/sandboxd-api.md "Pause and resume").
+   * the node does for "pause" unless `--pause-mode=hibernate` (docs/sandboxd-api.md "Sandboxes").
    */
   async pause(id: string): Promise<void> {
     const rec = this.mustGet(id);
@@ -437,16 +438,19 @@ export class NodeEngine extends EventEmitter {
     const rec = this.mustGet(id);
     this.assertNotEgress(rec, 'fork');
     if (rec.paused || rec.hibernated)
-      throw new SandboxError('conflict', `sandbox ${id} is ${rec.paused ? 'paused' : 'hibernated'}: resume it first`);
+      throw new SandboxError(
+        'sandboxd.conflict',
+        `sandbox ${id} is ${rec.paused ? 'paused' : 'hibernated'}: resume it first`,
+      );
     if (!Number.isInteger(count) || count < 1 || count > MAX_FORK_COUNT)
-      throw new SandboxError('bad-request', `count: must be 1..${MAX_FORK_COUNT} (got ${count})`);
+      throw new SandboxError('sandboxd.bad-request', `count: must be 1..${MAX_FORK_COUNT} (got ${count})`);
     if (objects && objects.length !== count)
-      throw new SandboxError('bad-request', `objects: ${objects.length} given for count ${count}`);
+      throw new SandboxError('sandboxd.bad-request', `objects: ${objects.length} given for count ${count}`);
     for (const o of objects ?? [])
       if (this.claims.byRef(o.claimRef))
-        throw new SandboxError('conflict', `claim_ref ${o.claimRef} is already claimed`);
+        throw new SandboxError('sandboxd.conflict', `claim_ref ${o.claimRef} is already claimed`);
     if (!this.hasRoom(count))
-      throw new SandboxError('at-capacity', `forking ${count} would exceed ${this.opts.maxClaims} claims`);
+      throw new SandboxError('sandboxd.at-capacity', `forking ${count} would exceed ${this.opts.maxClaims} claims`);
     const children = await this.reserving(count, () =>
       this.vm(id).fork(count, { labels: { [LABEL_NODE]: this.opts.nodeName } }),
     );
@@ -490,10 +494,10 @@ export class NodeEngine extends EventEmitter {
     identity?: { claimRef: string; object: unknown },
   ): Promise<SandboxRecord> {
     const ck = this.checkpoints.get(id);
-    if (!ck) throw new SandboxError('not-found', `checkpoint ${id} not found`);
+    if (!ck) throw new SandboxError('sandboxd.not-found', `checkpoint ${id} not found`);
     if (identity && this.claims.byRef(identity.claimRef))
-      throw new SandboxError('conflict', `claim_ref ${identity.claimRef} is already claimed`);
-    if (!this.hasRoom()) throw new SandboxError('at-capacity', `node ${this.opts.nodeName} is at capacity`);
+      throw new SandboxError('sandboxd.conflict', `claim_ref ${identity.claimRef} is already claimed`);
+    if (!this.hasRoom()) throw new SandboxError('sandboxd.at-capacity', `node ${this.opts.nodeName} is at capacity`);
     const vm = await this.reserving(1, () =>
       this.driver.clone(ck.template, { labels: { [LABEL_NODE]: this.opts.nodeName } }),
     );
@@ -502,7 +506,7 @@ export class NodeEngine extends EventEmitter {
 
   private assertNotEgress(rec: SandboxRecord, verb: string): void {
     if (rec.key.net === 'egress')
-      throw new SandboxError('conflict', `${verb} is not supported on the egress lane (sandbox ${rec.id})`);
+      throw new SandboxError('sandboxd.conflict', `${verb} is not supported on the egress lane (sandbox ${rec.id})`);
   }
 
   private stateJson(): string {

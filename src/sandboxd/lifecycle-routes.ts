@@ -1,14 +1,14 @@
 /**
- * sandboxd's lifecycle routes (docs/sandboxd-api.md "Pause and resume", "Fork", "Checkpoints"): pause and resume
+ * sandboxd's lifecycle routes (docs/sandboxd-api.md "Sandboxes", "Checkpoints"): pause and resume
  * in the mode the node chooses, fork into children that may carry their own Kubernetes objects, and a claim from a
  * checkpoint that may carry one. Each answer includes the rows of the sandboxes it changed or made, so a caller
  * (sandbox-apiserver) indexes the result without waiting for the change feed.
  */
+import { SandboxError } from '../errors.js';
 import type { NodeEngine, SandboxRecord } from './engine.js';
 import { sandboxRow } from './change-feed.js';
 import {
   claimResponse,
-  HttpError,
   json,
   optionalInt,
   optionalString,
@@ -44,10 +44,11 @@ export function registerLifecycleRoutes(api: SandboxdApi, e: NodeEngine, pauseMo
     const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 0);
     let objects: Array<{ claimRef: string; object: unknown }> | undefined;
     if (body.objects !== undefined) {
-      if (!Array.isArray(body.objects)) throw new HttpError(400, 'objects: must be an array');
+      if (!Array.isArray(body.objects)) throw new SandboxError('sandboxd.bad-request', 'objects: must be an array');
       objects = body.objects.map((o: unknown, i: number) => {
         const claimRef = (o as { claim_ref?: unknown })?.claim_ref;
-        if (typeof claimRef !== 'string') throw new HttpError(400, `objects[${i}].claim_ref: required`);
+        if (typeof claimRef !== 'string')
+          throw new SandboxError('sandboxd.bad-request', `objects[${i}].claim_ref: required`);
         return { claimRef, object: storedObject((o as { object?: unknown }).object, claimRef) };
       });
     }

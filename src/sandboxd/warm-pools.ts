@@ -84,7 +84,7 @@ export class WarmPools {
 
   assertKnownTemplate(template: string): void {
     if (!GUEST_TEMPLATES[template])
-      throw new SandboxError('bad-request', `template: unknown template "${template}"`, {
+      throw new SandboxError('sandboxd.bad-request', `template: unknown template "${template}"`, {
         hint: `known templates: ${this.knownTemplates().join(', ')}`,
       });
   }
@@ -141,7 +141,7 @@ export class WarmPools {
    */
   setTargets(targets: Array<{ key: PoolKey; warm: number }>, owner?: string): void {
     const wanted = new Map(targets.map((t) => [keyString(t.key), t]));
-    if (wanted.size !== targets.length) throw new SandboxError('bad-request', 'pools: duplicate pool');
+    if (wanted.size !== targets.length) throw new SandboxError('sandboxd.bad-request', 'pools: duplicate pool');
     for (const t of targets) this.assertKnownTemplate(t.key.template);
     for (const [k, pool] of this.pools) {
       if (!wanted.has(k) && (owner === undefined || pool.owner === owner)) pool.target = 0;

@@ -9,7 +9,13 @@ import { execFile } from 'node:child_process';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
-import { aggregatedNamespace, getAggregated, sandboxManifest, type AggregatedEnv } from '../support/aggregated.js';
+import {
+  aggregatedNamespace,
+  createSandbox,
+  getAggregated,
+  sandboxManifest,
+  type AggregatedEnv,
+} from '../support/aggregated.js';
 
 const run = promisify(execFile);
 const GROUP = 'agents.x-k8s.io';
@@ -215,7 +221,7 @@ describe('aggregated sandboxes: lifecycle verbs', () => {
     await assert.rejects(raw('bad', 'fork', 'SandboxForkOptions', { count: 1 }), /resume it first/);
     await raw('bad', 'resume', 'SandboxResumeOptions');
     const egress = sandboxManifest('eg', { annotations: { 'sandbox.cocoonstack.io/net': 'egress' } });
-    await env.kubectl(['create', '-n', ns.name, '-f', '-'], JSON.stringify(egress));
+    await createSandbox(env, ns.name, egress);
     await assert.rejects(raw('eg', 'pause', 'SandboxPauseOptions'), /Conflict|egress/);
   });
 });

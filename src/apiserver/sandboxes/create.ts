@@ -1,8 +1,8 @@
 /**
- * Create = node-local claim (docs/aggregated-layout.md "Create"): validate the Sandbox as kube-apiserver would
- * validate the CRD (same schema source), settle its name (unique among live sandboxes: a second create of a live
- * name is 409 and spends no VM), derive its pool key and lease, then claim a warm VM on a node chosen by
- * power-of-two choices, trying the next candidate on a capacity miss. Everything that can be refused is refused
+ * Create = node-local claim (docs/aggregated-layout.md "How a request flows", step 8): validate the Sandbox as
+ * kube-apiserver would validate the CRD (same schema source), settle its name (unique among live sandboxes: a second
+ * create of a live name is 409 and spends no VM), derive its pool key and lease, then claim a warm VM on a node chosen
+ * by power-of-two choices, trying the next candidate on a capacity miss. Everything that can be refused is refused
  * before a VM is spent. The answer carries the claim id, address, deadline and — only here — the sandbox token.
  */
 import { randomBytes, randomUUID } from 'node:crypto';

@@ -1,8 +1,8 @@
 /**
- * SandboxWarmPool controller (spec §8 with the newer upstream's expectations, readiness grace and refill pacing):
- * keeps `spec.replicas` warm, unclaimed Sandboxes built from the pool's template. Counts come from PoolMembership
- * (maintained from informer events), so a steady-state pass is O(1): it touches members only to replace drifted or
- * stuck ones, or to scale down.
+ * SandboxWarmPool controller (docs/extensions.md "Warm pool": the newer upstream's expectations, readiness grace,
+ * refill pacing): keeps `spec.replicas` warm, unclaimed Sandboxes built from the pool's template. Counts come from
+ * PoolMembership (maintained from informer events), so a steady-state pass is O(1): it touches members only to replace
+ * drifted or stuck ones, or to scale down.
  */
 import { CocoonAnnotationKeys } from '../../api/keys.js';
 import {
@@ -59,7 +59,7 @@ export interface WarmPoolDeps {
   templates: Informer<TemplateObj>;
 }
 
-/** Enqueue the pool when anything its accounting or decisions depend on changed (spec §8 Owns predicate). */
+/** Enqueue the pool when anything its accounting or decisions depend on changed (docs/extensions.md "Warm pool"). */
 export const memberChanged: Predicate<SandboxObj> = (oldSb, newSb) => {
   if (!oldSb) return true;
   const a = oldSb.metadata;
@@ -99,7 +99,7 @@ class RefillPacer {
   }
 }
 
-/** Build a warm member (spec §8 step 5). */
+/** Build a warm member (docs/extensions.md "Warm pool"). */
 export function buildWarmMember(pool: PoolObj, template: TemplateObj, bpHash: string, eviction: boolean): Sandbox {
   const poolName = pool.metadata.name!;
   const tplName = template.metadata.name!;
@@ -294,7 +294,7 @@ export class WarmPoolReconciler {
     return wait;
   }
 
-  /** Status-only mode counts every labelled member, owned or not (spec §8). */
+  /** Status-only mode counts every labelled member, owned or not (`--sandbox-warm-pool-disable-cr-management`). */
   private countAll(pool: PoolObj): number {
     return (
       this.membership.get(pool.metadata.uid!).members.size +
