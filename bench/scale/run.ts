@@ -100,7 +100,8 @@ async function fill(p: Platform, kube: Https, nodes: NodeRef[], size: number): P
       writes.push({ t: (performance.now() - t0) / 1000, total: (await etcdWrites(p.cluster.netns)).total - w0 });
     }
   })();
-  const deadline = t0 + Math.max(120_000, (size / (N * (CONC / (CLONE_MS / 1000)))) * 4000);
+  // 10× the simulated ceiling (nodes × concurrency / clone time): on 2 cores the daemons may be CPU-bound well below it.
+  const deadline = t0 + Math.max(300_000, (size / (N * (CONC / (CLONE_MS / 1000)))) * 10_000);
   while (Number.isNaN(nodesMs) || Number.isNaN(statusMs)) {
     const [warm, ready] = await Promise.all([warmOnNodes(nodes), readyReplicas(kube)]);
     const now = performance.now() - t0;
@@ -228,7 +229,9 @@ async function measureReads(p: Platform, kube: Https, nodes: NodeRef[], count: n
   const firstPage: number[] = [];
   for (let i = 0; i < 20; i++) {
     const r = await kube.get(`${SANDBOXES}/sandboxes?limit=500`, TABLE);
-    if (r.status !== 200 || !r.body.includes('"continue"')) throw new Error(`first page: HTTP ${r.status}`);
+    // A list of at most 500 is one page: no continue token then.
+    if (r.status !== 200 || (count > 500 && !r.body.includes('"continue"')))
+      throw new Error(`first page: HTTP ${r.status}${r.status === 200 ? ', no continue token' : ''}`);
     firstPage.push(r.ms);
   }
   const k = await kubectlAll(p);
@@ -278,6 +281,11 @@ async function measureReads(p: Platform, kube: Https, nodes: NodeRef[], count: n
   await cleanup();
   const claimC20 = await timed(CLAIMS * 2, 20, claim);
   await cleanup();
+  const p50s = (xs: number[]) => pct(xs, 50).toFixed(1);
+  say(
+    `reads at ${count}: first page p50 ${p50s(firstPage)} ms, kubectl ${k.ms.toFixed(0)} ms, get p50 ${p50s(get)} ms, ` +
+      `watch sync ${watch.ms.toFixed(0)} ms, heap/Get ${heap.bytesPerGet.toFixed(0)} B, claims p50 serial ${p50s(claimSerial)} / c20 ${p50s(claimC20)} ms`,
+  );
   return {
     count,
     firstPage,
@@ -368,6 +376,8 @@ async function main(): Promise<void> {
       if (size !== S) await drain(kube, nodes);
     }
     const rssFull = platformRss(p);
+    // Each phase's raw figures as they are measured, so a later failure still leaves them.
+    say(`fills: ${JSON.stringify(fills)}`);
 
     const small = S / 10;
     say(`creating ${small} sandboxes`);

@@ -48,7 +48,7 @@ export interface SimDriverOptions {
 
 function noGuest(id: string): SandboxError {
   return new SandboxError(
-    'conflict',
+    'vm.simulated',
     `VM ${id} is simulated (sandboxd --engine=sim): it has no guest to run anything in`,
     {
       hint: 'exec, files and port-forward need a node with real microVMs (sandboxd --engine=qemu)',
@@ -130,7 +130,7 @@ export class SimulatedVm implements MicrovmHandle {
   /** As the real fork: a checkpoint, then `n` clones of it one after another, then the checkpoint goes. */
   async fork(n: number, opts: Omit<CloneOptions, 'id'> = {}): Promise<MicrovmHandle[]> {
     if (!Number.isInteger(n) || n < 1 || n > 64)
-      throw new SandboxError('INVALID_ARGUMENT', `fork count ${n} must be 1..64`, {
+      throw new SandboxError('vm.invalid-argument', `fork count ${n} must be 1..64`, {
         hint: 'fork fewer children at a time',
       });
     assertAllowed(this.id, this._state, 'fork');
@@ -166,12 +166,11 @@ export class SimulatedMicrovmDriver implements MicrovmDriver {
   private readonly vms = new Map<string, SimulatedVm>();
   private readonly templateRoot: string;
   private readonly log: Logger;
-  private closed = false;
 
   constructor(opts: SimDriverOptions) {
     this.cloneMs = opts.cloneMs ?? SIM_CLONE_MS;
     if (!Number.isFinite(this.cloneMs) || this.cloneMs < 0)
-      throw new SandboxError('INVALID_ARGUMENT', `simulated clone time must be >= 0 ms (got ${opts.cloneMs})`);
+      throw new SandboxError('vm.invalid-argument', `simulated clone time must be >= 0 ms (got ${opts.cloneMs})`);
     this.templateRoot = join(opts.root, 'templates');
     mkdirSync(this.templateRoot, { recursive: true });
     this.log = opts.logger ?? silentLogger;
@@ -237,7 +236,7 @@ export class SimulatedMicrovmDriver implements MicrovmDriver {
   loadTemplate(dir: string): Template {
     const t = loadTemplate(dir) as Template & { simulated?: boolean };
     if (!t.simulated)
-      throw new SandboxError('TEMPLATE_INVALID', `${dir} holds a real template; the simulated engine cannot clone it`, {
+      throw new SandboxError('template.invalid', `${dir} holds a real template; the simulated engine cannot clone it`, {
         hint: 'a node keeps one engine for its data dir: start it with the engine that wrote it',
       });
     return t;
@@ -248,19 +247,30 @@ export class SimulatedMicrovmDriver implements MicrovmDriver {
   }
 
   async clone(template: Template, opts: CloneOptions = {}): Promise<MicrovmHandle> {
-    if (this.closed) throw new SandboxError('VM_DRIVER_CLOSED', 'the simulated driver is closed');
     const id = opts.id ?? newId('sim');
     if (this.vms.has(id))
-      throw new SandboxError('VM_EXISTS', `a VM with id ${id} already exists`, {
+      throw new SandboxError('vm.exists', `a VM with id ${id} already exists`, {
         hint: 'pick another id or destroy the existing VM',
       });
+    if (template.network === 'none' && opts.hostForwards?.length)
+      throw new SandboxError(
+        'vm.invalid-argument',
+        `template ${template.name} has no network; host forwards need the egress lane`,
+        { hint: 'use a template with network: egress' },
+      );
+    // Aborted as the real clone is (its agent handshake takes the signal): agent.aborted.
+    if (opts.signal?.aborted) throw new SandboxError('agent.aborted', `clone ${id} aborted`);
     if (this.cloneMs > 0)
       await new Promise<void>((resolve, reject) => {
-        const t = setTimeout(resolve, this.cloneMs);
-        opts.signal?.addEventListener('abort', () => {
+        const onAbort = () => {
           clearTimeout(t);
-          reject(new SandboxError('VM_ABORTED', `clone ${id} aborted`));
-        });
+          reject(new SandboxError('agent.aborted', `clone ${id} aborted`));
+        };
+        const t = setTimeout(() => {
+          opts.signal?.removeEventListener('abort', onAbort);
+          resolve();
+        }, this.cloneMs);
+        opts.signal?.addEventListener('abort', onAbort, { once: true });
       });
     const vm = new SimulatedVm(this, {
       id,
@@ -299,7 +309,7 @@ export class SimulatedMicrovmDriver implements MicrovmDriver {
   async adopt(id: string): Promise<MicrovmHandle> {
     const vm = this.vms.get(id);
     if (vm) return vm;
-    throw new SandboxError('VM_NOT_FOUND', `no simulated VM ${id} (simulated VMs do not outlive their daemon)`);
+    throw new SandboxError('vm.not-found', `no simulated VM ${id} (simulated VMs do not outlive their daemon)`);
   }
 
   removeStale(): void {}
@@ -316,7 +326,6 @@ export class SimulatedMicrovmDriver implements MicrovmDriver {
     for (const vm of [...this.vms.values()]) await vm.destroy();
   }
 
-  async close(): Promise<void> {
-    this.closed = true;
-  }
+  /** The real close() stops making spare VMMs and leaves VMs running; a simulation has no spares. */
+  async close(): Promise<void> {}
 }
