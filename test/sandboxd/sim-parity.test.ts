@@ -35,6 +35,7 @@ const VARYING = new Set([
   'from_checkpoint',
   'fromCheckpoint',
   'owner_addr',
+  'addr',
   'vmId',
 ]);
 
