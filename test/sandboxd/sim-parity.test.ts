@@ -99,7 +99,7 @@ function stateShape(
       fields: Object.keys(t)
         .filter((k) => k !== 'simulated')
         .sort(),
-      name: t.name,
+      name: typeof t.name === 'string' ? withIds(t.name, seen) : t.name,
       memoryMiB: t.memoryMiB,
       vcpus: t.vcpus,
       network: t.network,
@@ -179,6 +179,7 @@ async function scenario(cluster: TestCluster, engine: Engine): Promise<Run> {
     await step('release again', 'POST', `/v1/sandboxes/${sandbox}/release`);
     await step('get released', 'GET', `/v1/sandboxes/${sandbox}`);
     const list = await api('GET', '/v1/sandboxes');
+    const live = (list.json.sandboxes as Array<{ id: string }>).map((x) => x.id).sort();
     steps.push(['list', list.status, unordered(shape(list.json.sandboxes, seen))]);
 
     // The state file is written off the claim path (coalesced): wait until it has the claim table the API shows.
@@ -194,9 +195,12 @@ async function scenario(cluster: TestCluster, engine: Engine): Promise<Run> {
           pools?: unknown[];
         },
       {
-        until: (o) => o.entries?.length === 2 && (o.pools?.[0] as { warm?: number } | undefined)?.warm === 1,
+        // A publish that shows every live claim (the released one gone) and the refilled pool.
+        until: (o) =>
+          JSON.stringify((o.entries as Array<{ id: string }> | undefined)?.map((x) => x.id).sort()) ===
+            JSON.stringify(live) && (o.pools?.[0] as { warm?: number } | undefined)?.warm === 1,
         timeoutMs: 120_000,
-        what: `${engine}: NodeInventory with 2 entries and the pool refilled`,
+        what: `${engine}: NodeInventory with the live claims and the pool refilled`,
       },
     );
 
