@@ -67,6 +67,10 @@ export const ERROR_CODES = {
   'vm.restore-failed': { status: 500, meaning: 'QEMU could not load a snapshot (it does not match this QEMU)' },
   'vm.restore-timeout': { status: 504, meaning: 'loading a snapshot did not finish in time' },
   'vm.running': { status: 409, meaning: 'the VM is running (destroy it instead)' },
+  'vm.simulated': {
+    status: 409,
+    meaning: 'the VM is simulated (sandboxd --engine=sim): it has no guest to exec in, copy files to or forward to',
+  },
   'vm.spawn-failed': { status: 500, meaning: 'QEMU could not be started' },
   'vm.start-timeout': { status: 504, meaning: 'the VM was not ready in time' },
   'vm.state-missing': { status: 410, meaning: "a hibernated VM's saved state is missing; it cannot be woken" },

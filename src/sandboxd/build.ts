@@ -12,6 +12,7 @@ import { selfSignedKubeletCert } from './vk/serving-cert.js';
 import { vmMemoryGauge } from './vm-metrics.js';
 import { join } from 'node:path';
 import { SandboxError } from '../errors.js';
+import { SIMULATION_NOTE, SimulatedMicrovmDriver } from '../vmm/index.js';
 
 /** sandboxd's composition root: engine, HTTP API, claim gateway, peers, NodeInventory publisher (and virtual nodes). */
 export interface Sandboxd {
@@ -21,8 +22,21 @@ export interface Sandboxd {
   run(signal: AbortSignal): Promise<void>;
 }
 
-export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promise<Sandboxd> {
+export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Promise<Sandboxd> {
+  // A simulated node says so on every log line, in /v1/info, its metrics and its NodeInventory.
+  const sim = config.engine === 'sim';
+  const log = sim ? baseLog.child({ engine: 'sim' }) : baseLog;
+  const driver = sim
+    ? new SimulatedMicrovmDriver({
+        root: join(config.dataDir, 'sim'),
+        cloneMs: config.simCloneMs,
+        logger: log.child({ component: 'sim-driver' }),
+      })
+    : undefined;
+  if (driver)
+    log.warn({ cloneMs: driver.cloneMs }, `SIMULATED engine: ${SIMULATION_NOTE}; warm VMs and claims are records`);
   const engine = new NodeEngine({
+    driver,
     dataDir: config.dataDir,
     nodeName: config.nodeName,
     advertiseAddr: config.advertiseAddr,
@@ -30,7 +44,8 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
     refillConcurrency: config.refillConcurrency,
     refillDelayMs: config.refillDelayMs,
     spareVmms: config.spareVmms,
-    primeWarmVms: config.primeWarmVms,
+    // Priming runs a command in each warm VM; a simulated one has no guest to run it in.
+    primeWarmVms: sim ? false : config.primeWarmVms,
     defaultTtlSeconds: config.defaultTtlSeconds,
     logger: log.child({ component: 'engine' }),
   });

@@ -3,6 +3,7 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { Command, Option } from 'commander';
 import { SandboxError } from '../errors.js';
+import { SIM_CLONE_MS } from '../vmm/index.js';
 import { NETS, parsePoolKey, SIZES, type PoolKey } from './pool-key.js';
 
 /** sandboxd flags; the only place sandboxd reads its configuration (and the environment). */
@@ -22,6 +23,10 @@ export interface SandboxdConfig {
   readonly rootToken: string | undefined;
   readonly tenants: ReadonlyMap<string, string>;
   readonly allowAnonymous: boolean;
+  /** `sim`: a simulated VMM (src/vmm/sim-driver.ts), for fleet-scale benchmarks; no VM runs. */
+  readonly engine: 'qemu' | 'sim';
+  /** How long a simulated clone takes (engine sim only). */
+  readonly simCloneMs: number | undefined;
   readonly maxClaims: number;
   readonly refillConcurrency: number;
   readonly refillDelayMs: number;
@@ -91,6 +96,19 @@ export function sandboxdCommand(): Command {
       )
         .default(false)
         .argParser(bool),
+    )
+    .addOption(
+      new Option(
+        '--engine <kind>',
+        'VMM: real QEMU microVMs, or a SIMULATION (records, no VM; for fleet-scale benchmarks only)',
+      )
+        .choices(['qemu', 'sim'])
+        .default('qemu'),
+    )
+    .option(
+      '--sim-clone-ms <ms>',
+      `how long a simulated clone takes (--engine=sim; default ${SIM_CLONE_MS}, the real clone time measured here)`,
+      Number,
     )
     .option('--max-claims <n>', 'claimed sandboxes at most (then 429)', Number, 200)
     .option('--refill-concurrency <n>', 'clones made in parallel while refilling', Number, 2)
@@ -208,6 +226,10 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
   } catch (err) {
     errors.push((err as Error).message);
   }
+  const engine = o.engine === 'sim' ? 'sim' : 'qemu';
+  if (o.simCloneMs !== undefined && engine !== 'sim') errors.push('--sim-clone-ms: only with --engine=sim');
+  if (o.simCloneMs !== undefined && !(Number(o.simCloneMs) >= 0))
+    errors.push(`--sim-clone-ms: must be a number >= 0 (got ${String(o.simCloneMs)})`);
   if (errors.length || !listen)
     throw new SandboxError('sandboxd.flags', errors.join('; '), { hint: 'see sandboxd --help' });
   const { host: listenHost, port: listenPort } = listen;
@@ -226,6 +248,8 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
     rootToken,
     tenants,
     allowAnonymous: Boolean(o.allowAnonymous),
+    engine,
+    simCloneMs: o.simCloneMs === undefined ? undefined : Number(o.simCloneMs),
     maxClaims: Number(o.maxClaims),
     refillConcurrency: Number(o.refillConcurrency),
     refillDelayMs: Number(o.refillDelay),
