@@ -11,15 +11,13 @@
 import { parseArgs } from 'node:util';
 import type { NodeRow } from '../src/apiserver/sandboxes/entry.js';
 import { EventLog } from '../src/apiserver/sandboxes/event-log.js';
-import { SANDBOX_RENDERER } from '../src/apiserver/sandboxes/storage.js';
 import { SandboxStore } from '../src/apiserver/sandboxes/store.js';
 import { silentLogger } from '../src/log/logger.js';
+import { heapPerGet } from './support/heap-per-get.js';
 
 const { values } = parseArgs({
   options: { sizes: { type: 'string', default: '1000,10000,50000' }, gets: { type: 'string', default: '2000' } },
 });
-const gc = (globalThis as { gc?: () => void }).gc;
-if (!gc) throw new Error('run with --expose-gc (see the header)');
 
 function simulatedRow(k: number): NodeRow {
   const name = `sim-${String(k).padStart(6, '0')}`;
@@ -49,23 +47,7 @@ for (const size of values.sizes.split(',').map(Number)) {
   const store = new SandboxStore(silentLogger, new EventLog(1000));
   for (let k = 0; k < size; k++) store.upsert(`sim-node-${k % 20}`, '10.0.0.1:7777', simulatedRow(k));
   const names = Array.from({ length: gets }, (_, i) => `sim/sim-${String((i * 7919) % size).padStart(6, '0')}`);
-  const bodies: string[] = new Array(gets);
-  const burst = () => {
-    for (let i = 0; i < gets; i++) {
-      const e = store.get(names[i]!)!;
-      bodies[i] = JSON.stringify(SANDBOX_RENDERER.toObject(e));
-    }
-  };
-  burst(); // warm up (JIT, hidden classes)
-  const samples: number[] = [];
-  for (let round = 0; round < 5; round++) {
-    gc();
-    const before = process.memoryUsage().heapUsed;
-    burst();
-    samples.push((process.memoryUsage().heapUsed - before) / gets);
-  }
-  samples.sort((a, b) => a - b);
-  results.push({ size, bytesPerGet: samples[2]! });
+  results.push({ size, bytesPerGet: heapPerGet(store, names) });
 }
 const base = results[0]!;
 process.stdout.write('fleet size | bytes allocated per Get (median of 5 bursts) | ratio to the smallest\n');

@@ -28,6 +28,7 @@ import type { ClaimObj } from '../src/operator/extensions/support.js';
 import { installCrds } from '../test/support/crds.js';
 import { claim, OperatorProcess, percentile, ReadyWaiter, setupPool, waitPool, watchAll } from './claim-driver.js';
 import { startSimulatedNode } from './support/simulated-node.js';
+import { timed } from './support/timed.js';
 
 const { values } = parseArgs({
   options: {
@@ -62,23 +63,6 @@ function sandbox(name: string): KubeObject & { spec: unknown } {
     metadata: { name, namespace: 'bench' },
     spec: { podTemplate: { spec: { containers: [{ name: 'main', image: 'sandbox/minimal' }] } } },
   };
-}
-
-/** Run `n` timed operations `concurrency` at a time; returns the latencies (ms). */
-async function timed(n: number, concurrency: number, op: (i: number) => Promise<void>): Promise<number[]> {
-  const out: number[] = [];
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (next < n) {
-        const i = next++;
-        const t0 = performance.now();
-        await op(i);
-        out.push(performance.now() - t0);
-      }
-    }),
-  );
-  return out;
 }
 
 /** sandbox-apiserver's own create time so far (its apiserver_request_duration_seconds), read with the admin cert. */

@@ -1,5 +1,7 @@
 /**
- * `npm run generate`: writes deploy/crds/<group>_<plural>.yaml from the TypeBox schemas in src/api.
+ * `npm run generate`: writes deploy/crds/<group>_<plural>.yaml from the TypeBox schemas in src/api, and the install
+ * manifests from src/deploy (the Helm chart, the kustomize base and overlays, the dashboard and alerts, the
+ * aggregated layout's RBAC).
  * `npm run generate -- --core`: first rebuilds src/api/generated/core-v1.36.gen.{json,ts} (the embedded core/v1 and
  * networking/v1 schemas) from the Kubernetes v1.36.3 OpenAPI v3 document and the k8s.io/api Go markers, both taken
  * from the Go module cache (`go mod download` fetches them when missing), and
@@ -9,7 +11,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync, mkdirSync, readdirSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { format, resolveConfig } from 'prettier';
 import { parseGoMarkers, toStructural, type JsonSchema } from '../src/api/internal/openapi-to-structural.js';
@@ -137,6 +139,17 @@ async function main(argv: readonly string[]): Promise<number> {
   if (existsSync(crdDir)) {
     for (const existing of readdirSync(crdDir)) {
       if (existing.endsWith('.yaml') && !(existing in files)) drift.push(`${join(crdDir, existing)} (not generated)`);
+    }
+  }
+  const { GENERATED_DIRS, renderDeployFiles } = await import('../src/deploy/index.js');
+  const deployFiles = renderDeployFiles();
+  for (const [path, content] of Object.entries(deployFiles)) write(join(root, path), content);
+  for (const dir of GENERATED_DIRS) {
+    if (!existsSync(join(root, dir))) continue;
+    for (const f of readdirSync(join(root, dir), { recursive: true, withFileTypes: true })) {
+      if (!f.isFile()) continue;
+      const rel = relative(root, join(f.parentPath, f.name));
+      if (!(rel in deployFiles)) drift.push(`${rel} (not generated)`);
     }
   }
   if (drift.length > 0) {

@@ -67,6 +67,10 @@ export const ERROR_CODES = {
   'vm.restore-failed': { status: 500, meaning: 'QEMU could not load a snapshot (it does not match this QEMU)' },
   'vm.restore-timeout': { status: 504, meaning: 'loading a snapshot did not finish in time' },
   'vm.running': { status: 409, meaning: 'the VM is running (destroy it instead)' },
+  'vm.simulated': {
+    status: 409,
+    meaning: 'the VM is simulated (sandboxd --engine=sim): it has no guest to exec in, copy files to or forward to',
+  },
   'vm.spawn-failed': { status: 500, meaning: 'QEMU could not be started' },
   'vm.start-timeout': { status: 504, meaning: 'the VM was not ready in time' },
   'vm.state-missing': { status: 410, meaning: "a hibernated VM's saved state is missing; it cannot be woken" },
@@ -90,6 +94,10 @@ export const ERROR_CODES = {
   'guest.go-missing': { status: 500, meaning: 'the Go toolchain is not installed' },
   'guest.kernel-source-missing': { status: 500, meaning: 'the Linux kernel source package is not installed' },
   'guest.rootfs-resolve': { status: 500, meaning: "the root file system's Debian packages cannot be resolved" },
+  'guest.prebuilt-missing': {
+    status: 500,
+    meaning: 'SBX_GUEST_IMAGES names a directory without the exported image of a template (src/guest/prebuilt.ts)',
+  },
 
   // sandboxd (src/sandboxd; the wire contract is docs/sandboxd-api.md).
   'sandboxd.at-capacity': { status: 429, meaning: 'the node holds --max-claims claims' },
@@ -221,6 +229,15 @@ export const ERROR_CODES = {
   'cluster.pki': { status: 500, meaning: "the local cluster's CA cannot be read" },
   'cluster.process': { status: 500, meaning: 'a control-plane process cannot be started' },
   'cluster.process-died': { status: 500, meaning: 'a control-plane process exited' },
+  // The install manifests' generator (src/deploy, npm run generate).
+  'deploy.flags': { status: 500, meaning: "a manifest passes a flag its component's option definitions reject" },
+  'deploy.helm': { status: 500, meaning: 'the install variants cannot be merged into one Helm template' },
+  'deploy.kustomize': { status: 500, meaning: 'a Helm-only part is in a kustomize variant' },
+  'deploy.param': {
+    status: 500,
+    meaning: 'a chart value is used where it cannot go (a block inside a string, a Helm-only value in kustomize)',
+  },
+  'deploy.values': { status: 500, meaning: "a chart value is used that the chart's values do not define" },
   'cli.already-running': { status: 500, meaning: 'a platform is running already' },
   'cli.up-failed': { status: 500, meaning: 'the platform did not start' },
   'cli.usage': { status: 400, meaning: 'a command-line flag is invalid' },

@@ -99,6 +99,10 @@ export const CocoonAnnotationKeys = {
   gatewayNode: 'sandbox.cocoonstack.io/gateway-node',
   /** On a SandboxClaim a claim gateway bound: the Kubernetes user that made the claim. */
   claimedBy: 'sandbox.cocoonstack.io/claimed-by',
+  /** On a NodeInventory (and a simulated node's objects): what simulates this node, when it is not real. */
+  simulation: 'sandbox.cocoonstack.io/simulation',
+  /** On a NodeInventory whose `entries` were capped: how many it lists of how many claims the node holds. */
+  inventoryEntries: 'sandbox.cocoonstack.io/inventory-entries',
   cocoonsetMode: 'cocoonset.cocoonstack.io/mode',
   cocoonsetManaged: 'cocoonset.cocoonstack.io/managed',
   cocoonsetImage: 'cocoonset.cocoonstack.io/image',

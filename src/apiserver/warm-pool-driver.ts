@@ -5,7 +5,8 @@
  * one more for the first R mod N — and sends each node whose share changed one wholesale `PUT /v1/pools` under
  * the driver's owner name, so the node's own `--pools` and anything else it did not set are never drained. It is
  * the only writer of these pools' status (replicas: the targets it set; readyReplicas: warm VMs the nodes report),
- * and it marks each pool so the operator's SandboxWarmPool controller leaves it alone. Fixed against the reference:
+ * at most once per second per pool (passes follow every node's capacity line, ~50/s while a fleet fills; one status
+ * write each would make etcd's write rate grow with the fill instead of staying flat), and it marks each pool so the operator's SandboxWarmPool controller leaves it alone. Fixed against the reference:
  * a template it cannot read keeps that pool's last targets instead of draining it on every node.
  */
 import { CocoonAnnotationKeys, type SandboxTemplate, type SandboxWarmPool } from '../api/index.js';
@@ -42,6 +43,8 @@ export class WarmPoolDriver {
   private readonly lastGood = new Map<string, Desired>();
   /** Per node: the body last sent (JSON), so an unchanged share sends nothing. */
   private readonly sent = new Map<string, string>();
+  /** Per pool: when its status was last written (writes are spaced by statusIntervalMs). */
+  private readonly statusAt = new Map<string, number>();
   private timer: NodeJS.Timeout | undefined;
   private running = false;
   private again = false;
@@ -56,6 +59,8 @@ export class WarmPoolDriver {
       sandboxd: SandboxdClient;
       log: Logger;
       resyncMs?: number;
+      /** Least time between two status writes of one pool. @default 1000 */
+      statusIntervalMs?: number;
     },
   ) {
     const kick = () => this.schedule(20);
@@ -143,7 +148,11 @@ export class WarmPoolDriver {
       );
       if (kept) out.set(id, { key: kept.key, replicas: pool.spec.replicas ?? kept.replicas });
     }
-    for (const id of [...this.lastGood.keys()]) if (!this.o.pools.get(id)) this.lastGood.delete(id);
+    for (const id of [...this.lastGood.keys()])
+      if (!this.o.pools.get(id)) {
+        this.lastGood.delete(id);
+        this.statusAt.delete(id);
+      }
     return out;
   }
 
@@ -204,6 +213,12 @@ export class WarmPoolDriver {
           'merge',
         );
       if (same) continue;
+      const wait = (this.statusAt.get(id) ?? -Infinity) + (this.o.statusIntervalMs ?? 1000) - Date.now();
+      if (wait > 0) {
+        this.schedule(wait); // the latest counts are written then
+        continue;
+      }
+      this.statusAt.set(id, Date.now());
       await this.o.client.patch(SandboxWarmPools, namespace, name!, { status }, 'merge', { subresource: 'status' });
       this.stats.statusWrites++;
     }

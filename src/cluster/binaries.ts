@@ -51,13 +51,15 @@ async function kwokStages(buildDir: string): Promise<string> {
 export async function obtainAll(opts: ObtainOptions): Promise<BinaryPaths> {
   const paths: BinaryPaths = {};
   // Sequential on purpose: each Go build already uses every core.
-  for (const name of Object.keys(COMPONENTS) as ComponentName[]) Object.assign(paths, await obtain(name, opts));
+  for (const spec of Object.values(COMPONENTS)) if (!spec.onDemand) Object.assign(paths, await obtain(spec.name, opts));
   return paths;
 }
 
 export async function obtain(name: ComponentName, opts: ObtainOptions): Promise<BinaryPaths> {
   const spec = COMPONENTS[name];
-  if (opts.binDir) return checkExplicitDir(spec, opts.binDir);
+  // SANDBOX_K8S_BIN_DIR holds the control plane's binaries; a tool built on demand is used from there when present.
+  if (opts.binDir && (!spec.onDemand || (await isExecutable(join(opts.binDir, spec.binaries[0] ?? spec.name)))))
+    return checkExplicitDir(spec, opts.binDir);
   const dir = cachedBinDir(opts.cacheDir, spec);
   if (await isComplete(dir)) return pathsIn(spec, dir);
   return withFileLock(join(opts.cacheDir, 'locks', `${spec.name}-${spec.version}.lock`), opts.progress, async () => {
@@ -85,6 +87,15 @@ function pathsIn(spec: ComponentSpec, dir: string): BinaryPaths {
   return Object.fromEntries(spec.binaries.map((b) => [b, join(dir, b)]));
 }
 
+async function isExecutable(path: string): Promise<boolean> {
+  try {
+    await access(path, constants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 async function isComplete(dir: string): Promise<boolean> {
   try {
     await access(join(dir, COMPLETE_MARKER));
@@ -105,7 +116,8 @@ async function checkExplicitDir(spec: ComponentSpec, dir: string): Promise<Binar
         hint: `put ${spec.name} ${spec.version} binaries in ${dir}, or unset SANDBOX_K8S_BIN_DIR to build them`,
       });
     }
-    const res = spawnSync(path, bin === 'kubectl' ? ['version', '--client'] : ['--version'], {
+    const versionArgs = bin === 'kubectl' ? ['version', '--client'] : bin === 'helm' ? ['version'] : ['--version'];
+    const res = spawnSync(path, versionArgs, {
       timeout: 15_000,
       encoding: 'utf8',
     });
@@ -190,6 +202,15 @@ async function goModuleFor(spec: ComponentSpec, buildDir: string): Promise<GoMod
         packages: ['sigs.k8s.io/kwok/cmd/kwok'],
         ldflags: `-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${spec.version}`,
       };
+    case 'helm': {
+      const major = spec.version.split('.')[0];
+      return {
+        goMod: `module sbxbuild\n\ngo 1.26.0\n\nrequire helm.sh/helm/${major} ${spec.version}\n`,
+        packages: [`helm.sh/helm/${major}/cmd/helm`],
+        // Without it `helm version` says v4.3 and charts' kubeVersion checks see the wrong patch release.
+        ldflags: `-s -w -X helm.sh/helm/${major}/internal/version.version=${spec.version} -X helm.sh/helm/${major}/internal/version.gitTreeState=clean`,
+      };
+    }
   }
 }
 
@@ -299,6 +320,12 @@ const RELEASE_URLS: Record<ComponentName, (v: string, bin: string) => string> = 
   kubernetes: (v, bin) => `https://dl.k8s.io/release/${v}/bin/linux/amd64/${bin}`,
   kwok: (v, bin) => `https://github.com/kubernetes-sigs/kwok/releases/download/${v}/${bin}-linux-amd64`,
   etcd: (v) => `https://github.com/etcd-io/etcd/releases/download/${v}/etcd-${v}-linux-amd64.tar.gz`,
+  helm: (v) => `https://get.helm.sh/helm-${v}-linux-amd64.tar.gz`,
+};
+/** The binary's path inside a release tarball (its first directory is stripped). */
+const TARBALL_MEMBERS: Partial<Record<ComponentName, (v: string) => string>> = {
+  etcd: (v) => `etcd-${v}-linux-amd64/etcd`,
+  helm: () => 'linux-amd64/helm',
 };
 
 async function download(spec: ComponentSpec, cacheDir: string, target: string, progress: (l: string) => void) {
@@ -310,17 +337,11 @@ async function download(spec: ComponentSpec, cacheDir: string, target: string, p
       progress(`[download ${spec.name} ${spec.version}] ${url}`);
       const res = await fetch(url);
       if (!res.ok || !res.body) throw new SandboxError('cluster.download', `GET ${url}: HTTP ${res.status}`);
-      const file = url.endsWith('.tar.gz') ? join(dlDir, 'etcd.tar.gz') : join(tmp, bin);
+      const member = TARBALL_MEMBERS[spec.name]?.(spec.version);
+      const file = member ? join(dlDir, `${spec.name}.tar.gz`) : join(tmp, bin);
       await pipeline(Readable.fromWeb(res.body as import('node:stream/web').ReadableStream), createWriteStream(file));
-      if (file.endsWith('.tar.gz')) {
-        const untar = spawnSync('tar', [
-          '-xzf',
-          file,
-          '-C',
-          tmp,
-          '--strip-components=1',
-          `etcd-${spec.version}-linux-amd64/etcd`,
-        ]);
+      if (member) {
+        const untar = spawnSync('tar', ['-xzf', file, '-C', tmp, '--strip-components=1', member]);
         if (untar.status !== 0) throw new SandboxError('cluster.download', `cannot unpack ${file}: ${untar.stderr}`);
       }
       await chmod(join(tmp, bin), 0o755);

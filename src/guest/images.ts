@@ -7,6 +7,7 @@ import { contentHash, type Progress } from './build/cache.js';
 import { ensureInitramfs } from './build/initramfs.js';
 import { ensureKernel } from './build/kernel.js';
 import { ensureRootfs } from './build/rootfs.js';
+import { prebuiltDir, prebuiltGuestImage } from './prebuilt.js';
 
 export interface GuestTemplateDef {
   name: string;
@@ -81,6 +82,8 @@ export async function ensureGuestImage(name: string, opts: { progress?: Progress
       hint: `known templates: ${Object.keys(GUEST_TEMPLATES).join(', ')}`,
     });
   }
+  const prebuilt = prebuiltDir();
+  if (prebuilt) return prebuiltGuestImage(prebuilt, def);
   const [kernel, initramfs] = await Promise.all([ensureKernel(opts), ensureInitramfs(opts)]);
   if (!def.packages) {
     return {

@@ -376,6 +376,8 @@ export class KubeClient {
       const req = doRequest(url, { method: 'GET', agent: this.agent, headers, signal }, (res) => {
         const code = res.statusCode ?? 0;
         if (code < 200 || code >= 300) {
+          // Counted like any other answer, so a refused watch (403, 410) shows in rest_client_requests_total.
+          this.metrics?.requests.inc({ verb: 'watch', resource: rt.plural, code: String(code) });
           let body = '';
           res.on('data', (c: Buffer) => (body += c.toString()));
           res.on('end', () => reject(StatusError.fromResponse(code, body, 'watch', url.pathname)));

@@ -1,6 +1,8 @@
 import { Registry } from 'prom-client';
 import { KubeClient, Manager } from '../kube/index.js';
 import type { Logger } from '../log/logger.js';
+import { join } from 'node:path';
+import { webhookCertificateExpiry } from './metrics.js';
 import type { OperatorConfig } from './options.js';
 import { KubeWebhookCertStore, startWebhook } from './webhook/index.js';
 
@@ -59,6 +61,7 @@ export async function buildOperator(config: OperatorConfig, log: Logger, client?
   let webhookReady = !config.enableWebhook;
   manager.addReadyCheck('conversion-webhook', () => webhookReady);
   if (config.enableWebhook) {
+    webhookCertificateExpiry(registry, join(config.webhookCertDir, 'tls.crt'));
     // Conversion must serve even while another replica holds the lease: not leader-gated.
     manager.add({
       name: 'conversion-webhook',

@@ -3,6 +3,8 @@
  * each returns the one instance registered in that registry (created on first use), so controllers that share a
  * manager share the metric and tests that build many managers never collide. Controllers add their metrics here.
  */
+import { X509Certificate } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { Gauge, Histogram, type Registry } from 'prom-client';
 
 const memo = new WeakMap<Registry, Map<string, unknown>>();
@@ -77,6 +79,32 @@ export function sandboxesGauge(
             else counts.set(key, { labels, n: 1 });
           }
           for (const { labels, n } of counts.values()) this.set(labels, n);
+        },
+      }),
+  );
+}
+
+/**
+ * `agent_sandbox_webhook_certificate_expiry_timestamp_seconds`: when the serving certificate the conversion
+ * webhook presents (tls.crt in its cert dir, whether the operator or cert-manager wrote it) expires, read on scrape
+ * so a renewal shows at once. No sample while the file is missing or unreadable.
+ */
+export function webhookCertificateExpiry(registry: Registry, certFile: string): Gauge {
+  return once(
+    registry,
+    'agent_sandbox_webhook_certificate_expiry_timestamp_seconds',
+    () =>
+      new Gauge({
+        name: 'agent_sandbox_webhook_certificate_expiry_timestamp_seconds',
+        help: 'Expiry (Unix seconds) of the conversion webhook serving certificate',
+        registers: [registry],
+        collect() {
+          this.reset();
+          try {
+            this.set(Date.parse(new X509Certificate(readFileSync(certFile)).validTo) / 1000);
+          } catch {
+            // Not written yet (the webhook is starting) or being replaced: no sample rather than a wrong one.
+          }
         },
       }),
   );

@@ -8,9 +8,12 @@ import { InventoryPublisher } from './inventory.js';
 import type { SandboxdConfig } from './options.js';
 import { PeerDirectory } from './peers.js';
 import { startVirtualNodes, type VirtualNodes } from './vk/index.js';
+import { selfSignedKubeletCert } from './vk/serving-cert.js';
+import { vmMemoryGauge } from './vm-metrics.js';
 import { join } from 'node:path';
 import { SandboxError } from '../errors.js';
 import { EnvdServer } from './envd/server.js';
+import { SIMULATION_NOTE, SimulatedMicrovmDriver } from '../vmm/index.js';
 
 /** sandboxd's composition root: engine, HTTP API, claim gateway, peers, NodeInventory publisher (and virtual nodes). */
 export interface Sandboxd {
@@ -20,8 +23,21 @@ export interface Sandboxd {
   run(signal: AbortSignal): Promise<void>;
 }
 
-export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promise<Sandboxd> {
+export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Promise<Sandboxd> {
+  // A simulated node says so on every log line, in /v1/info, its metrics and its NodeInventory.
+  const sim = config.engine === 'sim';
+  const log = sim ? baseLog.child({ engine: 'sim' }) : baseLog;
+  const driver = sim
+    ? new SimulatedMicrovmDriver({
+        root: join(config.dataDir, 'sim'),
+        cloneMs: config.simCloneMs,
+        logger: log.child({ component: 'sim-driver' }),
+      })
+    : undefined;
+  if (driver)
+    log.warn({ cloneMs: driver.cloneMs }, `SIMULATED engine: ${SIMULATION_NOTE}; warm VMs and claims are records`);
   const engine = new NodeEngine({
+    driver,
     dataDir: config.dataDir,
     nodeName: config.nodeName,
     advertiseAddr: config.advertiseAddr,
@@ -29,7 +45,8 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
     refillConcurrency: config.refillConcurrency,
     refillDelayMs: config.refillDelayMs,
     spareVmms: config.spareVmms,
-    primeWarmVms: config.primeWarmVms,
+    // Priming runs a command in each warm VM; a simulated one has no guest to run it in.
+    primeWarmVms: sim ? false : config.primeWarmVms,
     defaultTtlSeconds: config.defaultTtlSeconds,
     logger: log.child({ component: 'engine' }),
   });
@@ -44,6 +61,7 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
     pauseMode: config.pauseMode,
     logger: log.child({ component: 'api' }),
   });
+  vmMemoryGauge(api.registry, engine);
   const bound = await api.listen(config.listenHost, config.listenPort);
   const address = `${bound.address}:${bound.port}`;
   log.info({ address, node: config.nodeName }, 'sandboxd API listening');
@@ -88,13 +106,17 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
   }
   let vk: VirtualNodes | undefined;
   if (client && config.vkNodes.length) {
-    const { kubeletAddress, kubeletTlsCert, kubeletTlsKey, kubeletClientCa } = config;
-    if (!kubeletAddress || !kubeletTlsCert || !kubeletTlsKey || !kubeletClientCa)
+    const { kubeletAddress, kubeletClientCa } = config;
+    if (!kubeletAddress || !kubeletClientCa || !config.kubeletTlsCert !== !config.kubeletTlsKey)
       throw new SandboxError(
         'sandboxd.flags',
-        'virtual nodes need --kubelet-address, --kubelet-tls-cert, --kubelet-tls-key and --kubelet-client-ca',
+        'virtual nodes need --kubelet-address and --kubelet-client-ca (and --kubelet-tls-cert with --kubelet-tls-key, or neither for a self-signed serving certificate)',
         { hint: 'or pass --vk-nodes "" to run without virtual-kubelet nodes' },
       );
+    const serving =
+      config.kubeletTlsCert && config.kubeletTlsKey
+        ? { cert: config.kubeletTlsCert, key: config.kubeletTlsKey }
+        : selfSignedKubeletCert(join(config.dataDir, 'vk', 'pki'), kubeletAddress);
     vk = await startVirtualNodes({
       engine,
       client,
@@ -102,7 +124,7 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
       nodes: config.vkNodes.map((kind) => ({ kind })),
       hostAddress: kubeletAddress,
       kubeletPortBase: config.kubeletPort,
-      tls: { cert: kubeletTlsCert, key: kubeletTlsKey, clientCa: kubeletClientCa },
+      tls: { ...serving, clientCa: kubeletClientCa },
       stateDir: join(config.dataDir, 'vk'),
       logger: log,
     });

@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { cp, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from '../log/logger.js';
-import type { QemuMicrovmDriver, Template } from '../vmm/index.js';
+import type { MicrovmDriver, Template } from '../vmm/index.js';
 import type { PoolKey } from './pool-key.js';
 
 /**
@@ -28,7 +28,7 @@ export class Checkpoints {
   private readonly checkpoints = new Map<string, CheckpointRecord>();
 
   constructor(
-    private readonly driver: QemuMicrovmDriver,
+    private readonly driver: MicrovmDriver,
     /** `<dataDir>/checkpoints`: one directory per checkpoint, named by its id. */
     private readonly root: string,
     private readonly log: Logger,

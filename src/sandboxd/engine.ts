@@ -4,7 +4,7 @@ import { mkdirSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
-import { QemuMicrovmDriver, type Template, type Vm } from '../vmm/index.js';
+import { QemuMicrovmDriver, type MicrovmDriver, type MicrovmHandle, type Template } from '../vmm/index.js';
 import { Checkpoints, type CheckpointRecord } from './checkpoints.js';
 import { ClaimRecords, type ClaimOptions, type SandboxRecord } from './claims.js';
 import { keyString, type PoolKey } from './pool-key.js';
@@ -25,7 +25,8 @@ export interface EngineOptions {
   dataDir: string;
   nodeName: string;
   advertiseAddr: string;
-  driver?: QemuMicrovmDriver;
+  /** The VMM (default: QEMU microVMs; `SimulatedMicrovmDriver` for `sandboxd --engine=sim`). */
+  driver?: MicrovmDriver;
   /** Most claimed sandboxes at once; beyond it claims get 429. */
   maxClaims?: number;
   /** Clones made in parallel while refilling. */
@@ -89,7 +90,7 @@ export interface ForkChild {
 }
 
 export class NodeEngine extends EventEmitter {
-  readonly driver: QemuMicrovmDriver;
+  readonly driver: MicrovmDriver;
   readonly runRoot: string;
   private readonly pools: WarmPools;
   private readonly claims: ClaimRecords;
@@ -305,7 +306,7 @@ export class NodeEngine extends EventEmitter {
     return rec;
   }
 
-  private record(vm: Vm, key: PoolKey, source: SandboxRecord['source'], opts: ClaimOptions): SandboxRecord {
+  private record(vm: MicrovmHandle, key: PoolKey, source: SandboxRecord['source'], opts: ClaimOptions): SandboxRecord {
     const rec = this.claims.add(vm.id, key, source, {
       ...opts,
       vcpus: vm.record.vcpus,
@@ -345,7 +346,7 @@ export class NodeEngine extends EventEmitter {
     return this.pools.isPrimed(this.vm(id));
   }
 
-  vm(id: string): Vm {
+  vm(id: string): MicrovmHandle {
     const rec = this.mustGet(id);
     const vm = this.driver.get(rec.vmId);
     if (!vm) throw new SandboxError('sandboxd.not-found', `sandbox ${id} has no VM any more`);

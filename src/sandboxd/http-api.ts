@@ -11,7 +11,8 @@ import { ChangeFeed, sandboxRow } from './change-feed.js';
 import { registerLifecycleRoutes, type PauseMode } from './lifecycle-routes.js';
 import type { PeerDirectory } from './peers.js';
 import { parsePoolKey } from './pool-key.js';
-import { vmMetrics } from './vm-metrics.js';
+import { vmMetrics } from './sandbox-metrics.js';
+import { engineKind } from '../vmm/index.js';
 
 /**
  * sandboxd's HTTP API (docs/sandboxd-api.md): plain HTTP/1.1 + JSON, bearer tokens, `{"error": "..."}` on every
@@ -66,6 +67,8 @@ export class SandboxdApi {
     this.log = opts.logger ?? silentLogger;
     this.registry = opts.registry ?? new Registry();
     const r = [this.registry];
+    /** `sim` on a simulated node (sandboxd --engine=sim): every series says whether real VMs stand behind it. */
+    const engine = engineKind(opts.engine.driver);
     this.metrics = {
       claims: new Counter({
         name: 'sandboxd_claims_total',
@@ -100,31 +103,32 @@ export class SandboxdApi {
     new Gauge({
       name: 'sandboxd_pool_warm',
       help: 'Warm VMs per pool',
-      labelNames: ['template', 'net', 'size'],
+      labelNames: ['engine', 'template', 'net', 'size'],
       registers: r,
       collect() {
         this.reset();
         for (const p of opts.engine.poolStatus())
-          this.set({ template: p.key.template, net: p.key.net, size: p.key.size }, p.warm);
+          this.set({ engine, template: p.key.template, net: p.key.net, size: p.key.size }, p.warm);
       },
     });
     new Gauge({
       name: 'sandboxd_pool_target',
       help: 'Warm target per pool',
-      labelNames: ['template', 'net', 'size'],
+      labelNames: ['engine', 'template', 'net', 'size'],
       registers: r,
       collect() {
         this.reset();
         for (const p of opts.engine.poolStatus())
-          this.set({ template: p.key.template, net: p.key.net, size: p.key.size }, p.target);
+          this.set({ engine, template: p.key.template, net: p.key.net, size: p.key.size }, p.target);
       },
     });
     new Gauge({
       name: 'sandboxd_claimed',
       help: 'Claimed sandboxes',
+      labelNames: ['engine'],
       registers: r,
       collect() {
-        this.set(opts.engine.claimedCount);
+        this.set({ engine }, opts.engine.claimedCount);
       },
     });
     this.defineRoutes();
@@ -404,7 +408,10 @@ export class SandboxdApi {
   info() {
     const e = this.engine;
     const claims = e.list();
+    const sim = e.driver.simulation;
     return {
+      engine: engineKind(e.driver),
+      ...(sim ? { simulation: { note: sim.note, clone_ms: sim.cloneMs } } : {}),
       pools: e.poolStatus().map((p) => ({
         key: p.key,
         ...(p.owner ? { owner: p.owner } : {}),

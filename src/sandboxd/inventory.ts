@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import { CocoonAnnotationKeys } from '../api/keys.js';
 import { API_VERSION } from '../api/scheme.js';
 import { NodeInventories, type KubeClient } from '../kube/index.js';
 import { silentLogger, type Logger } from '../log/logger.js';
@@ -18,8 +19,16 @@ export interface InventoryOptions {
   logger?: Logger;
 }
 
+/**
+ * The most `entries` one NodeInventory lists. Nothing reads them to serve sandboxes (sandbox-apiserver reads the
+ * nodes' change feeds); uncapped, a node's object grows ~170 B per claim and passes etcd's 1.5 MiB request limit
+ * near 9 000 claims, while every publish rewrites it whole (PERFORMANCE.md "Fleet scale"). Past the cap the first
+ * ones by name are kept and an annotation says how many of how many.
+ */
+export const INVENTORY_MAX_ENTRIES = 1000;
+
 export function buildInventory(engine: NodeEngine, nodeName: string, address: string) {
-  const entries = engine
+  const all = engine
     .list()
     .map((r) => ({
       name: r.claimRef ?? r.id,
@@ -30,6 +39,16 @@ export function buildInventory(engine: NodeEngine, nodeName: string, address: st
       deadline: r.deadline.replace(/\.\d+Z$/, 'Z'),
     }))
     .sort((a, b) => a.name.localeCompare(b.name));
+  const entries = all.length > INVENTORY_MAX_ENTRIES ? all.slice(0, INVENTORY_MAX_ENTRIES) : all;
+  const sim = engine.driver.simulation;
+  const annotations = {
+    ...(sim ? { [CocoonAnnotationKeys.simulation]: sim.note } : {}),
+    ...(entries.length < all.length
+      ? {
+          [CocoonAnnotationKeys.inventoryEntries]: `${entries.length} of ${all.length} (capped; the node's change feed has every claim)`,
+        }
+      : {}),
+  };
   const pools = engine
     .poolStatus()
     .map((p) => ({ template: p.key.template, net: p.key.net, size: p.key.size, warm: p.warm, target: p.target }))
@@ -37,7 +56,7 @@ export function buildInventory(engine: NodeEngine, nodeName: string, address: st
   return {
     apiVersion: API_VERSION.NodeInventory,
     kind: 'NodeInventory',
-    metadata: { name: nodeName },
+    metadata: { name: nodeName, ...(Object.keys(annotations).length ? { annotations } : {}) },
     node: nodeName,
     address,
     entries,

@@ -3,6 +3,7 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { Command, Option } from 'commander';
 import { SandboxError } from '../errors.js';
+import { SIM_CLONE_MS } from '../vmm/index.js';
 import { NETS, parsePoolKey, SIZES, type PoolKey } from './pool-key.js';
 
 /** sandboxd flags; the only place sandboxd reads its configuration (and the environment). */
@@ -26,6 +27,10 @@ export interface SandboxdConfig {
   readonly rootToken: string | undefined;
   readonly tenants: ReadonlyMap<string, string>;
   readonly allowAnonymous: boolean;
+  /** `sim`: a simulated VMM (src/vmm/sim-driver.ts), for fleet-scale benchmarks; no VM runs. */
+  readonly engine: 'qemu' | 'sim';
+  /** How long a simulated clone takes (engine sim only). */
+  readonly simCloneMs: number | undefined;
   readonly maxClaims: number;
   readonly refillConcurrency: number;
   readonly refillDelayMs: number;
@@ -105,6 +110,19 @@ export function sandboxdCommand(): Command {
         .default(false)
         .argParser(bool),
     )
+    .addOption(
+      new Option(
+        '--engine <kind>',
+        'VMM: real QEMU microVMs, or a SIMULATION (records, no VM; for fleet-scale benchmarks only)',
+      )
+        .choices(['qemu', 'sim'])
+        .default('qemu'),
+    )
+    .option(
+      '--sim-clone-ms <ms>',
+      `how long a simulated clone takes (--engine=sim; default ${SIM_CLONE_MS}, the real clone time measured here)`,
+      Number,
+    )
     .option('--max-claims <n>', 'claimed sandboxes at most (then 429)', Number, 200)
     .option('--refill-concurrency <n>', 'clones made in parallel while refilling', Number, 2)
     .option('--refill-delay <ms>', 'wait after a claim before refilling the pool', Number, 25)
@@ -147,8 +165,11 @@ export function sandboxdCommand(): Command {
     )
     .option('--kubelet-address <ip>', 'address the apiserver reaches the kubelet API at (Node InternalIP)')
     .option('--kubelet-port <port>', 'first kubelet API port (one per virtual node)', Number, 10250)
-    .option('--kubelet-tls-cert <path>', 'kubelet serving certificate (signed by the cluster CA)')
-    .option('--kubelet-tls-key <path>', 'kubelet serving key')
+    .option(
+      '--kubelet-tls-cert <path>',
+      'kubelet serving certificate (default: a self-signed one for --kubelet-address, as the kubelet makes)',
+    )
+    .option('--kubelet-tls-key <path>', 'kubelet serving key (with --kubelet-tls-cert)')
     .option('--kubelet-client-ca <path>', "CA that signs the apiserver's kubelet client certificate")
     .addOption(
       new Option('--destroy-on-exit [bool]', 'destroy every VM when stopping (default: VMs survive restarts)')
@@ -225,6 +246,10 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
   } catch (err) {
     errors.push((err as Error).message);
   }
+  const engine = o.engine === 'sim' ? 'sim' : 'qemu';
+  if (o.simCloneMs !== undefined && engine !== 'sim') errors.push('--sim-clone-ms: only with --engine=sim');
+  if (o.simCloneMs !== undefined && !(Number(o.simCloneMs) >= 0))
+    errors.push(`--sim-clone-ms: must be a number >= 0 (got ${String(o.simCloneMs)})`);
   if (errors.length || !listen)
     throw new SandboxError('sandboxd.flags', errors.join('; '), { hint: 'see sandboxd --help' });
   const { host: listenHost, port: listenPort } = listen;
@@ -247,6 +272,8 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
     rootToken,
     tenants,
     allowAnonymous: Boolean(o.allowAnonymous),
+    engine,
+    simCloneMs: o.simCloneMs === undefined ? undefined : Number(o.simCloneMs),
     maxClaims: Number(o.maxClaims),
     refillConcurrency: Number(o.refillConcurrency),
     refillDelayMs: Number(o.refillDelay),

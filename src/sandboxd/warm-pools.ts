@@ -1,6 +1,6 @@
 import { SandboxError } from '../errors.js';
 import type { Logger } from '../log/logger.js';
-import { templateFromImage, type QemuMicrovmDriver, type Template, type Vm } from '../vmm/index.js';
+import { templateFromImage, type MicrovmDriver, type MicrovmHandle as Vm, type Template } from '../vmm/index.js';
 import { ensureGuestImage, GUEST_TEMPLATES, silentProgress } from '../guest/index.js';
 import { keyString, SIZE_TIERS, type PoolKey } from './pool-key.js';
 
@@ -38,7 +38,7 @@ interface Pool {
 }
 
 export interface WarmPoolsOptions {
-  driver: QemuMicrovmDriver;
+  driver: MicrovmDriver;
   nodeName: string;
   log: Logger;
   refillConcurrency: number;

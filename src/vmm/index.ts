@@ -3,6 +3,9 @@
  * No Kubernetes imports; src/guest provides the agent client and the image builds.
  */
 export { QemuMicrovmDriver } from './qemu-driver.js';
+export { engineKind } from './driver.js';
+export type { EngineKind, MicrovmDriver, MicrovmHandle, SimulationInfo } from './driver.js';
+export { SIM_CLONE_MS, SIMULATION_NOTE, SimulatedMicrovmDriver } from './sim-driver.js';
 export { Vm } from './vm.js';
 export { QmpClient } from './qmp.js';
 export type { QmpEvent } from './qmp.js';

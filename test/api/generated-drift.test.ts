@@ -8,6 +8,7 @@ import { dirname, join, resolve } from 'node:path';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { renderCrdFiles } from '../../src/api/crd.js';
+import { GENERATED_DIRS, renderDeployFiles } from '../../src/deploy/index.js';
 import {
   CORE_GEN_JSON,
   CORE_GEN_TS,
@@ -43,6 +44,21 @@ describe('generated files', () => {
         `deploy/crds/${name} is stale: run npm run generate`,
       );
     }
+  });
+
+  it('deploy/helm, deploy/kustomize, deploy/monitoring and deploy/aggregated match src/deploy', () => {
+    const files = renderDeployFiles();
+    for (const [path, content] of Object.entries(files)) {
+      const full = join(repoRoot, path);
+      assert.ok(existsSync(full), `${path} is missing: run npm run generate`);
+      assert.ok(readFileSync(full, 'utf8') === content, `${path} is stale: run npm run generate`);
+    }
+    for (const dir of GENERATED_DIRS)
+      for (const f of readdirSync(join(repoRoot, dir), { recursive: true, withFileTypes: true }))
+        if (f.isFile()) {
+          const rel = join(f.parentPath, f.name).slice(repoRoot.length + 1);
+          assert.ok(rel in files, `${rel} is not generated: remove it or generate it from src/deploy`);
+        }
   });
 
   it(
