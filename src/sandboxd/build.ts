@@ -6,11 +6,16 @@ import { SandboxdApi } from './http-api.js';
 import { InventoryPublisher } from './inventory.js';
 import type { SandboxdConfig } from './options.js';
 import { PeerDirectory } from './peers.js';
+import { Healer } from './placement/heal.js';
+import { InventoryPeers } from './placement/inventory-peers.js';
+import { OwnerDirectory } from './placement/owners.js';
+import { PeerClient } from './placement/peer-client.js';
 import { startVirtualNodes, type VirtualNodes } from './vk/index.js';
 import { join } from 'node:path';
 import { SandboxError } from '../errors.js';
 
-/** sandboxd's composition root: engine, HTTP API, peers, NodeInventory publisher (and virtual nodes). */
+/** sandboxd's composition root: engine, HTTP API, peers and checkpoint placement, NodeInventory publisher (and
+ * virtual nodes). */
 export interface Sandboxd {
   engine: NodeEngine;
   api: SandboxdApi;
@@ -29,19 +34,46 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
     spareVmms: config.spareVmms,
     primeWarmVms: config.primeWarmVms,
     defaultTtlSeconds: config.defaultTtlSeconds,
+    checkpointTtlMs: config.checkpointTtlHours * 3_600_000,
     logger: log.child({ component: 'engine' }),
   });
   await engine.start();
   if (config.pools.length) engine.setTargets(config.pools.map((p) => ({ key: p.key, warm: p.warm })));
-  const peers = new PeerDirectory(config.peers, config.rootToken, log);
+  const client = config.kubeconfig
+    ? await KubeClient.fromKubeconfig(config.kubeconfig, { userAgent: 'sandboxd' })
+    : undefined;
+  const inventoryPeers = client ? new InventoryPeers(client, config.nodeName, log) : undefined;
+  const peers = new PeerDirectory(config.peers, config.rootToken, log, {
+    discovered: inventoryPeers && (() => inventoryPeers.addresses()),
+    self: () => engine.advertiseAddr,
+  });
+  const peerClient = new PeerClient(config.rootToken);
+  const placementLog = log.child({ component: 'placement' });
   const api = new SandboxdApi({
     engine,
     peers,
     auth: { rootToken: config.rootToken, tenants: config.tenants, allowAnonymous: config.allowAnonymous },
     logger: log.child({ component: 'api' }),
+    placement: {
+      owners: new OwnerDirectory(() => peers.addresses(), peerClient, { logger: placementLog }),
+      healer: config.checkpointPeerHeal
+        ? new Healer({
+            store: engine.checkpointStore,
+            driver: engine.driver,
+            client: peerClient,
+            maxConcurrent: config.checkpointHealConcurrency,
+            budgetMs: config.checkpointHealTimeoutMs,
+            maxRecordBytes: config.checkpointMaxBytes,
+            logger: placementLog,
+          })
+        : undefined,
+      client: peerClient,
+      peers: () => peers.addresses(),
+    },
   });
   const bound = await api.listen(config.listenHost, config.listenPort);
   const address = `${bound.address}:${bound.port}`;
+  if (!config.advertiseExplicit && config.listenPort === 0) engine.advertiseAddr = address;
   log.info({ address, node: config.nodeName }, 'sandboxd API listening');
   let gateway: ClaimGateway | undefined;
   if (config.claimListen) {
@@ -53,9 +85,6 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
     const g = await gateway.listen(config.claimListen.host, config.claimListen.port);
     log.info({ address: `${g.address}:${g.port}` }, 'claim gateway listening');
   }
-  const client = config.kubeconfig
-    ? await KubeClient.fromKubeconfig(config.kubeconfig, { userAgent: 'sandboxd' })
-    : undefined;
   let vk: VirtualNodes | undefined;
   if (client && config.vkNodes.length) {
     const { kubeletAddress, kubeletTlsCert, kubeletTlsKey, kubeletClientCa } = config;
@@ -85,12 +114,13 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
     run: async (signal) => {
       peers.start();
       const tasks: Promise<unknown>[] = [];
+      if (inventoryPeers) tasks.push(inventoryPeers.run(signal));
       if (client && config.publishInventory) {
         const publisher = new InventoryPublisher({
           client,
           engine,
           nodeName: config.nodeName,
-          address: config.advertiseAddr,
+          address: engine.advertiseAddr,
           intervalMs: config.publishIntervalMs,
           logger: log,
         });
@@ -102,6 +132,7 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
       await Promise.allSettled(tasks);
       await gateway?.close();
       await api.close();
+      peerClient.close();
       await engine.close({ destroyVms: config.destroyOnExit });
       client?.close();
     },

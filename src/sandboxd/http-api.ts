@@ -4,10 +4,11 @@ import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
 import { identify, isOperator, mayAccessSandbox, tenantOf, type AuthConfig, type Principal } from './auth.js';
-import type { CheckpointRecord, NodeEngine, SandboxRecord } from './engine.js';
+import type { NodeEngine, SandboxRecord } from './engine.js';
 import { collectBody } from '../net/body.js';
 import { ChangeFeed, sandboxRow } from './change-feed.js';
 import type { PeerDirectory } from './peers.js';
+import { checkpointRow, registerCheckpointRoutes, type PlacementOptions } from './placement/routes.js';
 import { parsePoolKey } from './pool-key.js';
 
 /**
@@ -53,11 +54,19 @@ export interface ApiServerOptions {
   engine: NodeEngine;
   auth: AuthConfig;
   peers?: PeerDirectory;
+  /** Checkpoint placement across nodes (owner probes, peer heal); without it checkpoints are served locally only. */
+  placement?: PlacementOptions;
   logger?: Logger;
   registry?: Registry;
 }
 
-type Route = (req: IncomingMessage, res: ServerResponse, who: Principal, params: string[], url: URL) => Promise<void>;
+export type Route = (
+  req: IncomingMessage,
+  res: ServerResponse,
+  who: Principal,
+  params: string[],
+  url: URL,
+) => Promise<void>;
 
 export class SandboxdApi {
   readonly server: Server;
@@ -136,6 +145,7 @@ export class SandboxdApi {
       },
     });
     this.defineRoutes();
+    registerCheckpointRoutes(this, this.engine, this.registry, this.log, opts.placement);
     this.server = createServer({ keepAliveTimeout: 90_000 }, (req, res) => void this.handle(req, res));
   }
 
@@ -152,7 +162,8 @@ export class SandboxdApi {
     return new Promise((r) => this.server.close(() => r()));
   }
 
-  private route(method: string, path: string, handler: Route, isPublic = false) {
+  /** Add a route (`{name}` segments are parameters); also for the route modules, e.g. placement/routes.ts. */
+  route(method: string, path: string, handler: Route, isPublic = false) {
     const pattern = new RegExp(`^${path.replace(/\{[a-z]+\}/g, '([^/]+)')}$`);
     this.routes.push({ method, pattern, handler, public: isPublic });
   }
@@ -383,22 +394,6 @@ export class SandboxdApi {
         stderr: result.stderr.toString('utf8'),
       });
     });
-
-    this.route('GET', '/v1/checkpoints', async (_q, res, who) => {
-      requireOperator(who);
-      json(res, 200, { checkpoints: e.listCheckpoints().map(checkpointRow) });
-    });
-    this.route('DELETE', '/v1/checkpoints/{id}', async (_q, res, who, [id]) => {
-      requireOperator(who);
-      if (!e.deleteCheckpoint(id!)) throw new HttpError(404, `checkpoint ${id} not found`);
-      res.writeHead(204).end();
-    });
-    this.route('POST', '/v1/checkpoints/{id}/claim', async (req, res, who, [id]) => {
-      requireOperator(who);
-      const body = await readJson(req);
-      const rec = await e.claimCheckpoint(id!, optionalInt(body.ttl_seconds, 'ttl_seconds', 0));
-      json(res, 200, claimResponse(rec, e.advertiseAddr));
-    });
   }
 
   info() {
@@ -428,7 +423,7 @@ export class SandboxdApi {
   }
 
   /** Root (operator path, resolves by id alone) or the sandbox's own token (header or body). */
-  private authorizedSandbox(who: Principal, id: string, bodyToken?: string): SandboxRecord {
+  authorizedSandbox(who: Principal, id: string, bodyToken?: string): SandboxRecord {
     const rec = this.engine.get(id);
     if (!rec || !mayAccessSandbox(who, rec.token, bodyToken)) {
       if (who.kind === 'tenant' && rec) throw new HttpError(403, 'operator token required');
@@ -438,12 +433,12 @@ export class SandboxdApi {
   }
 }
 
-function requireOperator(who: Principal): void {
+export function requireOperator(who: Principal): void {
   if (who.kind === 'tenant') throw new HttpError(403, 'operator token required');
   if (!isOperator(who)) throw new HttpError(401, 'invalid api token');
 }
 
-function claimResponse(rec: SandboxRecord, ownerAddr: string) {
+export function claimResponse(rec: SandboxRecord, ownerAddr: string) {
   return {
     id: rec.id,
     token: rec.token,
@@ -469,17 +464,7 @@ function storedObject(v: unknown, claimRef: string | undefined): unknown {
   return v;
 }
 
-function checkpointRow(ck: CheckpointRecord) {
-  return {
-    id: ck.id,
-    ...(ck.name ? { name: ck.name } : {}),
-    sandbox_id: ck.sandboxId,
-    key: ck.key,
-    created_at: ck.createdAt,
-  };
-}
-
-function json(res: ServerResponse, status: number, body: unknown): void {
+export function json(res: ServerResponse, status: number, body: unknown): void {
   const payload = JSON.stringify(body);
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) });
   res.end(payload);
@@ -495,7 +480,7 @@ function isObject(v: unknown): v is Record<string, unknown> {
 }
 
 /** The request body as a JSON object (400 on malformed or oversized bodies). */
-async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
+export async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
   const tooLarge = () => new HttpError(400, `invalid request body: larger than ${MAX_BODY_BYTES} bytes`);
   return parseJsonBody(await collectBody(req, MAX_BODY_BYTES, tooLarge));
 }
@@ -517,14 +502,14 @@ function strictKeys(obj: Record<string, unknown>, allowed: string[], where: stri
     if (!allowed.includes(k)) throw new HttpError(400, `${where}: unknown field "${k}"`);
 }
 
-function optionalInt(v: unknown, field: string, min: number): number | undefined {
+export function optionalInt(v: unknown, field: string, min: number): number | undefined {
   if (v === undefined || v === null) return undefined;
   if (typeof v !== 'number' || !Number.isInteger(v) || v < min)
     throw new HttpError(400, `${field}: must be an integer >= ${min}`);
   return v;
 }
 
-function optionalString(v: unknown, field: string): string | undefined {
+export function optionalString(v: unknown, field: string): string | undefined {
   if (v === undefined || v === null) return undefined;
   if (typeof v !== 'string') throw new HttpError(400, `${field}: must be a string`);
   return v;

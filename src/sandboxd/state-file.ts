@@ -5,6 +5,7 @@ import type { Logger } from '../log/logger.js';
 import type { CheckpointRecord } from './checkpoints.js';
 import type { SandboxRecord } from './claims.js';
 import type { PoolKey } from './pool-key.js';
+import type { PromotedTemplate } from './promoted.js';
 
 /**
  * The engine's state on disk (`<dataDir>/state.json`, 0600): the claim table, the warm targets and the checkpoints,
@@ -15,6 +16,7 @@ export interface SavedState {
   claims: SandboxRecord[];
   targets: Array<{ key: PoolKey; warm: number }>;
   checkpoints: CheckpointRecord[];
+  promoted: PromotedTemplate[];
 }
 
 export class StateFile {
@@ -37,7 +39,8 @@ export class StateFile {
     try {
       text = readFileSync(this.path, 'utf8');
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { claims: [], targets: [], checkpoints: [] };
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT')
+        return { claims: [], targets: [], checkpoints: [], promoted: [] };
       throw new SandboxError('sandboxd.state', `cannot read ${this.path}: ${(err as Error).message}`, { cause: err });
     }
     let s: Partial<SavedState>;
@@ -49,7 +52,12 @@ export class StateFile {
         hint: 'it is written whole (tmp + rename), so something else changed it; move it aside to start with no claims or checkpoints (their VMs and snapshots are then removed)',
       });
     }
-    return { claims: s.claims ?? [], targets: s.targets ?? [], checkpoints: s.checkpoints ?? [] };
+    return {
+      claims: s.claims ?? [],
+      targets: s.targets ?? [],
+      checkpoints: s.checkpoints ?? [],
+      promoted: s.promoted ?? [],
+    };
   }
 
   /**

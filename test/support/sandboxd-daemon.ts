@@ -44,15 +44,20 @@ export class SandboxdProcess {
     private readonly args: string[],
   ) {}
 
-  /** A daemon named `nodeName` with root token `rootToken` and `tenants` (name -> token); not started yet. */
+  /**
+   * A daemon named `nodeName` with root token `rootToken` and `tenants` (name -> token); not started yet. `port`
+   * keeps its address across restarts (peers that know it find it again); default: one the daemon picks each start.
+   */
   static async create(
     nodeName: string,
     rootToken: string,
     tenants: Record<string, string> = {},
+    opts: { port?: number } = {},
   ): Promise<SandboxdProcess> {
     const dir = await mkdtemp(join(tmpdir(), `sbxd-${nodeName}-`));
     await writeFile(join(dir, 'token'), rootToken);
-    const args = ['--node-name', nodeName, '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'data')];
+    const listen = `127.0.0.1:${opts.port ?? 0}`;
+    const args = ['--node-name', nodeName, '--listen', listen, '--data-dir', join(dir, 'data')];
     args.push('--token-file', join(dir, 'token'), '--log-level', 'warn');
     if (Object.keys(tenants).length) {
       const lines = Object.entries(tenants).map(([name, token]) => `${name} ${token}\n`);
