@@ -37,6 +37,11 @@ export interface PlatformOptions {
   template?: string;
   /** Extra sandboxd flags (benchmarks: e.g. `--refill-delay=60000` to keep refills off a measured burst). */
   sandboxdArgs?: string[];
+  /**
+   * The sandboxd nodes (by name, e.g. `node-2`) that pull a checkpoint they lack from a peer and serve it
+   * (docs/placement.md); the others redirect to an owner. Nodes find each other through their NodeInventory.
+   */
+  checkpointPeerHeal?: readonly string[];
   etcdFsync: boolean;
   logger: Logger;
   progress: (line: string) => void;
@@ -53,6 +58,8 @@ export interface SandboxdNode {
   address: string;
   tokenFile: string;
   vmRunRoot: string;
+  /** Whether it pulls checkpoints it lacks from peers (PlatformOptions.checkpointPeerHeal). */
+  peerHeal: boolean;
 }
 
 export interface Platform {
@@ -183,10 +190,17 @@ async function startSandboxdNodes(
       `--kubeconfig=${cluster.kubeconfigPath}`,
       ...vk,
       ...(opts.warm > 0 ? [`--pools=${opts.template ?? 'sandbox/base'}=${opts.warm}`] : []),
+      ...(opts.checkpointPeerHeal?.includes(node) ? ['--checkpoint-peer-heal', '--checkpoint-ttl-hours=24'] : []),
       ...(opts.sandboxdArgs ?? []),
       '--destroy-on-exit',
     ]);
-    nodes.push({ node, address: `${host}:${port}`, tokenFile, vmRunRoot: defaultRunRoot(join(dir, 'data')) });
+    nodes.push({
+      node,
+      address: `${host}:${port}`,
+      tokenFile,
+      vmRunRoot: defaultRunRoot(join(dir, 'data')),
+      peerHeal: opts.checkpointPeerHeal?.includes(node) ?? false,
+    });
     waits.push(components.waitReady(d, `http://${host}:${port}/healthz`, 30 * 60_000));
   }
   return nodes;

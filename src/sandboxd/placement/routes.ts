@@ -119,8 +119,11 @@ export function registerCheckpointRoutes(
       );
     }
     try {
-      await p.healer.heal(id!, owners);
+      const healed = await p.healer.heal(id!, owners);
       heals.inc({ result: 'ok' });
+      // What the pull cost (bytes of files, ms from the first request to the rename), for callers and benchmarks.
+      res.setHeader('x-sandboxd-heal-bytes', String(healed.bytes));
+      res.setHeader('x-sandboxd-heal-ms', healed.ms.toFixed(1));
     } catch (err) {
       if (err instanceof SandboxError && err.code === 'unavailable') {
         heals.inc({ result: 'busy' });
