@@ -17,7 +17,7 @@
 import { spawn } from 'node:child_process';
 import { createReadStream } from 'node:fs';
 import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
-import { Agent, createServer, request } from 'node:http';
+import { Agent, createServer, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -28,6 +28,7 @@ import { createLogger } from '../src/log/logger.js';
 import { RECORD_FILES } from '../src/sandboxd/placement/record.js';
 import { percentile } from './claim-driver.js';
 import { machineIdleSettings } from './machine.js';
+import { callJson } from './support/http-json.js';
 
 const args = process.argv.slice(2);
 const flag = (name: string, def: number) => {
@@ -43,43 +44,12 @@ let token = '';
 interface Answer {
   status: number;
   json: Record<string, unknown>;
-  headers: Record<string, string | string[] | undefined>;
+  headers: IncomingHttpHeaders;
 }
 
 function call(addr: string, method: string, path: string, body?: unknown): Promise<Answer> {
-  const [host, port] = addr.split(':');
-  const payload = body === undefined ? undefined : JSON.stringify(body);
-  return new Promise((resolve, reject) => {
-    const req = request(
-      {
-        host,
-        port: Number(port),
-        method,
-        path,
-        agent,
-        headers: {
-          authorization: `Bearer ${token}`,
-          ...(payload ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } : {}),
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString();
-          let json: Record<string, unknown> = {};
-          try {
-            json = text ? (JSON.parse(text) as Record<string, unknown>) : {};
-          } catch {
-            json = { text };
-          }
-          resolve({ status: res.statusCode ?? 0, json, headers: res.headers });
-        });
-      },
-    );
-    req.on('error', reject);
-    req.end(payload);
-  });
+  const [host = '', port] = addr.split(':');
+  return callJson({ host, port: Number(port), agent, token }, method, path, body);
 }
 
 async function must(addr: string, method: string, path: string, body?: unknown, status = 200): Promise<Answer> {
