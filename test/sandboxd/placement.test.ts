@@ -239,6 +239,11 @@ describe('checkpoint placement on three nodes (real microVMs, peers from NodeInv
     try {
       await nodes.b.stop();
       await nodes.b.start([...common, ...HEAL, '--peers', relay.address]);
+      await eventually(async () => (await api.b('GET', '/v1/info')).json.peers as string[], {
+        timeoutMs: 60_000,
+        until: (peers) => peers[0] === relay.address && peers.includes(addr.a) && peers.includes(addr.c),
+        what: 'b knows the relay first, then a and c',
+      });
       const claim = claimCk('b');
       await relay.paused;
       await nodes.a.kill();

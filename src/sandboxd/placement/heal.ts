@@ -168,8 +168,8 @@ function expectShape(meta: RecordMeta, id: string): void {
 
 /**
  * The template.json this node clones the record with. Nothing that reaches the host is taken from the peer: the
- * guest image paths and the kernel command line are this node's own (the peer's image must have the same content
- * hash), and the VM's shape and network lane must be the ones its pool key names, so a record cannot turn a
+ * guest image paths and the kernel command line are this node's own (the peer's image files must have the same
+ * content), and the VM's shape and network lane must be the ones its pool key names, so a record cannot turn a
  * NIC-less sandbox into one with a network or change its size.
  */
 async function localTemplate(dir: string, meta: RecordMeta, driver: QemuMicrovmDriver): Promise<Omit<Template, 'dir'>> {
@@ -184,10 +184,15 @@ async function localTemplate(dir: string, meta: RecordMeta, driver: QemuMicrovmD
     bad(`the checkpoint was made from template ${key.template}, which this node does not have`),
   );
   const spec = templateFromImage(img);
-  if (sent.image?.hash !== spec.image.hash)
-    bad(
-      `the checkpoint's guest image is ${String(sent.image?.hash)}; this node's ${key.template} is ${spec.image.hash}`,
-    );
+  // Guest image files live in directories named by their content hash (…/kernel-<hash>/vmlinux): the same last two
+  // path segments are the same content, wherever each node keeps its cache. (A checkpoint's image.hash is its source
+  // template's, not the image's, so it cannot be compared.)
+  const named = (p: string | undefined) => (p ? p.split('/').slice(-2).join('/') : '');
+  for (const part of ['kernel', 'initramfs', 'rootfs'] as const)
+    if (named(sent.image?.[part]) !== named(spec.image[part]))
+      bad(
+        `the checkpoint's guest ${part} is ${named(sent.image?.[part]) || 'none'}; this node's ${key.template} has ${named(spec.image[part]) || 'none'}`,
+      );
   const tier = SIZE_TIERS[key.size];
   const memoryMiB = Math.max(tier.memoryMiB, spec.memoryMiB ?? 0);
   if (sent.memoryMiB !== memoryMiB || sent.vcpus !== tier.vcpus)
