@@ -318,6 +318,7 @@ describe('checkpoint placement on three nodes (real microVMs, peers from NodeInv
     await release('a', id);
     for (const round of ['before', 'after'] as const) {
       if (round === 'after') {
+        // An ordinary stop (SIGTERM) with a warm VM left running: the daemon exits, the VM is re-adopted.
         await nodes.a.stop();
         await nodes.a.start(common);
       }
