@@ -1,4 +1,4 @@
-// Lint rules: typed TypeScript rules plus the module boundaries of docs/architecture.md
+// Lint rules: typed TypeScript rules plus the module boundaries of the README's folder table ("Architecture")
 // (api <- kube <- operator/apiserver/sandboxd; sandboxd -> vmm -> guest). src/pki (X.509) is a leaf every layer
 // may use (the local cluster, the kubelet certs, the webhook), so it imports none of them.
 import js from '@eslint/js';

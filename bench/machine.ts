@@ -26,7 +26,10 @@ export function machineIdleSettings(): string {
   return parts.join(', ');
 }
 
-/** The calibration loop of spec/microvm-substrate.md §7: busybox sh counting to 20 000 with builtins only. */
+/**
+ * The calibration loop of the substrate study (docs/vm.md "The machine"): busybox sh counting to 20 000 with builtins
+ * only.
+ */
 export const SH_LOOP = 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done';
 /** What that study measured for SH_LOOP: the figures bench/vm's targets were set from were taken at this speed. */
 export const STUDY_SH_LOOP_MS = { host: 22, guest: 415 };

@@ -1,12 +1,15 @@
+import type { ErrorCode } from './error-codes.js';
+
 /**
- * The one root of every error this project throws. `code` is stable (tests and callers match on it);
- * `hint` says what to do next, so every error a person sees carries its remedy.
+ * The one root of every error this project throws. `code` is stable (tests and callers match on it) and is one of
+ * the table in src/error-codes.ts, which also gives its HTTP status; `hint` says what to do next, so every error a
+ * person sees carries its remedy.
  */
 export class SandboxError extends Error {
-  readonly code: string;
+  readonly code: ErrorCode;
   readonly hint: string | undefined;
 
-  constructor(code: string, message: string, options: { cause?: unknown; hint?: string } = {}) {
+  constructor(code: ErrorCode, message: string, options: { cause?: unknown; hint?: string } = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = 'SandboxError';
     this.code = code;

@@ -41,8 +41,9 @@ try {
     progress: (l) => process.stderr.write(`[build] ${l}\n`),
   });
 
-  // How fast this machine runs right now, on the loop spec/microvm-substrate.md timed when the targets were set:
-  // every figure below that TCG executes scales with it. Measured here and again at the end (the load moves).
+  // How fast this machine runs right now, on the loop the substrate study timed when the targets were set (docs/vm.md
+  // "The machine"): every figure below that TCG executes scales with it. Measured here and again at the end (the load
+  // moves).
   const speed = async (when: string) => {
     const vm = await plainDriver.clone(tpl);
     try {

@@ -1,5 +1,5 @@
 /**
- * Types shared by several kinds (spec §2): pod templates, PVC templates, conditions, network policy rules.
+ * Types shared by several kinds (docs/api.md): pod templates, PVC templates, conditions, network policy rules.
  */
 import { Type, type Static } from '@sinclair/typebox';
 import { coreSchema, type CoreTypes } from './core.js';

@@ -8,7 +8,7 @@ import { ALL_RESOURCES, crdNameOf, deprecationWarningOf, type ResourceDef, type 
 
 export type JsonSchemaProps = { [key: string]: unknown };
 
-/** Where the apiserver sends ConversionReviews (spec §11 defaults). */
+/** Where the apiserver sends ConversionReviews (docs/api.md "Conversion webhook"). */
 export interface ConversionClientConfig {
   service?: { name: string; namespace: string; path?: string; port?: number };
   url?: string;
@@ -123,7 +123,9 @@ function renderVersion(resource: ResourceDef, v: VersionDef): Record<string, unk
 }
 
 export interface CrdOptions {
-  /** Conversion webhook client config; defaults to the in-cluster Service of spec §11 without a caBundle. */
+  /**
+   * Conversion webhook client config; defaults to the in-cluster Service DEFAULT_WEBHOOK_SERVICE without a caBundle.
+   */
   conversionClientConfig?: ConversionClientConfig;
 }
 

@@ -1,6 +1,6 @@
 /**
- * Every well-known label and annotation key of the agent-sandbox API (spec §5), verbatim. Nothing else in the
- * project spells these strings out.
+ * Every well-known label and annotation key of the agent-sandbox API (docs/api.md "Well-known keys"), verbatim. Nothing
+ * else in the project spells these strings out.
  */
 
 /** Labels. */
@@ -44,14 +44,14 @@ export const AnnotationKeys = {
   /** Upstream migration tooling marks shadow pools with these (not written by the operator). */
   migrationShadow: 'agents.x-k8s.io/migration-shadow',
   migrationSourceTemplate: 'agents.x-k8s.io/migration-source-template',
-  /** Runtime adapter mode on the pod template (§10). */
+  /** Runtime adapter mode on the pod template (docs/runtime-adapter.md). */
   runtime: 'sandbox.cocoonstack.io/runtime',
 } as const;
 
 /**
- * Conversion bookkeeping (spec §4). The `v1alpha1-*-state` keys live on hub (v1beta1) objects and hold what only
- * v1alpha1 can express; the `v1beta1-*` keys live on v1alpha1 views and hold what only v1beta1 can express.
- * `v1beta1-<kind>-state` is ours (not in the spec): it makes v1beta1 -> v1alpha1 -> v1beta1 exact (docs/api.md).
+ * Conversion bookkeeping (docs/api.md "Conversion"). The `v1alpha1-*-state` keys live on hub (v1beta1) objects and hold
+ * what only v1alpha1 can express; the `v1beta1-*` keys live on v1alpha1 views and hold what only v1beta1 can express.
+ * `v1beta1-<kind>-state` is ours (not the upstream's): it makes v1beta1 -> v1alpha1 -> v1beta1 exact (docs/api.md).
  */
 export const ConversionKeys = {
   sandboxV1alpha1State: 'api.agents.x-k8s.io/v1alpha1-sandbox-state',
@@ -66,7 +66,10 @@ export const ConversionKeys = {
   sandboxClaimV1beta1State: 'api.agents.x-k8s.io/v1beta1-sandboxclaim-state',
 } as const;
 
-/** Annotations the aggregated apiserver / runtime adapter use (`sandbox.cocoonstack.io/*`, cocoonstack spec). */
+/**
+ * Annotations the aggregated apiserver / runtime adapter use (`sandbox.cocoonstack.io/*`; docs/runtime-adapter.md,
+ * docs/aggregated-layout.md).
+ */
 export const CocoonAnnotationKeys = {
   claimId: 'sandbox.cocoonstack.io/claim-id',
   address: 'sandbox.cocoonstack.io/address',
@@ -80,6 +83,12 @@ export const CocoonAnnotationKeys = {
   size: 'sandbox.cocoonstack.io/size',
   template: 'sandbox.cocoonstack.io/template',
   runtime: 'sandbox.cocoonstack.io/runtime',
+  /** Input on a Sandbox (aggregated layout): start from this snapshot (a SandboxSnapshotResult's snapshotID). */
+  snapshot: 'sandbox.cocoonstack.io/snapshot',
+  /** On a SandboxWarmPool: `sandbox-apiserver` when its warm-pool driver fills it (the operator then leaves it alone). */
+  servedBy: 'sandbox.cocoonstack.io/served-by',
+  /** Label on a fork child: the Sandbox it was forked from. */
+  forkedFrom: 'sandbox.cocoonstack.io/forked-from',
   cocoonsetMode: 'cocoonset.cocoonstack.io/mode',
   cocoonsetManaged: 'cocoonset.cocoonstack.io/managed',
   cocoonsetImage: 'cocoonset.cocoonstack.io/image',
@@ -97,5 +106,8 @@ export function isSystemKey(key: string): boolean {
 /** Field owner the Sandbox controller uses on creates. */
 export const SANDBOX_FIELD_OWNER = 'sandbox-controller';
 
-/** Prefix of the warm pool name a v1alpha1 claim with `warmpool: none|default` converts to (spec §4.4). */
+/**
+ * Prefix of the warm pool name a v1alpha1 claim with `warmpool: none|default` converts to (docs/api.md "The core
+ * mapping per kind").
+ */
 export const SHADOW_POOL_PREFIX = 'shadow-pool-';

@@ -1,6 +1,6 @@
 /**
- * NodeInventory (extensions.agents.x-k8s.io/v1beta1, cluster-scoped; cocoonstack spec §2.1). Fields are top
- * level: there is no spec/status. Written by node agents, read by the aggregated apiserver.
+ * NodeInventory (extensions.agents.x-k8s.io/v1beta1, cluster-scoped; docs/sandboxd-api.md "NodeInventory"). Fields are
+ * top level: there is no spec/status. Written by node agents, read by the aggregated apiserver.
  */
 import { Type, type Static } from '@sinclair/typebox';
 import { ObjectMetaSchema } from './common.js';

@@ -1,5 +1,5 @@
 /**
- * SandboxClaim (extensions.agents.x-k8s.io), spec §3.5.
+ * SandboxClaim (extensions.agents.x-k8s.io; docs/api.md, docs/claim-model.md).
  */
 import { Type, type Static } from '@sinclair/typebox';
 import {

@@ -1,5 +1,5 @@
 /**
- * SandboxTemplate (extensions.agents.x-k8s.io), spec §3.3. No status, no subresources.
+ * SandboxTemplate (extensions.agents.x-k8s.io; docs/api.md). No status, no subresources.
  */
 import { Type, type Static } from '@sinclair/typebox';
 import { NetworkPolicySpecSchema, ObjectMetaSchema, PodTemplateSchema, VolumeClaimTemplatesSchema } from './common.js';

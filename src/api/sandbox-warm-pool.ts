@@ -1,5 +1,5 @@
 /**
- * SandboxWarmPool (extensions.agents.x-k8s.io), spec §3.4. Both versions have status + scale subresources.
+ * SandboxWarmPool (extensions.agents.x-k8s.io; docs/api.md). Both versions have status + scale subresources.
  */
 import { Type, type Static } from '@sinclair/typebox';
 import { NameRefSchema, ObjectMetaSchema } from './common.js';

@@ -1,5 +1,5 @@
 /**
- * Sandbox (agents.x-k8s.io), spec §3.1–3.2. v1beta1 is the hub/storage version.
+ * Sandbox (agents.x-k8s.io; docs/api.md). v1beta1 is the hub/storage version.
  */
 import { Type, type Static } from '@sinclair/typebox';
 import {

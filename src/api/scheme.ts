@@ -213,7 +213,7 @@ export function crdNameOf(resource: ResourceDef): string {
   return `${resource.plural}.${resource.group}`;
 }
 
-/** The v1alpha1 deprecation warning text of spec §1. */
+/** The v1alpha1 deprecation warning, as the upstream CRDs word it (docs/api.md). */
 export function deprecationWarningOf(resource: ResourceDef, version: string): string {
   return `${resource.group}/${version} ${resource.kind} is deprecated; use ${resource.group}/${HUB_VERSION} ${resource.kind} instead`;
 }

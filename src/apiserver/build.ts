@@ -7,7 +7,17 @@
 import type { AddressInfo } from 'node:net';
 import { Gauge, Registry } from 'prom-client';
 import type { ObjectMeta } from '../api/meta.js';
-import { Informer, KubeClient, Namespaces, NodeInventories } from '../kube/index.js';
+import {
+  Informer,
+  KubeClient,
+  LeaderElector,
+  Namespaces,
+  NodeInventories,
+  SandboxTemplates,
+  SandboxWarmPools,
+} from '../kube/index.js';
+import type { SandboxTemplate, SandboxWarmPool } from '../api/index.js';
+import { WarmPoolDriver } from './warm-pool-driver.js';
 import type { Logger } from '../log/logger.js';
 import {
   AuthenticationConfigSource,
@@ -40,6 +50,59 @@ export interface SandboxApiServer {
 }
 
 type NamespaceObj = { metadata: ObjectMeta; status?: { phase?: string } };
+
+/**
+ * The warm-pool driver behind a Lease (one replica drives; the others stand by), with its own informers. Losing
+ * the lease stops it at once; it runs again when the lease is regained.
+ */
+function warmPoolDriver(
+  kube: KubeClient,
+  fleet: Fleet,
+  sandboxd: SandboxdClient,
+  config: ApiServerConfig,
+  log: Logger,
+  registry: Registry,
+): { run(signal: AbortSignal): Promise<void> } {
+  const l = log.child({ component: 'warm-pool-driver' });
+  const pools = new Informer<SandboxWarmPool & { metadata: ObjectMeta }>(kube, SandboxWarmPools, {
+    logger: l,
+    registry,
+  });
+  const templates = new Informer<SandboxTemplate & { metadata: ObjectMeta }>(kube, SandboxTemplates, {
+    logger: l,
+    registry,
+  });
+  const driver = new WarmPoolDriver({
+    client: kube,
+    pools,
+    templates,
+    fleet,
+    sandboxd,
+    log: l,
+    resyncMs: config.warmPoolSyncIntervalMs,
+  });
+  const elector = new LeaderElector(kube.derive({ qps: -1, userAgent: 'sandbox-apiserver/leader-election' }), {
+    namespace: config.serviceNamespace,
+    name: 'sandbox-apiserver-warm-pool-driver',
+    logger: l,
+  });
+  return {
+    run: async (signal) => {
+      const informers = [pools.start(signal), templates.start(signal)];
+      await Promise.all([pools.synced(), templates.synced()]);
+      while (!signal.aborted) {
+        if (!(await elector.acquire(signal))) break;
+        const term = new AbortController();
+        const running = driver.run(AbortSignal.any([signal, term.signal]));
+        const lost = await elector.hold(signal);
+        term.abort();
+        await running;
+        if (!lost) await elector.release().catch(() => undefined);
+      }
+      await Promise.allSettled(informers);
+    },
+  };
+}
 
 export async function buildApiServer(
   config: ApiServerConfig,
@@ -75,6 +138,8 @@ export async function buildApiServer(
     ],
   ]);
   const descriptors = [...storages.values()].map((s) => s.descriptor);
+
+  const driver = config.enableWarmPoolDriver ? warmPoolDriver(kube, fleet, sandboxd, config, log, registry) : undefined;
 
   const authnConfig = new AuthenticationConfigSource(kube, { logger: log, registry });
   const authenticator = delegatedAuthenticator(kube, authnConfig, {
@@ -175,6 +240,7 @@ export async function buildApiServer(
       const tasks = [
         inventories.start(signal),
         namespaces.start(signal),
+        ...(driver ? [driver.run(signal)] : []),
         authnConfig.start(signal).then(() => {
           authnLoaded = true;
           server.setSecureContext(tls());

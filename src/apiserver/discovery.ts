@@ -1,9 +1,10 @@
 /**
- * API discovery, derived from the served resources (spec §2): the legacy documents (`/apis` APIGroupList,
- * `/apis/<group>` APIGroup, `/apis/<group>/<version>` APIResourceList) and the aggregated APIGroupDiscoveryList
- * (apidiscovery.k8s.io v2 and v2beta1) the aggregator asks `/apis` for every minute. The aggregator uses the v2
- * reply only when its Content-Type carries exactly the g/v/as parameters it asked for; anything else but 503
- * makes it fall back to the legacy GET, so a v2-only Accept we cannot honor gets 406, never a plain-JSON 200.
+ * API discovery, derived from the served resources (docs/aggregated-layout.md, "What the aggregator and kubectl need
+ * from the server"): the legacy documents (`/apis` APIGroupList, `/apis/<group>` APIGroup, `/apis/<group>/<version>`
+ * APIResourceList) and the aggregated APIGroupDiscoveryList (apidiscovery.k8s.io v2 and v2beta1) the aggregator asks
+ * `/apis` for every minute. The aggregator uses the v2 reply only when its Content-Type carries exactly the g/v/as
+ * parameters it asked for; anything else but 503 makes it fall back to the legacy GET, so a v2-only Accept we cannot
+ * honor gets 406, never a plain-JSON 200.
  *
  * Order: groups and versions as the descriptors first name them (the first version is the preferred one);
  * resources, subresources and verbs sorted, as k8s.io/apiserver lists them.

@@ -1,6 +1,7 @@
 /**
- * OpenAPI for the served resources (spec §3), derived from the descriptors: v3 (`/openapi/v3`, a root listing one
- * document per group-version, and each group-version's document) and v2 (`/openapi/v2`, one document).
+ * OpenAPI for the served resources (docs/aggregated-layout.md, "What the aggregator and kubectl need from the server"),
+ * derived from the descriptors: v3 (`/openapi/v3`, a root listing one document per group-version, and each
+ * group-version's document) and v2 (`/openapi/v2`, one document).
  *
  * The aggregator copies our v3 root's `paths` verbatim into the cluster's and proxies the listed URLs to us, so
  * the root names only our group-versions. A URL's `hash` is the uppercase hex SHA-512 of the document (kube-openapi

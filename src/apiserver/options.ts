@@ -25,6 +25,8 @@ export interface ApiServerConfig {
   readonly unauthorizedCacheTtlMs: number;
   readonly nodeTimeoutMs: number;
   readonly watchCacheEvents: number;
+  readonly enableWarmPoolDriver: boolean;
+  readonly warmPoolSyncIntervalMs: number;
   readonly logLevel: string;
 }
 
@@ -100,6 +102,20 @@ export function apiServerCommand(): Command {
       int('watch-cache-events', 1000),
       100_000,
     )
+    .addOption(
+      new Option(
+        '--enable-warm-pool-driver [bool]',
+        'fill SandboxWarmPools on the nodes (leader-elected; one writer of their status)',
+      )
+        .default(true)
+        .argParser(bool),
+    )
+    .option(
+      '--warm-pool-sync-interval <d>',
+      'how often the driver resyncs pools and samples warm counts',
+      seconds('warm-pool-sync-interval'),
+      5000,
+    )
     .option('--log-level <level>', 'log level (debug, info, warn, error)', 'info');
 }
 
@@ -121,6 +137,8 @@ interface RawOptions {
   authorizationWebhookCacheUnauthorizedTtl: number;
   nodeTimeout: number;
   watchCacheEvents: number;
+  enableWarmPoolDriver: boolean;
+  warmPoolSyncInterval: number;
   logLevel: string;
 }
 
@@ -163,6 +181,8 @@ export function toApiServerConfig(o: RawOptions): ApiServerConfig {
     unauthorizedCacheTtlMs: o.authorizationWebhookCacheUnauthorizedTtl,
     nodeTimeoutMs: o.nodeTimeout,
     watchCacheEvents: o.watchCacheEvents,
+    enableWarmPoolDriver: o.enableWarmPoolDriver,
+    warmPoolSyncIntervalMs: o.warmPoolSyncInterval,
     logLevel: o.logLevel,
   };
 }

@@ -25,7 +25,7 @@ const METHOD_VERBS = new Map([
 ]);
 
 function badRequest(message: string): SandboxError {
-  return new SandboxError('apiserver.badRequest', message, {
+  return new SandboxError('apiserver.bad-request', message, {
     hint: 'send a path of the form /apis/<group>/<version>/[namespaces/<namespace>/]<resource>[/<name>[/<subresource>]]',
   });
 }

@@ -3,6 +3,8 @@
  * StatusFailure built here, so code, reason and details are consistent and clients (client-go's errors.IsNotFound,
  * kubectl's messages, client-node) read them the way they read kube-apiserver's.
  */
+import type { ErrorCode } from '../error-codes.js';
+import { httpErrorOf } from '../error-http.js';
 import { SandboxError } from '../errors.js';
 import type { KubeStatus } from '../kube/index.js';
 
@@ -24,6 +26,27 @@ export type StatusReason =
   | 'InternalError'
   | 'ServiceUnavailable'
   | 'Timeout';
+
+/** The code of a StatusFailure by its reason. */
+export const CODE_BY_REASON: Readonly<Record<StatusReason, ErrorCode>> = {
+  BadRequest: 'apiserver.bad-request',
+  Unauthorized: 'apiserver.unauthorized',
+  Forbidden: 'apiserver.forbidden',
+  NotFound: 'apiserver.not-found',
+  MethodNotAllowed: 'apiserver.method-not-allowed',
+  NotAcceptable: 'apiserver.not-acceptable',
+  AlreadyExists: 'apiserver.already-exists',
+  Conflict: 'apiserver.conflict',
+  Gone: 'apiserver.gone',
+  Expired: 'apiserver.expired',
+  RequestEntityTooLarge: 'apiserver.request-entity-too-large',
+  UnsupportedMediaType: 'apiserver.unsupported-media-type',
+  Invalid: 'apiserver.invalid',
+  TooManyRequests: 'apiserver.too-many-requests',
+  InternalError: 'apiserver.internal-error',
+  ServiceUnavailable: 'apiserver.service-unavailable',
+  Timeout: 'apiserver.timeout',
+};
 
 export interface StatusCause {
   reason: string;
@@ -50,7 +73,7 @@ export class StatusFailure extends SandboxError {
     details?: KubeStatus['details'],
     headers: Record<string, string> = {},
   ) {
-    super(`apiserver.${reason}`, message);
+    super(CODE_BY_REASON[reason], message);
     this.name = 'StatusFailure';
     this.status = {
       kind: 'Status',
@@ -173,9 +196,13 @@ export const tooManyRequests = (message: string, retryAfterSeconds: number) =>
     { 'retry-after': String(retryAfterSeconds) },
   );
 
-/** Any thrown value as the Status the client gets: StatusFailures as they are, everything else a 500. */
+/**
+ * Any thrown value as the Status the client gets: StatusFailures as they are, another SandboxError with the status
+ * of its code (src/error-codes.ts), anything else a 500.
+ */
 export function toStatusFailure(err: unknown): StatusFailure {
   if (err instanceof StatusFailure) return err;
+  const { status, reason } = httpErrorOf('apiserver', err);
   const message = err instanceof SandboxError ? err.describe() : err instanceof Error ? err.message : String(err);
-  return internalError(message);
+  return status === 500 ? internalError(message) : new StatusFailure(status, reason as StatusReason, message);
 }

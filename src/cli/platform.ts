@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rename, rm, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { applyCrdDir, issueCert, startCluster, type ClusterHandle } from '../cluster/index.js';
@@ -35,6 +35,8 @@ export interface PlatformOptions {
   warm: number;
   /** The template those warm VMs are of (sandbox/base; tests use sandbox/minimal). */
   template?: string;
+  /** The nodes' own warm pools (sandboxd `--pools`), instead of `<template>=<warm>`. */
+  pools?: string;
   /** Extra sandboxd flags (benchmarks: e.g. `--refill-delay=60000` to keep refills off a measured burst). */
   sandboxdArgs?: string[];
   /**
@@ -70,6 +72,8 @@ export interface Platform {
   operatorHealth: string | undefined;
   /** The aggregated layout's server: where it listens and the CA that signs its certificate. */
   apiserver: { address: string; caFile: string; apiServiceAvailableMs: number } | undefined;
+  /** A dir with `kubectl-sandbox` (the kubectl plugin), to put on PATH. */
+  pluginDir: string;
   pids(): number[];
   stop(): Promise<void>;
 }
@@ -112,8 +116,12 @@ export async function startPlatform(opts: PlatformOptions): Promise<Platform> {
     const sandboxd = await startSandboxdNodes(cluster, components, opts, tokenFile, waits);
     const apiserver = aggregated ? await startApiServer(cluster, components, opts, tokenFile) : undefined;
     await Promise.all(waits);
+    const pluginDir = join(opts.dataDir, 'bin');
+    await mkdir(pluginDir, { recursive: true });
+    await symlink(join(REPO, 'bin', 'kubectl-sandbox.mjs'), join(pluginDir, 'kubectl-sandbox'));
     return {
       cluster,
+      pluginDir,
       layout: opts.layout,
       sandboxd,
       operatorHealth,
@@ -189,7 +197,11 @@ async function startSandboxdNodes(
       `--token-file=${tokenFile}`,
       `--kubeconfig=${cluster.kubeconfigPath}`,
       ...vk,
-      ...(opts.warm > 0 ? [`--pools=${opts.template ?? 'sandbox/base'}=${opts.warm}`] : []),
+      ...(opts.pools
+        ? [`--pools=${opts.pools}`]
+        : opts.warm > 0
+          ? [`--pools=${opts.template ?? 'sandbox/base'}=${opts.warm}`]
+          : []),
       ...(opts.checkpointPeerHeal?.includes(node) ? ['--checkpoint-peer-heal', '--checkpoint-ttl-hours=24'] : []),
       ...(opts.sandboxdArgs ?? []),
       '--destroy-on-exit',
@@ -254,6 +266,7 @@ export interface PlatformState {
   error?: string;
   kubeconfigPath?: string;
   binDir?: string;
+  pluginDir?: string;
   netns?: string;
   hostInterface?: string;
   pids?: number[];

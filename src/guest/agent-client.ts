@@ -21,6 +21,7 @@ import {
   type ExecRequestArgs,
   type Frame,
 } from './protocol.js';
+import { agentError } from './agent-errors.js';
 import { AgentFiles } from './agent-files.js';
 import { startExecProcess, type ExecOptions, type ExecProcess, type ExecResult } from './agent-exec.js';
 import { connectGuestTcp } from './agent-tcp.js';
@@ -67,22 +68,11 @@ interface Pending {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-function agentError(op: string, res: Record<string, unknown>): SandboxError {
-  const code = typeof res.code === 'string' ? res.code : 'EIO';
-  const message = typeof res.message === 'string' ? res.message : 'agent error';
-  const hints: Record<string, string> = {
-    ENOENT: 'check the path or command name inside the guest',
-    EFRAMETOOLARGE: 'split the data into chunks of at most 1 MiB',
-    EUNKNOWNOP: 'the guest agent is older than this host; rebuild the guest image',
-  };
-  return new SandboxError(`AGENT_${code}`, `${op}: ${message}`, { hint: hints[code] });
-}
-
 /** A request's payload, checked against the agent's request limit. */
 function requestPayload(op: string, payload: Buffer): Buffer {
   if (payload.length > MAX_JSON) {
     throw new SandboxError(
-      'AGENT_FRAME_TOO_LARGE',
+      'agent.frame-too-large',
       `${op} request is ${payload.length} bytes, over the ${MAX_JSON}-byte limit`,
       { hint: 'send large data as file content, not as arguments' },
     );
@@ -116,17 +106,17 @@ export class AgentClient {
       try {
         frames = this.decoder.push(chunk);
       } catch (err) {
-        this.fail(err instanceof SandboxError ? err : new SandboxError('AGENT_PROTOCOL', String(err)));
+        this.fail(err instanceof SandboxError ? err : new SandboxError('agent.protocol', String(err)));
         return;
       }
       for (const f of frames) this.onFrame(f);
     });
     socket.on('error', (err) =>
-      this.fail(new SandboxError('AGENT_DISCONNECTED', `agent connection error: ${err.message}`, { cause: err })),
+      this.fail(new SandboxError('agent.disconnected', `agent connection error: ${err.message}`, { cause: err })),
     );
     socket.on('close', () =>
       this.fail(
-        new SandboxError('AGENT_DISCONNECTED', 'agent connection closed', {
+        new SandboxError('agent.disconnected', 'agent connection closed', {
           hint: 'the VM stopped or the connection was closed',
         }),
       ),
@@ -150,7 +140,7 @@ export class AgentClient {
     let lastErr: unknown;
     for (;;) {
       if (opts.signal?.aborted)
-        throw new SandboxError('ABORTED', 'agent connect aborted', { cause: opts.signal.reason });
+        throw new SandboxError('agent.aborted', 'agent connect aborted', { cause: opts.signal.reason });
       try {
         return await new Promise<Socket>((resolve, reject) => {
           const s = netConnect(socketPath);
@@ -169,7 +159,7 @@ export class AgentClient {
       }
     }
     throw new SandboxError(
-      'AGENT_UNREACHABLE',
+      'agent.unreachable',
       `cannot connect to the agent socket ${socketPath}: ${String((lastErr as Error | undefined)?.message ?? lastErr)}`,
       {
         cause: lastErr,
@@ -182,7 +172,7 @@ export class AgentClient {
   static async handshake(socket: Socket, socketPath: string, opts: AgentConnectOptions = {}): Promise<AgentClient> {
     const timeoutMs = opts.connectTimeoutMs ?? 10_000;
     if (socket.destroyed) {
-      throw new SandboxError('AGENT_DISCONNECTED', `the agent socket ${socketPath} closed before the handshake`, {
+      throw new SandboxError('agent.disconnected', `the agent socket ${socketPath} closed before the handshake`, {
         hint: 'the VM stopped; check the VM log',
       });
     }
@@ -199,8 +189,8 @@ export class AgentClient {
       };
     } catch (err) {
       client.close();
-      if (err instanceof SandboxError && err.code === 'AGENT_TIMEOUT') {
-        throw new SandboxError('AGENT_UNRESPONSIVE', `the guest agent did not answer within ${timeoutMs} ms`, {
+      if (err instanceof SandboxError && err.code === 'agent.timeout') {
+        throw new SandboxError('agent.unresponsive', `the guest agent did not answer within ${timeoutMs} ms`, {
           cause: err,
           hint: 'the guest may be paused, still booting or hung; check the VM console log',
         });
@@ -210,7 +200,7 @@ export class AgentClient {
     if (client.info.protocol !== PROTOCOL_VERSION) {
       client.close();
       throw new SandboxError(
-        'AGENT_VERSION',
+        'agent.version',
         `agent speaks protocol ${client.info.protocol}, host speaks ${PROTOCOL_VERSION}`,
         { hint: 'rebuild the guest image' },
       );
@@ -232,7 +222,7 @@ export class AgentClient {
   }
 
   close(): void {
-    this.fail(new SandboxError('AGENT_DISCONNECTED', 'agent connection closed by the host'));
+    this.fail(new SandboxError('agent.disconnected', 'agent connection closed by the host'));
     this.socket.destroy();
   }
 
@@ -261,7 +251,7 @@ export class AgentClient {
         try {
           res = JSON.parse(f.payload.toString('utf8')) as Record<string, unknown>;
         } catch {
-          p.reject(new SandboxError('AGENT_PROTOCOL', 'agent sent malformed JSON'));
+          p.reject(new SandboxError('agent.protocol', 'agent sent malformed JSON'));
           return;
         }
         if (res.ok === true) {
@@ -291,13 +281,13 @@ export class AgentClient {
       }
       case FrameType.Window:
         if (f.payload.length !== 4) {
-          this.fail(new SandboxError('AGENT_PROTOCOL', `agent sent a WINDOW frame of ${f.payload.length} bytes`));
+          this.fail(new SandboxError('agent.protocol', `agent sent a WINDOW frame of ${f.payload.length} bytes`));
           return;
         }
         p.input?.grant(f.payload.readUInt32BE(0));
         return;
       default:
-        this.fail(new SandboxError('AGENT_PROTOCOL', `agent sent unexpected frame type ${f.type}`));
+        this.fail(new SandboxError('agent.protocol', `agent sent unexpected frame type ${f.type}`));
     }
   }
 
@@ -406,7 +396,7 @@ export class AgentClient {
           // A flow-controlled stream would otherwise wait in the guest for credit that never comes.
           if (this.flow && (p.output || p.input)) this.start('cancel', { target: id }).done.catch(() => undefined);
           reject(
-            new SandboxError('AGENT_TIMEOUT', `${op} got no answer from the guest agent within ${timeoutMs} ms`, {
+            new SandboxError('agent.timeout', `${op} got no answer from the guest agent within ${timeoutMs} ms`, {
               hint: 'the guest may be paused or overloaded',
             }),
           );
@@ -419,7 +409,7 @@ export class AgentClient {
           this.pending.delete(id);
           if (p.timer) clearTimeout(p.timer);
           p.input?.close();
-          reject(new SandboxError('ABORTED', `${op} aborted`, { cause: signal.reason }));
+          reject(new SandboxError('agent.aborted', `${op} aborted`, { cause: signal.reason }));
           if (!this.closedErr) this.start('cancel', { target: id }).done.catch(() => undefined);
         };
         if (signal.aborted) queueMicrotask(onAbort);
@@ -451,7 +441,7 @@ export class AgentClient {
     try {
       return await this.open('hello', FrameType.Hello, payload, handlers).done;
     } catch (err) {
-      if (!(err instanceof SandboxError) || err.code !== 'AGENT_EPROTO') throw err;
+      if (!(err instanceof SandboxError) || err.code !== 'agent.eproto') throw err;
       return this.request('hello', { timeUnixNs: Date.now() * 1e6, seed: seed.toString('base64') }, handlers);
     }
   }

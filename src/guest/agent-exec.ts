@@ -37,7 +37,7 @@ function signalNumber(sig: string | number): number {
   if (typeof sig === 'number') return sig;
   const n = (osConstants.signals as Record<string, number | undefined>)[sig.startsWith('SIG') ? sig : `SIG${sig}`];
   if (n === undefined)
-    throw new SandboxError('INVALID_ARGUMENT', `unknown signal ${sig}`, {
+    throw new SandboxError('agent.invalid-argument', `unknown signal ${sig}`, {
       hint: 'use a name like SIGTERM or a number',
     });
   return n;

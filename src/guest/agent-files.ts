@@ -44,7 +44,7 @@ export class AgentFiles {
       },
     );
     if (tooBig) {
-      throw new SandboxError('FILE_TOO_LARGE', `${path} is larger than ${max} bytes`, {
+      throw new SandboxError('agent.file-too-large', `${path} is larger than ${max} bytes`, {
         hint: 'pass a larger maxBytes or read a range with offset/length',
       });
     }
@@ -87,7 +87,7 @@ export class AgentFiles {
       await this.stat(path);
       return true;
     } catch (err) {
-      if (err instanceof SandboxError && err.code === 'AGENT_ENOENT') return false;
+      if (err instanceof SandboxError && err.code === 'agent.enoent') return false;
       throw err;
     }
   }

@@ -136,7 +136,7 @@ export class StreamOutput {
     this.outstanding += n;
     if (this.outstanding > STREAM_WINDOW) {
       throw new SandboxError(
-        'AGENT_PROTOCOL',
+        'agent.protocol',
         `agent sent ${this.outstanding} bytes on a stream past its ${STREAM_WINDOW}-byte window`,
         { hint: 'the guest agent is misbehaving or not ours; destroy the VM' },
       );

@@ -77,7 +77,7 @@ export interface GuestImageArtifact {
 export async function ensureGuestImage(name: string, opts: { progress?: Progress } = {}): Promise<GuestImageArtifact> {
   const def = GUEST_TEMPLATES[name] ?? GUEST_TEMPLATES[name.replace(/:latest$/, '')];
   if (!def) {
-    throw new SandboxError('TEMPLATE_UNKNOWN', `unknown template ${name}`, {
+    throw new SandboxError('template.unknown', `unknown template ${name}`, {
       hint: `known templates: ${Object.keys(GUEST_TEMPLATES).join(', ')}`,
     });
   }

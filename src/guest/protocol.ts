@@ -45,7 +45,7 @@ export interface Frame {
 export function encodeFrame(type: FrameType, id: number, payload: Buffer): Buffer {
   if (payload.length > MAX_PAYLOAD) {
     throw new SandboxError(
-      'AGENT_FRAME_TOO_LARGE',
+      'agent.frame-too-large',
       `frame payload of ${payload.length} bytes is over the ${MAX_PAYLOAD}-byte limit`,
       {
         hint: 'split the data into chunks of at most 1 MiB',
@@ -115,8 +115,8 @@ export function encodeExecPayload(a: ExecRequestArgs): Buffer | undefined {
 }
 
 /**
- * Incremental decoder. `push` returns the complete frames; it throws AGENT_PROTOCOL on a frame over the
- * limit (as soon as its header arrives) or a malformed header.
+ * Incremental decoder. `push` returns the complete frames; it throws agent.frame-too-large on a frame over the
+ * limit (as soon as its header arrives) and agent.protocol on a malformed header.
  */
 export class FrameDecoder {
   private buf: Buffer = Buffer.alloc(0);
@@ -150,10 +150,10 @@ export class FrameDecoder {
     const frames: Frame[] = [];
     while (this.buf.length >= 4) {
       const len = this.buf.readUInt32BE(0);
-      if (len < 5) throw new SandboxError('AGENT_PROTOCOL', `malformed frame: length ${len} below header size`);
+      if (len < 5) throw new SandboxError('agent.protocol', `malformed frame: length ${len} below header size`);
       if (len - 5 > this.maxPayload) {
         throw new SandboxError(
-          'AGENT_FRAME_TOO_LARGE',
+          'agent.frame-too-large',
           `agent sent a frame of ${len - 5} bytes, over the ${this.maxPayload}-byte limit`,
           {
             hint: 'the guest agent is misbehaving or not ours; destroy the VM',

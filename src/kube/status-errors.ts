@@ -1,3 +1,4 @@
+import type { ErrorCode } from '../error-codes.js';
 import { SandboxError } from '../errors.js';
 
 /** A Kubernetes `Status` (metav1.Status) as the apiserver returns it on failures. */
@@ -18,14 +19,38 @@ export interface KubeStatus {
   };
 }
 
+/** The code of a failed call by the Status reason it was answered with (apimachinery's StatusReasons). */
+export const KUBE_CODE_BY_REASON: Readonly<Record<string, ErrorCode>> = {
+  AlreadyExists: 'kube.already-exists',
+  BadRequest: 'kube.bad-request',
+  Conflict: 'kube.conflict',
+  Expired: 'kube.expired',
+  Forbidden: 'kube.forbidden',
+  Gone: 'kube.gone',
+  InternalError: 'kube.internal-error',
+  Invalid: 'kube.invalid',
+  MethodNotAllowed: 'kube.method-not-allowed',
+  NotAcceptable: 'kube.not-acceptable',
+  NotFound: 'kube.not-found',
+  RequestEntityTooLarge: 'kube.request-entity-too-large',
+  ServerTimeout: 'kube.server-timeout',
+  ServiceUnavailable: 'kube.service-unavailable',
+  Timeout: 'kube.timeout',
+  TooManyRequests: 'kube.too-many-requests',
+  Unauthorized: 'kube.unauthorized',
+  Unknown: 'kube.unknown',
+  UnsupportedMediaType: 'kube.unsupported-media-type',
+};
+
 /** Every failed API call becomes one of these, built in exactly one place (fromResponse). */
 export class StatusError extends SandboxError {
   readonly status: KubeStatus;
   readonly httpCode: number;
 
   constructor(httpCode: number, status: KubeStatus, verb: string, path: string) {
+    const reason = status.reason ?? 'Unknown';
     super(
-      `kube.${(status.reason ?? 'Unknown').toLowerCase()}`,
+      Object.hasOwn(KUBE_CODE_BY_REASON, reason) ? KUBE_CODE_BY_REASON[reason]! : 'kube.unknown',
       `${verb} ${path}: ${status.message ?? `HTTP ${httpCode}`}`,
     );
     this.name = 'StatusError';

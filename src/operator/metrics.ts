@@ -1,5 +1,5 @@
 /**
- * The operator's own Prometheus metrics (agent-sandbox-spec §12), as factories over the manager's registry:
+ * The operator's own Prometheus metrics (docs/operator.md "Metrics"), as factories over the manager's registry:
  * each returns the one instance registered in that registry (created on first use), so controllers that share a
  * manager share the metric and tests that build many managers never collide. Controllers add their metrics here.
  */
@@ -14,7 +14,7 @@ function once<T>(registry: Registry, name: string, make: () => T): T {
   return byName.get(name) as T;
 }
 
-/** Buckets of `agent_sandbox_creation_latency_ms` (§12). */
+/** Buckets of `agent_sandbox_creation_latency_ms` (the upstream operator's). */
 export const CREATION_LATENCY_BUCKETS_MS = [
   50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000, 240000, 300000, 600000,
 ];

@@ -2,7 +2,7 @@ import { Command, Option } from 'commander';
 import { SandboxError } from '../errors.js';
 
 /**
- * sandbox-operator flags: the upstream names and defaults (agent-sandbox-spec §11), so manifests written for the
+ * sandbox-operator flags: the upstream operator's names and defaults, so manifests written for the
  * upstream controller work unchanged. The only place the operator reads its configuration.
  */
 export const RUNTIMES = ['standard', 'vk-cocoon', 'sandboxd'] as const;
@@ -48,16 +48,16 @@ export interface OperatorConfig {
 const bool = (v: string) => {
   if (v === 'true' || v === '1') return true;
   if (v === 'false' || v === '0') return false;
-  throw new SandboxError('operator.flag', `expected true or false, got "${v}"`);
+  throw new SandboxError('operator.flags', `expected true or false, got "${v}"`);
 };
 const int = (v: string) => {
   const n = Number(v);
-  if (!Number.isFinite(n)) throw new SandboxError('operator.flag', `expected a number, got "${v}"`);
+  if (!Number.isFinite(n)) throw new SandboxError('operator.flags', `expected a number, got "${v}"`);
   return Math.trunc(n);
 };
 const duration = (v: string) => {
   const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)$/.exec(v);
-  if (!m) throw new SandboxError('operator.flag', `expected a duration like 30s or 5m, got "${v}"`);
+  if (!m) throw new SandboxError('operator.flags', `expected a duration like 30s or 5m, got "${v}"`);
   return Number(m[1]) * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2] as 'ms' | 's' | 'm' | 'h'];
 };
 

@@ -71,6 +71,11 @@ export interface Validity {
 }
 
 export interface CertificateRequest extends Validity {
+  /**
+   * Sign with a certificate that is not a CA. Only for tests of chain verification, which must build the chains
+   * a verifier has to refuse.
+   */
+  issuerMayBeLeaf?: boolean;
   subject: Subject;
   usages: readonly Usage[];
   /** DNS names and IP addresses (v4 or v6), in the order given. */
@@ -111,7 +116,7 @@ export function createCertificateAuthority(subject: Subject, validity: Validity,
 /** A leaf certificate with a fresh key, signed by `ca` (never valid past the CA itself). */
 export function issueCertificate(ca: PemPair, req: CertificateRequest): PemPair {
   if (req.usages.length === 0) throw invalid(`certificate for ${req.subject.commonName} names no usage`);
-  const authority = loadAuthority(ca);
+  const authority = loadAuthority(ca, req.issuerMayBeLeaf);
   const key = newKey();
   const sans = req.subjectAltNames ?? [];
   const { notBefore, notAfter } = window(req);
@@ -237,7 +242,7 @@ interface Authority {
 }
 
 /** The CA's subject exactly as encoded in its certificate (chain building compares it byte for byte). */
-function loadAuthority(ca: PemPair): Authority {
+function loadAuthority(ca: PemPair, mayBeLeaf = false): Authority {
   let cert: X509Certificate;
   let privateKey: KeyObject;
   try {
@@ -246,7 +251,7 @@ function loadAuthority(ca: PemPair): Authority {
   } catch (err) {
     throw invalid(`the CA certificate or key does not parse: ${(err as Error).message}`, err);
   }
-  if (!cert.ca) throw invalid(`${cert.subject} is not a CA certificate`);
+  if (!cert.ca && !mayBeLeaf) throw invalid(`${cert.subject} is not a CA certificate`);
   if (!createPublicKey(privateKey).equals(cert.publicKey))
     throw invalid(`the CA key is not the key of ${cert.subject}`);
   // Certificate ::= SEQUENCE { tbsCertificate, ... }; TBSCertificate ::= SEQUENCE { [0] version, serial,

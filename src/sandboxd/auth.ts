@@ -1,10 +1,11 @@
 import { timingSafeEqual } from 'node:crypto';
 
 /**
- * sandboxd's three token kinds (cocoonstack-spec §1.1): the node's root token (operator path: full access), tenant
- * tokens (may create claims, never drive operator surfaces) and per-sandbox tokens returned by a claim (guard that
- * sandbox's own endpoints). With no root token and no tenants configured the API is open — only when a flag says so;
- * once any token is configured, a request without one is nobody, whatever that flag says.
+ * sandboxd's three token kinds (docs/sandboxd-api.md "Transport, authentication, errors"): the node's root token
+ * (operator path: full access), tenant tokens (may create claims, never drive operator surfaces) and per-sandbox tokens
+ * returned by a claim (guard that sandbox's own endpoints). With no root token and no tenants configured the API is
+ * open — only when a flag says so; once any token is configured, a request without one is nobody, whatever that flag
+ * says.
  */
 export type Principal =
   { kind: 'root' } | { kind: 'tenant'; name: string } | { kind: 'anonymous' } | { kind: 'bearer'; token: string };

@@ -53,6 +53,7 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
     engine,
     peers,
     auth: { rootToken: config.rootToken, tenants: config.tenants, allowAnonymous: config.allowAnonymous },
+    pauseMode: config.pauseMode,
     logger: log.child({ component: 'api' }),
     placement: {
       owners: new OwnerDirectory(() => peers.addresses(), peerClient, { logger: placementLog }),

@@ -23,7 +23,7 @@ export function sandboxRow(rec: SandboxRecord) {
     claimed_at: rec.claimedAt,
     updated_at: rec.updatedAt ?? rec.claimedAt,
     hibernated: rec.hibernated,
-    phase: rec.hibernated ? 'Hibernated' : 'Running',
+    phase: rec.hibernated ? 'Hibernated' : rec.paused ? 'Paused' : 'Running',
     rv: rec.rv ?? 0,
     ...(rec.fromCheckpoint ? { from_checkpoint: rec.fromCheckpoint } : {}),
     ...(rec.claimRef ? { claim_ref: rec.claimRef } : {}),
@@ -83,7 +83,9 @@ export class ChangeFeed {
   }
 
   private pools() {
-    return this.engine.poolStatus().map((p) => ({ key: p.key, warm: p.warm, target: p.target }));
+    return this.engine
+      .poolStatus()
+      .map((p) => ({ key: p.key, warm: p.warm, target: p.target, ...(p.owner ? { owner: p.owner } : {}) }));
   }
 
   private schedulePools(): void {

@@ -90,11 +90,12 @@ export class Checkpoints {
    * `since` (the pull started before a delete that the fleet was told of).
    */
   async publish(rec: Omit<CheckpointRecord, 'template'>, exportDir: string, since: number): Promise<CheckpointRecord> {
-    if (!CHECKPOINT_ID.test(rec.id)) throw new SandboxError('bad-request', `checkpoint id ${rec.id} is malformed`);
+    if (!CHECKPOINT_ID.test(rec.id))
+      throw new SandboxError('sandboxd.bad-request', `checkpoint id ${rec.id} is malformed`);
     if (this.checkpoints.has(rec.id)) return this.checkpoints.get(rec.id)!;
     const deletedAt = this.deleted.get(rec.id);
     if (deletedAt !== undefined && deletedAt >= since)
-      throw new SandboxError('not-found', `checkpoint ${rec.id} was deleted while it was being pulled`);
+      throw new SandboxError('placement.deleted', `checkpoint ${rec.id} was deleted while it was being pulled`);
     const dir = join(this.root, rec.id);
     await rename(exportDir, dir);
     await fsyncDir(this.root);

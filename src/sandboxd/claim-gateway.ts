@@ -8,9 +8,10 @@
  */
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { HTTPParser, type HeaderInfo } from 'http-parser-js';
+import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
 import { identify, type AuthConfig } from './auth.js';
-import { errorStatus, HttpError, MAX_BODY_BYTES, parseJsonBody, type SandboxdApi } from './http-api.js';
+import { errorStatus, MAX_BODY_BYTES, parseJsonBody, type SandboxdApi } from './http-api.js';
 
 /** Request line plus headers, at most (a claim needs a few hundred bytes). */
 const MAX_HEADER_BYTES = 16 << 10;
@@ -147,11 +148,16 @@ export class ClaimGateway {
   private answer(r: Pending): Answer | Promise<Answer> {
     try {
       if (r.path !== '/v1/claim')
-        throw new HttpError(404, `no route ${r.path}: this listener serves only POST /v1/claim; use the API address`);
-      if (r.method !== 'POST') throw new HttpError(405, `method ${r.method} not allowed on /v1/claim`);
-      if (r.tooLarge) throw new HttpError(400, `invalid request body: larger than ${MAX_BODY_BYTES} bytes`);
+        throw new SandboxError(
+          'sandboxd.not-found',
+          `no route ${r.path}: this listener serves only POST /v1/claim; use the API address`,
+        );
+      if (r.method !== 'POST')
+        throw new SandboxError('sandboxd.method-not-allowed', `method ${r.method} not allowed on /v1/claim`);
+      if (r.tooLarge)
+        throw new SandboxError('sandboxd.bad-request', `invalid request body: larger than ${MAX_BODY_BYTES} bytes`);
       const who = identify(r.authorization, this.opts.auth);
-      if (!who) throw new HttpError(401, 'invalid api token');
+      if (!who) throw new SandboxError('sandboxd.unauthorized', 'invalid api token');
       const out = this.opts.api.claimNow(who, parseJsonBody(r.chunks), r.started);
       if ('answer' in out) return { status: 200, body: out.answer };
       return out.pending.then(

@@ -17,6 +17,8 @@ export interface SandboxRecord {
   claimedAt: string;
   deadline: string;
   hibernated: boolean;
+  /** Memory-resident pause (QMP stop): frozen vCPUs, RAM kept. */
+  paused?: boolean;
   fromCheckpoint?: string;
   /** How the claim was served: warm pop or on-demand clone. */
   source: 'warm' | 'provisioned' | 'fork' | 'checkpoint';
@@ -38,6 +40,8 @@ export interface ClaimOptions {
   tenant?: string;
   /** The Kubernetes object the claim is (sandbox-apiserver's creates); stored and returned in rows. */
   object?: unknown;
+  /** The checkpoint the VM was cloned from. */
+  fromCheckpoint?: string;
 }
 
 /**
@@ -90,6 +94,7 @@ export class ClaimRecords {
       ...(claimRef ? { claimRef } : {}),
       ...(tenant ? { tenant } : {}),
       ...(opts.object !== undefined ? { object: opts.object } : {}),
+      ...(opts.fromCheckpoint ? { fromCheckpoint: opts.fromCheckpoint } : {}),
     };
     this.touch(rec);
     this.restore(rec);

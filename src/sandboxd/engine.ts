@@ -80,6 +80,15 @@ export interface ClaimRequest {
   primeAfter?: boolean;
 }
 
+/** The most children one fork makes (the node's limit; the API answers 400 above it). */
+export const MAX_FORK_COUNT = 16;
+
+/** A fork child's identity when the caller gives one (sandbox-apiserver: the child Sandbox's object). */
+export interface ForkChild {
+  claimRef: string;
+  object: unknown;
+}
+
 export class NodeEngine extends EventEmitter {
   readonly driver: QemuMicrovmDriver;
   readonly runRoot: string;
@@ -183,7 +192,7 @@ export class NodeEngine extends EventEmitter {
     }
     const checkpoints = this.checkpoints.restore(saved.checkpoints);
     const promoted = this.promoted.restore(saved.promoted);
-    for (const target of saved.targets) this.pools.ensurePool(target.key, target.warm);
+    for (const target of saved.targets) this.pools.ensurePool(target.key, target.warm, target.owner);
     this.reaper = setInterval(() => void this.reapExpired(), 1000);
     this.reaper.unref();
     this.state.schedule();
@@ -229,8 +238,8 @@ export class NodeEngine extends EventEmitter {
   }
 
   /** Replace this node's warm targets wholesale; pools left out are drained (claims are never touched). */
-  setTargets(targets: Array<{ key: PoolKey; warm: number }>): void {
-    this.pools.setTargets(targets);
+  setTargets(targets: Array<{ key: PoolKey; warm: number }>, owner?: string): void {
+    this.pools.setTargets(targets, owner);
     this.state.schedule();
     this.emit('pools');
   }
@@ -280,7 +289,8 @@ export class NodeEngine extends EventEmitter {
     const warm = this.claimWarm(req);
     if (warm) return warm;
     this.assertKnownTemplate(req.key.template);
-    if (req.provisionOnMiss === false) throw new SandboxError('warm-miss', `no warm sandbox for ${keyString(req.key)}`);
+    if (req.provisionOnMiss === false)
+      throw new SandboxError('sandboxd.warm-miss', `no warm sandbox for ${keyString(req.key)}`);
     const vm = await this.reserving(1, () => this.pools.provision(req.key));
     this.counters.provisioned++;
     if (req.primeAfter) this.pools.primeLater(vm);
@@ -296,7 +306,7 @@ export class NodeEngine extends EventEmitter {
   claimWarm(req: ClaimRequest): SandboxRecord | undefined {
     if (!this.hasRoom())
       throw new SandboxError(
-        'at-capacity',
+        'sandboxd.at-capacity',
         `node ${this.opts.nodeName} is at capacity (${this.opts.maxClaims} claims)`,
       );
     const vm = this.pools.take(req.key);
@@ -346,13 +356,13 @@ export class NodeEngine extends EventEmitter {
   vm(id: string): Vm {
     const rec = this.mustGet(id);
     const vm = this.driver.get(rec.vmId);
-    if (!vm) throw new SandboxError('not-found', `sandbox ${id} has no VM any more`);
+    if (!vm) throw new SandboxError('sandboxd.not-found', `sandbox ${id} has no VM any more`);
     return vm;
   }
 
   private mustGet(id: string): SandboxRecord {
     const rec = this.claims.get(id);
-    if (!rec) throw new SandboxError('not-found', `sandbox ${id} not found`);
+    if (!rec) throw new SandboxError('sandboxd.not-found', `sandbox ${id} not found`);
     return rec;
   }
 
@@ -396,6 +406,7 @@ export class NodeEngine extends EventEmitter {
     const rec = this.mustGet(id);
     this.assertNotEgress(rec, 'hibernate');
     if (rec.hibernated) return;
+    if (rec.paused) await this.resume(id); // a frozen guest is snapshotted from running
     await this.vm(id).hibernate();
     rec.hibernated = true;
     this.claims.touch(rec);
@@ -413,19 +424,65 @@ export class NodeEngine extends EventEmitter {
     this.emit('changed', rec);
   }
 
-  async fork(id: string, count: number, ttlSeconds?: number): Promise<SandboxRecord[]> {
+  /**
+   * Memory-resident pause (QMP stop): the vCPUs stop, the guest's RAM stays in the VMM, resume takes ~2 ms. What
+   * the node does for "pause" unless `--pause-mode=hibernate` (docs/sandboxd-api.md "Sandboxes").
+   */
+  async pause(id: string): Promise<void> {
+    const rec = this.mustGet(id);
+    this.assertNotEgress(rec, 'pause');
+    if (rec.paused || rec.hibernated) return;
+    await this.vm(id).pause();
+    rec.paused = true;
+    this.changed(rec);
+  }
+
+  /** Undo pause or hibernate, whichever the sandbox is in; idempotent on a running one. */
+  async resume(id: string): Promise<void> {
+    const rec = this.mustGet(id);
+    if (rec.hibernated) return this.wake(id);
+    if (!rec.paused) return;
+    await this.vm(id).resume();
+    rec.paused = false;
+    this.changed(rec);
+  }
+
+  private changed(rec: SandboxRecord): void {
+    this.claims.touch(rec);
+    this.state.schedule();
+    this.emit('changed', rec);
+  }
+
+  /** Children share the parent's disk and memory at the moment of the fork; each is an independent claim. */
+  async fork(id: string, count: number, ttlSeconds?: number, objects?: readonly ForkChild[]): Promise<SandboxRecord[]> {
     const rec = this.mustGet(id);
     this.assertNotEgress(rec, 'fork');
-    if (!Number.isInteger(count) || count < 1 || count > 16)
-      throw new SandboxError('bad-request', `count: must be 1..16 (got ${count})`);
+    if (rec.paused || rec.hibernated)
+      throw new SandboxError(
+        'sandboxd.conflict',
+        `sandbox ${id} is ${rec.paused ? 'paused' : 'hibernated'}: resume it first`,
+      );
+    if (!Number.isInteger(count) || count < 1 || count > MAX_FORK_COUNT)
+      throw new SandboxError('sandboxd.bad-request', `count: must be 1..${MAX_FORK_COUNT} (got ${count})`);
+    if (objects && objects.length !== count)
+      throw new SandboxError('sandboxd.bad-request', `objects: ${objects.length} given for count ${count}`);
+    for (const o of objects ?? [])
+      if (this.claims.byRef(o.claimRef))
+        throw new SandboxError('sandboxd.conflict', `claim_ref ${o.claimRef} is already claimed`);
     if (!this.hasRoom(count))
-      throw new SandboxError('at-capacity', `forking ${count} would exceed ${this.opts.maxClaims} claims`);
+      throw new SandboxError('sandboxd.at-capacity', `forking ${count} would exceed ${this.opts.maxClaims} claims`);
     const children = await this.reserving(count, () =>
       this.vm(id).fork(count, { labels: { [LABEL_NODE]: this.opts.nodeName } }),
     );
     this.counters.forks += children.length;
     // A tenant's sandbox forks into the same tenant's sandboxes.
-    return children.map((vm) => this.record(vm, rec.key, 'fork', { ttlSeconds, tenant: rec.tenant }));
+    return children.map((vm, i) =>
+      this.record(vm, rec.key, 'fork', {
+        ttlSeconds,
+        tenant: rec.tenant,
+        ...(objects ? { claimRef: objects[i]!.claimRef, object: objects[i]!.object } : {}),
+      }),
+    );
   }
 
   // ------------------------------------------------------------------ checkpoints
@@ -461,18 +518,20 @@ export class NodeEngine extends EventEmitter {
     return true;
   }
 
-  async claimCheckpoint(id: string, ttlSeconds?: number): Promise<SandboxRecord> {
+  async claimCheckpoint(
+    id: string,
+    ttlSeconds?: number,
+    identity?: { claimRef: string; object: unknown },
+  ): Promise<SandboxRecord> {
     const ck = this.checkpoints.get(id);
-    if (!ck) throw new SandboxError('not-found', `checkpoint ${id} not found`);
-    if (!this.hasRoom()) throw new SandboxError('at-capacity', `node ${this.opts.nodeName} is at capacity`);
+    if (!ck) throw new SandboxError('sandboxd.not-found', `checkpoint ${id} not found`);
+    if (identity && this.claims.byRef(identity.claimRef))
+      throw new SandboxError('sandboxd.conflict', `claim_ref ${identity.claimRef} is already claimed`);
+    if (!this.hasRoom()) throw new SandboxError('sandboxd.at-capacity', `node ${this.opts.nodeName} is at capacity`);
     const vm = await this.reserving(1, () =>
       this.driver.clone(ck.template, { labels: { [LABEL_NODE]: this.opts.nodeName } }),
     );
-    const rec = this.record(vm, ck.key, 'checkpoint', { ttlSeconds });
-    rec.fromCheckpoint = id;
-    this.claims.touch(rec);
-    this.emit('changed', rec);
-    return rec;
+    return this.record(vm, ck.key, 'checkpoint', { ttlSeconds, fromCheckpoint: id, ...identity });
   }
 
   /** Publish the sandbox's current state as a node-local template (PromotedTemplates) named `name`. */
@@ -488,7 +547,7 @@ export class NodeEngine extends EventEmitter {
 
   private assertNotEgress(rec: SandboxRecord, verb: string): void {
     if (rec.key.net === 'egress')
-      throw new SandboxError('conflict', `${verb} is not supported on the egress lane (sandbox ${rec.id})`);
+      throw new SandboxError('sandboxd.conflict', `${verb} is not supported on the egress lane (sandbox ${rec.id})`);
   }
 
   private stateJson(): string {

@@ -1,56 +1,37 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { httpErrorOf } from '../error-http.js';
 import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
 import { identify, isOperator, mayAccessSandbox, tenantOf, type AuthConfig, type Principal } from './auth.js';
 import type { NodeEngine, SandboxRecord } from './engine.js';
 import { collectBody } from '../net/body.js';
 import { ChangeFeed, sandboxRow } from './change-feed.js';
+import { registerLifecycleRoutes, type PauseMode } from './lifecycle-routes.js';
 import type { PeerDirectory } from './peers.js';
 import { checkpointRow, registerCheckpointRoutes, type PlacementOptions } from './placement/routes.js';
 import { parsePoolKey } from './pool-key.js';
 
 /**
- * sandboxd's HTTP API (cocoonstack-spec §1): plain HTTP/1.1 + JSON, bearer tokens, `{"error": "..."}` on every
- * non-2xx, request bodies capped at 1 MiB. Handlers only parse and authorize; the engine does the work, and one
- * table maps its error codes to HTTP statuses.
+ * sandboxd's HTTP API (docs/sandboxd-api.md): plain HTTP/1.1 + JSON, bearer tokens, `{"error": "..."}` on every
+ * non-2xx, request bodies capped at 1 MiB. Handlers only parse and authorize; the engine does the work, and the
+ * table of error codes (src/error-codes.ts) gives each error's HTTP status.
  */
 
 export const MAX_BODY_BYTES = 1 << 20;
 const MAX_OBJECT_BYTES = 256 << 10;
 
-const STATUS_BY_CODE: Record<string, number> = {
-  'bad-request': 400,
-  unauthorized: 401,
-  forbidden: 403,
-  'not-found': 404,
-  conflict: 409,
-  'at-capacity': 429,
-  'warm-miss': 429,
-  TEMPLATE_UNKNOWN: 400,
-  VM_INVALID_STATE: 409,
-  INVALID_ARGUMENT: 400,
-};
-
-/** The HTTP status and message for an error thrown by a handler (both listeners). */
+/** The HTTP status and message for an error thrown by a handler (both listeners): src/error-codes.ts has the statuses. */
 export function errorStatus(err: unknown): { status: number; message: string } {
-  const status =
-    err instanceof HttpError ? err.status : err instanceof SandboxError ? (STATUS_BY_CODE[err.code] ?? 500) : 500;
+  const { status } = httpErrorOf('sandboxd', err);
   const message = err instanceof SandboxError ? err.describe() : err instanceof Error ? err.message : String(err);
   return { status, message };
 }
 
-export class HttpError extends SandboxError {
-  constructor(
-    readonly status: number,
-    message: string,
-  ) {
-    super(`http.${status}`, message);
-  }
-}
-
 export interface ApiServerOptions {
+  /** What "pause" does on this node: freeze in memory (default) or hibernate to disk. */
+  pauseMode?: PauseMode;
   engine: NodeEngine;
   auth: AuthConfig;
   peers?: PeerDirectory;
@@ -162,7 +143,7 @@ export class SandboxdApi {
     return new Promise((r) => this.server.close(() => r()));
   }
 
-  /** Add a route (`{name}` segments are parameters); also for the route modules, e.g. placement/routes.ts. */
+  /** Add a route (the route modules beside this file register theirs through it). */
   route(method: string, path: string, handler: Route, isPublic = false) {
     const pattern = new RegExp(`^${path.replace(/\{[a-z]+\}/g, '([^/]+)')}$`);
     this.routes.push({ method, pattern, handler, public: isPublic });
@@ -175,8 +156,8 @@ export class SandboxdApi {
       const match = this.routes.find((r) => r.method === req.method && r.pattern.test(url.pathname));
       if (!match) {
         const pathExists = this.routes.some((r) => r.pattern.test(url.pathname));
-        throw new HttpError(
-          pathExists ? 405 : 404,
+        throw new SandboxError(
+          pathExists ? 'sandboxd.method-not-allowed' : 'sandboxd.not-found',
           pathExists ? `method ${req.method} not allowed on ${url.pathname}` : `no route ${url.pathname}`,
         );
       }
@@ -185,7 +166,7 @@ export class SandboxdApi {
       let who: Principal | undefined = { kind: 'anonymous' };
       if (!match.public) {
         who = identify(req.headers.authorization, this.opts.auth);
-        if (!who) throw new HttpError(401, 'invalid api token');
+        if (!who) throw new SandboxError('sandboxd.unauthorized', 'invalid api token');
       }
       await match.handler(req, res, who, params, url);
     } catch (err) {
@@ -200,7 +181,7 @@ export class SandboxdApi {
 
   /**
    * POST /v1/claim, for both listeners (this API and the claim gateway): the JSON answer for `body`, or an error
-   * (HttpError / SandboxError, mapped by errorStatus). `t0` is when the request started, for the histogram.
+   * (a SandboxError, mapped by errorStatus). `t0` is when the request started, for the histogram.
    */
   async claim(who: Principal, body: Record<string, unknown>, t0 = performance.now()): Promise<unknown> {
     const r = this.claimNow(who, body, t0);
@@ -216,7 +197,7 @@ export class SandboxdApi {
     body: Record<string, unknown>,
     t0: number,
   ): { answer: unknown } | { pending: Promise<unknown> } {
-    if (who.kind === 'bearer') throw new HttpError(401, 'invalid api token');
+    if (who.kind === 'bearer') throw new SandboxError('sandboxd.unauthorized', 'invalid api token');
     const e = this.engine;
     const key = parsePoolKey(body);
     const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 0);
@@ -226,7 +207,7 @@ export class SandboxdApi {
     e.assertKnownTemplate(key.template);
     // A Kubernetes object's name is unique among live claims: the second create of one name spends no VM.
     if (object !== undefined && e.byRef(claimRef!))
-      throw new HttpError(409, `claim_ref ${claimRef} is already claimed`);
+      throw new SandboxError('sandboxd.conflict', `claim_ref ${claimRef} is already claimed`);
     if (!noRedirect && e.warmCount(key) === 0) {
       const peers = this.opts.peers?.withWarm(key) ?? [];
       if (peers.length) return { answer: { redirect: peers.slice(0, 3) } };
@@ -234,7 +215,7 @@ export class SandboxdApi {
     if (!e.hasRoom()) {
       const peers = this.opts.peers?.withWarm(key) ?? [];
       if (!noRedirect && peers.length) return { answer: { redirect: peers.slice(0, 3) } };
-      throw new HttpError(429, `node at capacity (${e.maxClaims} claims)`);
+      throw new SandboxError('sandboxd.at-capacity', `node at capacity (${e.maxClaims} claims)`);
     }
     const req = {
       key,
@@ -279,18 +260,24 @@ export class SandboxdApi {
       json(res, 200, await this.claim(who, await readJson(req), t0));
     });
 
-    this.route('PUT', '/v1/pools', async (req, res, who) => {
+    this.route('PUT', '/v1/pools', async (req, res, who, _p, url) => {
       requireOperator(who);
       const body = await readJson(req);
       strictKeys(body, ['pools'], 'body');
-      if (!Array.isArray(body.pools)) throw new HttpError(400, 'pools: must be an array');
+      if (!Array.isArray(body.pools)) throw new SandboxError('sandboxd.bad-request', 'pools: must be an array');
       const targets = body.pools.map((p: unknown, i: number) => {
-        if (!isObject(p)) throw new HttpError(400, `pools[${i}]: must be an object`);
+        if (!isObject(p)) throw new SandboxError('sandboxd.bad-request', `pools[${i}]: must be an object`);
         strictKeys(p, ['template', 'net', 'size', 'warm', 'engine'], `pools[${i}]`);
         const warm = optionalInt(p.warm, `pools[${i}].warm`, 0) ?? 0;
         return { key: parsePoolKey(p), warm };
       });
-      e.setTargets(targets);
+      const owner = url.searchParams.get('owner') ?? undefined;
+      if (owner !== undefined && !/^[a-z0-9][a-z0-9.-]{0,62}$/.test(owner))
+        throw new SandboxError(
+          'sandboxd.bad-request',
+          `owner: must be a lowercase name (got ${JSON.stringify(owner)})`,
+        );
+      e.setTargets(targets, owner);
       json(res, 200, this.info());
     });
 
@@ -304,7 +291,8 @@ export class SandboxdApi {
         requireOperator(who);
         return this.feed.serve(res);
       }
-      if (!isOperator(who) && who.kind !== 'tenant') throw new HttpError(401, 'invalid api token');
+      if (!isOperator(who) && who.kind !== 'tenant')
+        throw new SandboxError('sandboxd.unauthorized', 'invalid api token');
       const claimRef = url.searchParams.get('claim_ref') ?? undefined;
       json(res, 200, { sandboxes: e.list({ claimRef, tenant: tenantOf(who) }).map((r) => sandboxRow(r)) });
     });
@@ -333,7 +321,8 @@ export class SandboxdApi {
 
     this.route('POST', '/v1/sandboxes/{id}/release', async (_q, res, who, [id]) => {
       const rec = e.get(id!);
-      if (!rec || !mayAccessSandbox(who, rec.token)) throw new HttpError(404, `sandbox ${id} not found`);
+      if (!rec || !mayAccessSandbox(who, rec.token))
+        throw new SandboxError('sandboxd.not-found', `sandbox ${id} not found`);
       await e.release(rec.id);
       this.metrics.releases.inc();
       res.writeHead(204).end();
@@ -343,7 +332,7 @@ export class SandboxdApi {
       const rec = this.authorizedSandbox(who, id!);
       const body = await readJson(req);
       const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 1);
-      if (ttl === undefined) throw new HttpError(400, 'ttl_seconds: required');
+      if (ttl === undefined) throw new SandboxError('sandboxd.bad-request', 'ttl_seconds: required');
       json(res, 200, { deadline: e.renew(rec.id, ttl).deadline });
     });
 
@@ -355,15 +344,6 @@ export class SandboxdApi {
       });
     }
 
-    this.route('POST', '/v1/sandboxes/{id}/fork', async (req, res, who, [id]) => {
-      const body = await readJson(req);
-      const rec = this.authorizedSandbox(who, id!, optionalString(body.token, 'token'));
-      const count = optionalInt(body.count, 'count', 1) ?? 1;
-      const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 0);
-      const children = await e.fork(rec.id, count, ttl);
-      json(res, 200, { children: children.map((c) => claimResponse(c, e.advertiseAddr)) });
-    });
-
     this.route('POST', '/v1/sandboxes/{id}/checkpoint', async (req, res, who, [id]) => {
       const body = await readJson(req);
       const rec = this.authorizedSandbox(who, id!, optionalString(body.token, 'token'));
@@ -373,13 +353,18 @@ export class SandboxdApi {
 
     this.route('POST', '/v1/sandboxes/{id}/exec', async (req, res, who, [id]) => {
       const rec = this.authorizedSandbox(who, id!);
+      if (rec.paused || rec.hibernated)
+        throw new SandboxError(
+          'sandboxd.conflict',
+          `sandbox ${rec.id} is ${rec.paused ? 'paused' : 'hibernated'}: resume it first`,
+        );
       const body = await readJson(req);
       if (
         !Array.isArray(body.argv) ||
         body.argv.length === 0 ||
         !body.argv.every((a: unknown) => typeof a === 'string')
       )
-        throw new HttpError(400, 'argv: must be a non-empty array of strings');
+        throw new SandboxError('sandboxd.bad-request', 'argv: must be a non-empty array of strings');
       const timeout = optionalInt(body.timeout_seconds, 'timeout_seconds', 1);
       const env = isObject(body.env) ? (body.env as Record<string, string>) : undefined;
       const result = await e.vm(rec.id).run(body.argv as string[], {
@@ -394,6 +379,8 @@ export class SandboxdApi {
         stderr: result.stderr.toString('utf8'),
       });
     });
+
+    registerLifecycleRoutes(this, e, this.opts.pauseMode);
   }
 
   info() {
@@ -402,6 +389,7 @@ export class SandboxdApi {
     return {
       pools: e.poolStatus().map((p) => ({
         key: p.key,
+        ...(p.owner ? { owner: p.owner } : {}),
         warm: p.warm,
         primed: p.primed,
         refilling: p.refilling,
@@ -418,7 +406,7 @@ export class SandboxdApi {
 
   private sandbox(id: string): SandboxRecord {
     const rec = this.engine.get(id);
-    if (!rec) throw new HttpError(404, `sandbox ${id} not found`);
+    if (!rec) throw new SandboxError('sandboxd.not-found', `sandbox ${id} not found`);
     return rec;
   }
 
@@ -426,16 +414,16 @@ export class SandboxdApi {
   authorizedSandbox(who: Principal, id: string, bodyToken?: string): SandboxRecord {
     const rec = this.engine.get(id);
     if (!rec || !mayAccessSandbox(who, rec.token, bodyToken)) {
-      if (who.kind === 'tenant' && rec) throw new HttpError(403, 'operator token required');
-      throw new HttpError(404, `sandbox ${id} not found`);
+      if (who.kind === 'tenant' && rec) throw new SandboxError('sandboxd.forbidden', 'operator token required');
+      throw new SandboxError('sandboxd.not-found', `sandbox ${id} not found`);
     }
     return rec;
   }
 }
 
 export function requireOperator(who: Principal): void {
-  if (who.kind === 'tenant') throw new HttpError(403, 'operator token required');
-  if (!isOperator(who)) throw new HttpError(401, 'invalid api token');
+  if (who.kind === 'tenant') throw new SandboxError('sandboxd.forbidden', 'operator token required');
+  if (!isOperator(who)) throw new SandboxError('sandboxd.unauthorized', 'invalid api token');
 }
 
 export function claimResponse(rec: SandboxRecord, ownerAddr: string) {
@@ -452,15 +440,21 @@ export function claimResponse(rec: SandboxRecord, ownerAddr: string) {
  * The `object` of a claim (a Kubernetes object's identity and spec, docs/sandboxd-api.md): a JSON object naming
  * `metadata.namespace/name` equal to the claim_ref, at most 256 KiB; absent for claims that are not objects.
  */
-function storedObject(v: unknown, claimRef: string | undefined): unknown {
+export function storedObject(v: unknown, claimRef: string | undefined): unknown {
   if (v === undefined || v === null) return undefined;
   const meta = isObject(v) && isObject(v.metadata) ? v.metadata : undefined;
   if (!meta || typeof meta.name !== 'string' || typeof meta.namespace !== 'string')
-    throw new HttpError(400, 'object: must be an object with metadata.name and metadata.namespace');
+    throw new SandboxError(
+      'sandboxd.bad-request',
+      'object: must be an object with metadata.name and metadata.namespace',
+    );
   if (claimRef !== `${meta.namespace}/${meta.name}`)
-    throw new HttpError(400, `object: claim_ref must be "${meta.namespace}/${meta.name}" for this object`);
+    throw new SandboxError(
+      'sandboxd.bad-request',
+      `object: claim_ref must be "${meta.namespace}/${meta.name}" for this object`,
+    );
   if (Buffer.byteLength(JSON.stringify(v)) > MAX_OBJECT_BYTES)
-    throw new HttpError(400, `object: larger than ${MAX_OBJECT_BYTES} bytes`);
+    throw new SandboxError('sandboxd.bad-request', `object: larger than ${MAX_OBJECT_BYTES} bytes`);
   return v;
 }
 
@@ -481,7 +475,8 @@ function isObject(v: unknown): v is Record<string, unknown> {
 
 /** The request body as a JSON object (400 on malformed or oversized bodies). */
 export async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
-  const tooLarge = () => new HttpError(400, `invalid request body: larger than ${MAX_BODY_BYTES} bytes`);
+  const tooLarge = () =>
+    new SandboxError('sandboxd.bad-request', `invalid request body: larger than ${MAX_BODY_BYTES} bytes`);
   return parseJsonBody(await collectBody(req, MAX_BODY_BYTES, tooLarge));
 }
 
@@ -493,24 +488,24 @@ export function parseJsonBody(chunks: readonly Buffer[]): Record<string, unknown
     if (!isObject(v)) throw new Error('not an object');
     return v;
   } catch (err) {
-    throw new HttpError(400, `invalid request body: ${(err as Error).message}`);
+    throw new SandboxError('sandboxd.bad-request', `invalid request body: ${(err as Error).message}`);
   }
 }
 
 function strictKeys(obj: Record<string, unknown>, allowed: string[], where: string): void {
   for (const k of Object.keys(obj))
-    if (!allowed.includes(k)) throw new HttpError(400, `${where}: unknown field "${k}"`);
+    if (!allowed.includes(k)) throw new SandboxError('sandboxd.bad-request', `${where}: unknown field "${k}"`);
 }
 
 export function optionalInt(v: unknown, field: string, min: number): number | undefined {
   if (v === undefined || v === null) return undefined;
   if (typeof v !== 'number' || !Number.isInteger(v) || v < min)
-    throw new HttpError(400, `${field}: must be an integer >= ${min}`);
+    throw new SandboxError('sandboxd.bad-request', `${field}: must be an integer >= ${min}`);
   return v;
 }
 
 export function optionalString(v: unknown, field: string): string | undefined {
   if (v === undefined || v === null) return undefined;
-  if (typeof v !== 'string') throw new HttpError(400, `${field}: must be a string`);
+  if (typeof v !== 'string') throw new SandboxError('sandboxd.bad-request', `${field}: must be a string`);
   return v;
 }

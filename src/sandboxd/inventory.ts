@@ -5,9 +5,9 @@ import { silentLogger, type Logger } from '../log/logger.js';
 import type { NodeEngine } from './engine.js';
 
 /**
- * Publishes this node's NodeInventory (cocoonstack-spec §2): the only per-node object in etcd. One server-side
- * apply of the whole object per interval (field manager `sandboxd`, force), rebuilt from live state each time,
- * which is also the recovery for a deleted object. Skipped when nothing changed since the last publish.
+ * Publishes this node's NodeInventory (docs/sandboxd-api.md "NodeInventory"): the only per-node object in etcd. One
+ * server-side apply of the whole object per interval (field manager `sandboxd`, force), rebuilt from live state each
+ * time, which is also the recovery for a deleted object. Skipped when nothing changed since the last publish.
  */
 export interface InventoryOptions {
   client: KubeClient;
@@ -24,7 +24,7 @@ export function buildInventory(engine: NodeEngine, nodeName: string, address: st
     .map((r) => ({
       name: r.claimRef ?? r.id,
       id: r.id,
-      phase: r.hibernated ? 'Hibernated' : 'Running',
+      phase: r.hibernated ? 'Hibernated' : r.paused ? 'Paused' : 'Running',
       ...(r.claimRef ? { claimRef: r.claimRef } : {}),
       addr: address,
       deadline: r.deadline.replace(/\.\d+Z$/, 'Z'),

@@ -25,6 +25,7 @@ export interface SandboxdConfig {
   readonly spareVmms: number;
   readonly primeWarmVms: boolean;
   readonly defaultTtlSeconds: number;
+  readonly pauseMode: 'memory' | 'hibernate';
   readonly peers: readonly string[];
   /** Checkpoint placement (docs/placement.md). */
   readonly checkpointPeerHeal: boolean;
@@ -84,6 +85,14 @@ export function sandboxdCommand(): Command {
       )
         .default(true)
         .argParser(bool),
+    )
+    .addOption(
+      new Option(
+        '--pause-mode <mode>',
+        'what pause does: freeze the VM in memory (~2 ms each way) or hibernate it to disk (frees its RAM)',
+      )
+        .choices(['memory', 'hibernate'])
+        .default('memory'),
     )
     .option('--default-ttl-seconds <n>', 'lease of a claim that asks for none', Number, 300)
     .option(
@@ -225,6 +234,7 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
     spareVmms: Number(o.spareVmms),
     primeWarmVms: o.primeWarmVms as boolean,
     defaultTtlSeconds: Number(o.defaultTtlSeconds),
+    pauseMode: o.pauseMode === 'hibernate' ? 'hibernate' : 'memory',
     peers: String(o.peers)
       .split(',')
       .map((s) => s.trim())

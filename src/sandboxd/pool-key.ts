@@ -36,14 +36,17 @@ export const SIZE_TIERS: Readonly<Record<Size, { vcpus: number; memoryMiB: numbe
 /** Default and validate a key from untrusted input; errors name the field. */
 export function parsePoolKey(input: { template?: unknown; net?: unknown; size?: unknown }): PoolKey {
   if (typeof input.template !== 'string' || !input.template.trim())
-    throw new SandboxError('bad-request', 'template: required (an image-like name such as sandbox/base)');
+    throw new SandboxError('sandboxd.bad-request', 'template: required (an image-like name such as sandbox/base)');
   const net = input.net === undefined || input.net === '' ? 'none' : input.net;
   if (typeof net !== 'string' || !(NETS as readonly string[]).includes(net))
-    throw new SandboxError('bad-request', `net: must be one of ${NETS.join(', ')} (got ${JSON.stringify(input.net)})`);
+    throw new SandboxError(
+      'sandboxd.bad-request',
+      `net: must be one of ${NETS.join(', ')} (got ${JSON.stringify(input.net)})`,
+    );
   const size = input.size === undefined || input.size === '' ? 'small' : input.size;
   if (typeof size !== 'string' || !(SIZES as readonly string[]).includes(size))
     throw new SandboxError(
-      'bad-request',
+      'sandboxd.bad-request',
       `size: must be one of ${SIZES.join(', ')} (got ${JSON.stringify(input.size)})`,
     );
   return { template: normalizeTemplate(input.template), net: net as Net, size: size as Size };

@@ -10,7 +10,7 @@ import { digestRecord, type FileDigest } from './placement/record.js';
 import { keyString, normalizeTemplate, type PoolKey } from './pool-key.js';
 
 /**
- * Node-local templates made from a sandbox (`POST /v1/sandboxes/{id}/promote`, cocoonstack-spec §1.3): the VM's
+ * Node-local templates made from a sandbox (`POST /v1/sandboxes/{id}/promote`, docs/placement.md "Promote: `POST /v1/sandboxes/{id}/promote {template, token?}`"): the VM's
  * state at that moment, published under (name, the sandbox's net, its size); claims and pools for that key clone
  * from it like from a built-in template. Kept in `<data-dir>/templates/<id>/` with their records in state.json, so
  * they survive restarts; promoting the same key again replaces the template (clones already running keep theirs).
@@ -42,9 +42,12 @@ export class PromotedTemplates {
   static keyFor(name: string, from: PoolKey): PoolKey {
     const template = normalizeTemplate(name);
     if (!NAME.test(template))
-      throw new SandboxError('bad-request', `template: "${name}" is not a template name (lowercase, [a-z0-9._/:@-])`);
+      throw new SandboxError(
+        'sandboxd.bad-request',
+        `template: "${name}" is not a template name (lowercase, [a-z0-9._/:@-])`,
+      );
     if (GUEST_TEMPLATES[template])
-      throw new SandboxError('conflict', `template: ${template} is a built-in template`, {
+      throw new SandboxError('sandboxd.conflict', `template: ${template} is a built-in template`, {
         hint: 'promote under another name, e.g. myproj:v1',
       });
     return { template, net: from.net, size: from.size };

@@ -14,7 +14,7 @@ import type { PromotedTemplate } from './promoted.js';
 
 export interface SavedState {
   claims: SandboxRecord[];
-  targets: Array<{ key: PoolKey; warm: number }>;
+  targets: Array<{ key: PoolKey; warm: number; owner?: string }>;
   checkpoints: CheckpointRecord[];
   promoted: PromotedTemplate[];
 }

@@ -16,6 +16,8 @@ const LABEL_POOL = 'sandboxd.pool';
 
 export interface PoolStatus {
   key: PoolKey;
+  /** Who set its target (`PUT /v1/pools?owner=`), when someone did. */
+  owner?: string;
   warm: number;
   /** Of `warm`, how many have run their first command (see EngineOptions.primeWarmVms). */
   primed: number;
@@ -27,6 +29,8 @@ export interface PoolStatus {
 interface Pool {
   key: PoolKey;
   target: number;
+  /** Who set the target (`PUT /v1/pools?owner=`): a wholesale update by one owner leaves the others' pools alone. */
+  owner?: string;
   warm: Vm[];
   refilling: number;
   template?: Template;
@@ -82,7 +86,7 @@ export class WarmPools {
 
   assertKnownTemplate(template: string): void {
     if (!GUEST_TEMPLATES[template] && !this.opts.local?.has(template))
-      throw new SandboxError('bad-request', `template: unknown template "${template}"`, {
+      throw new SandboxError('sandboxd.bad-request', `template: unknown template "${template}"`, {
         hint: `known templates: ${this.knownTemplates().join(', ')}`,
       });
   }
@@ -93,9 +97,13 @@ export class WarmPools {
     if (local) return Promise.resolve(local);
     if (!GUEST_TEMPLATES[key.template] && this.opts.local?.has(key.template))
       return Promise.reject(
-        new SandboxError('bad-request', `template: ${key.template} is promoted on this node for another net/size`, {
-          hint: 'claim it with the net and size of the sandbox it was promoted from',
-        }),
+        new SandboxError(
+          'sandboxd.bad-request',
+          `template: ${key.template} is promoted on this node for another net/size`,
+          {
+            hint: 'claim it with the net and size of the sandbox it was promoted from',
+          },
+        ),
       );
     const k = keyString(key);
     let t = this.templates.get(k);
@@ -124,8 +132,10 @@ export class WarmPools {
 
   // ------------------------------------------------------------------ pools
 
-  ensurePool(key: PoolKey, target: number): void {
-    this.pool(key, target).target = target;
+  ensurePool(key: PoolKey, target: number, owner?: string): void {
+    const pool = this.pool(key, target);
+    pool.target = target;
+    if (owner) pool.owner = owner;
   }
 
   private pool(key: PoolKey, target: number): Pool {
@@ -138,15 +148,23 @@ export class WarmPools {
     return pool;
   }
 
-  /** Replace this node's warm targets wholesale; pools left out are drained (claims are never touched). */
-  setTargets(targets: Array<{ key: PoolKey; warm: number }>): void {
+  /**
+   * Replace this node's warm targets wholesale; pools left out are drained (claims are never touched). With an
+   * `owner`, only that owner's pools are replaced (and the ones given become its): a driver never drains pools it
+   * did not set, such as the node's own `--pools`.
+   */
+  setTargets(targets: Array<{ key: PoolKey; warm: number }>, owner?: string): void {
     const wanted = new Map(targets.map((t) => [keyString(t.key), t]));
-    if (wanted.size !== targets.length) throw new SandboxError('bad-request', 'pools: duplicate pool');
+    if (wanted.size !== targets.length) throw new SandboxError('sandboxd.bad-request', 'pools: duplicate pool');
     for (const t of targets) this.assertKnownTemplate(t.key.template);
     for (const [k, pool] of this.pools) {
-      if (!wanted.has(k)) pool.target = 0;
+      if (!wanted.has(k) && (owner === undefined || pool.owner === owner)) pool.target = 0;
     }
-    for (const t of targets) this.pool(t.key, t.warm).target = t.warm;
+    for (const t of targets) {
+      const pool = this.pool(t.key, t.warm);
+      pool.target = t.warm;
+      pool.owner = owner;
+    }
     for (const pool of this.pools.values()) {
       this.trim(pool);
       this.refill(pool);
@@ -154,8 +172,10 @@ export class WarmPools {
   }
 
   /** The warm targets worth keeping across a restart. */
-  targets(): Array<{ key: PoolKey; warm: number }> {
-    return [...this.pools.values()].filter((p) => p.target > 0).map((p) => ({ key: p.key, warm: p.target }));
+  targets(): Array<{ key: PoolKey; warm: number; owner?: string }> {
+    return [...this.pools.values()]
+      .filter((p) => p.target > 0)
+      .map((p) => ({ key: p.key, warm: p.target, ...(p.owner ? { owner: p.owner } : {}) }));
   }
 
   status(): PoolStatus[] {
@@ -163,6 +183,7 @@ export class WarmPools {
       .filter((p) => p.target > 0 || p.warm.length > 0 || p.refilling > 0)
       .map((p) => ({
         key: p.key,
+        ...(p.owner ? { owner: p.owner } : {}),
         warm: p.warm.length,
         primed: p.warm.filter((v) => this.primed.has(v)).length,
         refilling: p.refilling,

@@ -17,7 +17,7 @@ export function hostTscKHz(): number {
   const cpuinfo = readFileSync('/proc/cpuinfo', 'utf8');
   const m = /^cpu MHz\s*:\s*([0-9.]+)/m.exec(cpuinfo);
   if (m?.[1]) return Math.round(Number(m[1]) * 1000);
-  throw new SandboxError('HOST_TSC_UNKNOWN', 'cannot determine the host TSC frequency', {
+  throw new SandboxError('host.tsc-unknown', 'cannot determine the host TSC frequency', {
     hint: 'neither dmesg nor /proc/cpuinfo shows it; pass tscKHz in the driver options',
   });
 }
@@ -38,7 +38,7 @@ export function qemuVersion(binary: string): string {
   try {
     return execFileSync(binary, ['--version'], { encoding: 'utf8' }).split('\n')[0]?.trim() ?? '';
   } catch (err) {
-    throw new SandboxError('QEMU_MISSING', `cannot run ${binary}`, {
+    throw new SandboxError('host.qemu-missing', `cannot run ${binary}`, {
       cause: err,
       hint: 'install the Debian package qemu-system-x86 (scripts/bootstrap.sh does this)',
     });

@@ -24,13 +24,13 @@ export async function waitMigration(qmp: QmpClient, timeoutMs: number, what: str
     const info = await qmp.execute<MigrateInfo>('query-migrate');
     if (info.status === 'completed') return;
     if (info.status === 'failed' || info.status === 'cancelled') {
-      throw new SandboxError('VM_MIGRATION_FAILED', `${what} failed: ${info['error-desc'] ?? info.status}`, {
+      throw new SandboxError('vm.migration-failed', `${what} failed: ${info['error-desc'] ?? info.status}`, {
         hint: 'see qemu.log in the VM run dir',
       });
     }
     if (Date.now() > deadline) {
       await qmp.execute('migrate_cancel').catch(() => undefined);
-      throw new SandboxError('VM_MIGRATION_TIMEOUT', `${what} did not finish within ${timeoutMs} ms`, {
+      throw new SandboxError('vm.migration-timeout', `${what} did not finish within ${timeoutMs} ms`, {
         hint: 'the host may be overloaded; retry',
       });
     }
@@ -74,7 +74,7 @@ export async function migrateToFile(
     const bytes = await Promise.race([
       written,
       sleep(timeoutMs).then(() => {
-        throw new SandboxError('VM_MIGRATION_TIMEOUT', `${what}: state stream did not end`);
+        throw new SandboxError('vm.migration-timeout', `${what}: state stream did not end`);
       }),
     ]);
     return bytes;
@@ -92,12 +92,12 @@ export async function waitIncoming(qmp: QmpClient, timeoutMs: number): Promise<s
     const st = await qmp.execute<{ status: string }>('query-status');
     if (st.status !== 'inmigrate') {
       if (st.status === 'running' || st.status === 'paused' || st.status === 'postmigrate') return st.status;
-      throw new SandboxError('VM_RESTORE_FAILED', `VM state load ended in runstate ${st.status}`, {
+      throw new SandboxError('vm.restore-failed', `VM state load ended in runstate ${st.status}`, {
         hint: 'the snapshot does not match this QEMU/device config; recreate the template',
       });
     }
     if (Date.now() > deadline) {
-      throw new SandboxError('VM_RESTORE_TIMEOUT', `VM state did not load within ${timeoutMs} ms`, {
+      throw new SandboxError('vm.restore-timeout', `VM state did not load within ${timeoutMs} ms`, {
         hint: 'the host may be overloaded; retry',
       });
     }

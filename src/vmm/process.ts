@@ -87,7 +87,7 @@ export function launchQemu(
   }
   const pid = child.pid;
   if (pid === undefined) {
-    throw new SandboxError('VM_SPAWN_FAILED', `cannot start ${binary}`, {
+    throw new SandboxError('vm.spawn-failed', `cannot start ${binary}`, {
       hint: 'install qemu-system-x86 (scripts/bootstrap.sh)',
     });
   }

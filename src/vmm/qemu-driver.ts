@@ -110,18 +110,18 @@ export class QemuMicrovmDriver {
   /** Start a VM from a template snapshot; resolves once its agent answers. */
   async clone(template: Template, opts: CloneOptions = {}): Promise<Vm> {
     if (!existsSync(template.memFile) || !existsSync(template.stateFile)) {
-      throw new SandboxError('TEMPLATE_MISSING', `template ${template.name} has no snapshot in ${template.dir}`, {
+      throw new SandboxError('template.missing', `template ${template.name} has no snapshot in ${template.dir}`, {
         hint: 'create the template again (createTemplate)',
       });
     }
     if (opts.id !== undefined && (this.vms.has(opts.id) || existsSync(join(this.options.runRoot, opts.id)))) {
-      throw new SandboxError('VM_EXISTS', `a VM with id ${opts.id} already exists`, {
+      throw new SandboxError('vm.exists', `a VM with id ${opts.id} already exists`, {
         hint: 'pick another id or destroy the existing VM',
       });
     }
     if (template.network === 'none' && opts.hostForwards?.length) {
       throw new SandboxError(
-        'INVALID_ARGUMENT',
+        'vm.invalid-argument',
         `template ${template.name} has no network; host forwards need the egress lane`,
         { hint: 'use a template with network: egress' },
       );
@@ -269,7 +269,7 @@ export class QemuMicrovmDriver {
     if (existing) return existing;
     const rec = this.list().find((r) => r.id === id);
     if (!rec)
-      throw new SandboxError('VM_NOT_FOUND', `no VM ${id} under ${this.options.runRoot}`, {
+      throw new SandboxError('vm.not-found', `no VM ${id} under ${this.options.runRoot}`, {
         hint: 'list VMs with `sbx vm list`',
       });
     const { alive, ...record } = rec;
@@ -279,7 +279,7 @@ export class QemuMicrovmDriver {
       return vm;
     }
     if (!alive || record.pid === undefined) {
-      throw new SandboxError('VM_GONE', `VM ${id} is not running any more (QEMU pid ${record.pid ?? '?'} is gone)`, {
+      throw new SandboxError('vm.gone', `VM ${id} is not running any more (QEMU pid ${record.pid ?? '?'} is gone)`, {
         hint: `destroy it: sbx vm destroy ${id}`,
       });
     }
@@ -296,7 +296,7 @@ export class QemuMicrovmDriver {
   /** Remove the run dir of a VM that is not running (stale record). */
   removeStale(id: string): void {
     const rec = this.list().find((r) => r.id === id);
-    if (rec?.alive) throw new SandboxError('VM_RUNNING', `VM ${id} is running`, { hint: 'destroy it instead' });
+    if (rec?.alive) throw new SandboxError('vm.running', `VM ${id} is running`, { hint: 'destroy it instead' });
     rmSync(join(this.options.runRoot, id), { recursive: true, force: true });
   }
 

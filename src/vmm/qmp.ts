@@ -33,9 +33,9 @@ export class QmpClient {
     socket.setEncoding('utf8');
     socket.on('data', (d: string) => this.onData(d));
     socket.on('error', (err) =>
-      this.fail(new SandboxError('QMP_DISCONNECTED', `QMP connection error: ${err.message}`, { cause: err })),
+      this.fail(new SandboxError('qmp.disconnected', `QMP connection error: ${err.message}`, { cause: err })),
     );
-    socket.on('close', () => this.fail(new SandboxError('QMP_DISCONNECTED', 'QMP connection closed (QEMU exited?)')));
+    socket.on('close', () => this.fail(new SandboxError('qmp.disconnected', 'QMP connection closed (QEMU exited?)')));
   }
 
   /** Connect (retrying until the socket exists), read the greeting and negotiate capabilities. */
@@ -44,7 +44,7 @@ export class QmpClient {
     let lastErr: unknown;
     for (;;) {
       if (opts.isAlive && !opts.isAlive()) {
-        throw new SandboxError('VM_PROCESS_EXITED', 'QEMU exited before its QMP socket came up', {
+        throw new SandboxError('vm.process-exited', 'QEMU exited before its QMP socket came up', {
           hint: 'see the VM log (qemu.log in the run dir)',
         });
       }
@@ -67,7 +67,7 @@ export class QmpClient {
       }
     }
     throw new SandboxError(
-      'QMP_UNREACHABLE',
+      'qmp.unreachable',
       `cannot connect to QMP at ${path}: ${(lastErr as Error | undefined)?.message ?? String(lastErr)}`,
       {
         cause: lastErr,
@@ -78,7 +78,7 @@ export class QmpClient {
 
   private async handshake(timeoutMs: number): Promise<void> {
     await new Promise((resolve, reject) => {
-      const t = setTimeout(() => reject(new SandboxError('QMP_TIMEOUT', 'no QMP greeting')), timeoutMs);
+      const t = setTimeout(() => reject(new SandboxError('qmp.timeout', 'no QMP greeting')), timeoutMs);
       this.greeting = (v) => {
         clearTimeout(t);
         resolve(v);
@@ -109,7 +109,7 @@ export class QmpClient {
       });
       const t = setTimeout(() => {
         off();
-        reject(new SandboxError('QMP_TIMEOUT', `no ${name} event within ${timeoutMs} ms`));
+        reject(new SandboxError('qmp.timeout', `no ${name} event within ${timeoutMs} ms`));
       }, timeoutMs);
     });
   }
@@ -121,7 +121,7 @@ export class QmpClient {
       const timer = setTimeout(() => {
         this.waiters.delete(id);
         reject(
-          new SandboxError('QMP_TIMEOUT', `QMP ${cmd} got no answer within ${timeoutMs} ms`, {
+          new SandboxError('qmp.timeout', `QMP ${cmd} got no answer within ${timeoutMs} ms`, {
             hint: 'QEMU may be hung; destroy the VM',
           }),
         );
@@ -132,7 +132,7 @@ export class QmpClient {
   }
 
   close(): void {
-    this.fail(new SandboxError('QMP_DISCONNECTED', 'QMP connection closed by the host'));
+    this.fail(new SandboxError('qmp.disconnected', 'QMP connection closed by the host'));
   }
 
   private fail(err: SandboxError): void {
@@ -149,7 +149,7 @@ export class QmpClient {
   private onData(d: string): void {
     this.buf += d;
     if (this.buf.length > MAX_LINE) {
-      this.fail(new SandboxError('QMP_PROTOCOL', 'QMP message too large'));
+      this.fail(new SandboxError('qmp.protocol', 'QMP message too large'));
       return;
     }
     let i: number;
@@ -180,7 +180,7 @@ export class QmpClient {
         const e = msg.error as { class?: string; desc?: string };
         w.reject(
           new SandboxError(
-            'QMP_ERROR',
+            'qmp.error',
             `QMP ${w.cmd} failed: ${e.desc ?? 'unknown error'} (${e.class ?? 'GenericError'})`,
           ),
         );

@@ -75,7 +75,7 @@ export async function buildTemplate(
   const progress = opts.progress ?? stderrProgress;
   for (const f of [spec.image.kernel, spec.image.initramfs, ...(spec.image.rootfs ? [spec.image.rootfs] : [])]) {
     if (!existsSync(f)) {
-      throw new SandboxError('VM_IMAGE_MISSING', `guest image file ${f} does not exist`, {
+      throw new SandboxError('vm.image-missing', `guest image file ${f} does not exist`, {
         hint: 'rebuild the guest image (ensureGuestImage) or fix the path',
       });
     }
@@ -100,7 +100,7 @@ export function loadTemplate(dir: string): Template {
   try {
     t = JSON.parse(readFileSync(join(dir, 'template.json'), 'utf8')) as Template;
   } catch (err) {
-    throw new SandboxError('TEMPLATE_INVALID', `no valid template in ${dir}`, {
+    throw new SandboxError('template.invalid', `no valid template in ${dir}`, {
       cause: err,
       hint: 'remove the directory and create the template again',
     });
@@ -133,7 +133,7 @@ async function snapshotDevicesAndQuit(
     logFile,
   );
   await qmp.execute('quit').catch(() => undefined);
-  await withDeadline(proc.exited, 10_000, () => new SandboxError('VM_STOP_TIMEOUT', names.notExited));
+  await withDeadline(proc.exited, 10_000, () => new SandboxError('vm.stop-timeout', names.notExited));
 }
 
 async function bootAndSnapshot(
@@ -189,7 +189,7 @@ async function bootAndSnapshot(
         /* none */
       }
       throw new SandboxError(
-        'VM_BOOT_FAILED',
+        'vm.boot-failed',
         `template ${spec.name} did not boot: ${(err as Error).message}${consoleTail ? `\nconsole: ${consoleTail}` : ''}${tailOf(logFile, 'qemu.log')}${proc.alive ? '' : ' (QEMU exited)'}`,
         {
           cause: err,
@@ -202,7 +202,7 @@ async function bootAndSnapshot(
       const r = await agent.run(cmd, { timeoutMs: 120_000 });
       if (r.exitCode !== 0) {
         throw new SandboxError(
-          'TEMPLATE_WARMUP_FAILED',
+          'template.warmup-failed',
           `warmup ${cmd.join(' ')} exited ${r.exitCode}: ${r.stderr.toString().slice(0, 500)}`,
           { hint: 'fix the template warmup command' },
         );

@@ -1,5 +1,5 @@
 /**
- * Shared types of the VMM layer: the VM lifecycle as an explicit state machine (style.md §3), template
+ * Shared types of the VMM layer: the VM lifecycle as an explicit state machine (docs/vm.md "Lifecycle"), template
  * and VM specs, and the driver interface that sandboxd builds on.
  */
 import { SandboxError } from '../errors.js';
@@ -14,7 +14,7 @@ export type VmState = 'starting' | 'running' | 'paused' | 'hibernated' | 'failed
 export type VmAction =
   'exec' | 'pause' | 'resume' | 'hibernate' | 'restore' | 'checkpoint' | 'fork' | 'destroy' | 'stats';
 
-/** Which actions each state admits; anything else is a typed refusal (VM_INVALID_STATE). */
+/** Which actions each state admits; anything else is a typed refusal (vm.invalid-state). */
 export const ALLOWED_ACTIONS: Readonly<Record<VmState, readonly VmAction[]>> = {
   starting: ['destroy', 'stats'],
   running: ['exec', 'pause', 'hibernate', 'checkpoint', 'fork', 'destroy', 'stats'],
@@ -27,7 +27,7 @@ export const ALLOWED_ACTIONS: Readonly<Record<VmState, readonly VmAction[]>> = {
 export function assertAllowed(vmId: string, state: VmState, action: VmAction): void {
   if (ALLOWED_ACTIONS[state].includes(action)) return;
   const allowed = ALLOWED_ACTIONS[state];
-  throw new SandboxError('VM_INVALID_STATE', `cannot ${action} VM ${vmId}: it is ${state}`, {
+  throw new SandboxError('vm.invalid-state', `cannot ${action} VM ${vmId}: it is ${state}`, {
     hint: allowed.length
       ? `in state ${state} the VM accepts: ${allowed.join(', ')}`
       : 'the VM is gone; create a new one',

@@ -77,7 +77,7 @@ export abstract class VmCore {
   get agent(): AgentClient {
     this.check('exec');
     if (!this._agent || this._agent.closed) {
-      throw new SandboxError('AGENT_DISCONNECTED', `the agent of VM ${this.id} is not connected`, {
+      throw new SandboxError('agent.disconnected', `the agent of VM ${this.id} is not connected`, {
         hint: 'the VM may have crashed; check its stats and destroy it',
       });
     }
@@ -167,7 +167,7 @@ export abstract class VmCore {
     stateFile: string,
     opts: { ignoreShared: boolean; readyTimeoutMs: number; signal?: AbortSignal },
   ): Promise<void> {
-    if (this._state === 'destroyed') throw new SandboxError('VM_DESTROYED', `VM ${this.id} was destroyed`);
+    if (this._state === 'destroyed') throw new SandboxError('vm.destroyed', `VM ${this.id} was destroyed`);
     const logFile = join(plan.runDir, 'qemu.log');
     const fd = openSync(stateFile, 'r');
     let launched: { proc: QemuProcess; argv: string[] };
@@ -187,7 +187,7 @@ export abstract class VmCore {
     this.watchExit(proc);
     const deadline = Date.now() + opts.readyTimeoutMs;
     const timeoutErr = () =>
-      new SandboxError('VM_START_TIMEOUT', `VM ${this.id} was not ready within ${opts.readyTimeoutMs} ms`, {
+      new SandboxError('vm.start-timeout', `VM ${this.id} was not ready within ${opts.readyTimeoutMs} ms`, {
         hint: 'the host may be overloaded; see qemu.log and console.log in the run dir',
       });
     await this.explainExit(proc, async () => {
@@ -238,7 +238,7 @@ export abstract class VmCore {
   async runLoaded(opts: { readyTimeoutMs: number; signal?: AbortSignal }): Promise<void> {
     const loaded = this.loaded;
     const proc = this.proc;
-    if (!loaded || !proc || !this.qmp) throw new SandboxError('VM_NOT_LOADED', `VM ${this.id} has no loaded state`);
+    if (!loaded || !proc || !this.qmp) throw new SandboxError('vm.not-loaded', `VM ${this.id} has no loaded state`);
     this.loaded = undefined;
     const { phases } = loaded;
     phases.mark('idle');
@@ -276,10 +276,10 @@ export abstract class VmCore {
       await fn();
     } catch (err) {
       const how = await Promise.race([proc.exited, sleep(300).then(() => undefined)]);
-      if (how !== undefined && !(err instanceof SandboxError && err.code === 'VM_PROCESS_EXITED')) {
+      if (how !== undefined && !(err instanceof SandboxError && err.code === 'vm.process-exited')) {
         const logFile = join(this.record.runDir, 'qemu.log');
         throw new SandboxError(
-          'VM_PROCESS_EXITED',
+          'vm.process-exited',
           `QEMU exited (${how}) while starting VM ${this.id}${tailOf(logFile, 'qemu.log')}`,
           {
             cause: err,
@@ -311,7 +311,7 @@ export abstract class VmCore {
 
   protected requireQmp(): QmpClient {
     if (!this.qmp || this.qmp.closed) {
-      throw new SandboxError('VM_PROCESS_EXITED', `QEMU of VM ${this.id} is not reachable`, {
+      throw new SandboxError('vm.process-exited', `QEMU of VM ${this.id} is not reachable`, {
         hint: 'the VM crashed; destroy it',
       });
     }

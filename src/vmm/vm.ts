@@ -45,7 +45,7 @@ export class Vm extends VmCore {
       await withDeadline(
         proc.exited,
         10_000,
-        () => new SandboxError('VM_STOP_TIMEOUT', 'QEMU did not exit after hibernate'),
+        () => new SandboxError('vm.stop-timeout', 'QEMU did not exit after hibernate'),
       ).catch(() => proc.kill());
       this.proc = undefined;
       this.record.pid = undefined;
@@ -61,7 +61,7 @@ export class Vm extends VmCore {
     return this.act('restore', async () => {
       const file = this.record.hibernateFile;
       if (!file || !existsSync(file)) {
-        throw new SandboxError('VM_STATE_MISSING', `hibernated state of VM ${this.id} is missing`, {
+        throw new SandboxError('vm.state-missing', `hibernated state of VM ${this.id} is missing`, {
           hint: 'the VM cannot be restored; destroy it',
         });
       }
@@ -145,7 +145,7 @@ export class Vm extends VmCore {
   fork(n: number, opts: Omit<CloneOptions, 'id'> = {}): Promise<Vm[]> {
     if (!Number.isInteger(n) || n < 1 || n > 64) {
       return Promise.reject(
-        new SandboxError('INVALID_ARGUMENT', `fork count ${n} must be 1..64`, {
+        new SandboxError('vm.invalid-argument', `fork count ${n} must be 1..64`, {
           hint: 'fork fewer children at a time',
         }),
       );

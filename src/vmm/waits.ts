@@ -39,7 +39,7 @@ export function unlessExited<T>(proc: QemuProcess, p: Promise<T>, what: string, 
       } catch {
         /* no log */
       }
-      throw new SandboxError('VM_PROCESS_EXITED', `QEMU exited (${how}) during ${what}${tail ? `: ${tail}` : ''}`, {
+      throw new SandboxError('vm.process-exited', `QEMU exited (${how}) during ${what}${tail ? `: ${tail}` : ''}`, {
         hint: `see ${logFile}; a crash here usually means a bad image or snapshot`,
       });
     }),

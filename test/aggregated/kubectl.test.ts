@@ -6,7 +6,13 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { after, before, describe, it } from 'node:test';
 import { parse } from 'yaml';
-import { aggregatedNamespace, getAggregated, sandboxManifest, type AggregatedEnv } from '../support/aggregated.js';
+import {
+  aggregatedNamespace,
+  createSandbox,
+  getAggregated,
+  sandboxManifest,
+  type AggregatedEnv,
+} from '../support/aggregated.js';
 import { eventually } from '../support/eventually.js';
 
 describe('sandbox-apiserver through kubectl', () => {
@@ -19,12 +25,7 @@ describe('sandbox-apiserver through kubectl', () => {
   after(async () => ns?.cleanup());
 
   const create = async (name: string, extra: Parameters<typeof sandboxManifest>[1] = {}) =>
-    JSON.parse(
-      await env.kubectl(
-        ['create', '-n', ns.name, '-o', 'json', '-f', '-'],
-        JSON.stringify(sandboxManifest(name, extra)),
-      ),
-    );
+    JSON.parse(await createSandbox(env, ns.name, sandboxManifest(name, extra), ['-o', 'json']));
 
   it('lists sandboxes in api-resources', async () => {
     const out = await env.kubectl(['api-resources', '--api-group=agents.x-k8s.io', '-o', 'wide']);
@@ -109,8 +110,7 @@ describe('sandbox-apiserver through kubectl', () => {
   it('pages with --chunk-size=2 over 5 sandboxes', async () => {
     const pns = await aggregatedNamespace('page');
     try {
-      for (let i = 0; i < 5; i++)
-        await env.kubectl(['create', '-n', pns.name, '-f', '-'], JSON.stringify(sandboxManifest(`p${i}`)));
+      for (let i = 0; i < 5; i++) await createSandbox(env, pns.name, sandboxManifest(`p${i}`));
       const out = await env.kubectl(['get', 'sandboxes', '-n', pns.name, '--chunk-size=2', '-o', 'name']);
       const names = out.split('\n').filter((l) => l.startsWith('sandbox'));
       assert.deepEqual(

@@ -404,7 +404,14 @@ describe('agent-sandbox CRDs + conversion webhook on the real control plane', ()
     assert.deepEqual(failures, [], `${failures.length} of ${reads} reads failed`);
     // The CRD trusts the new CA (next to the old one while that is valid), and the Secret holds the new bundle.
     assert.ok((await caBundle()).startsWith(webhook.caPem!));
-    const secret = await get('secret', 'sandbox-webhook-certs-short');
-    assert.equal(Buffer.from(String((secret['data'] as Obj)['ca.crt']), 'base64').toString(), webhook.caPem);
+    // Renewals come every ~10 s and the server switches a moment after the Secret is written, so compare once both
+    // sides have settled on the same renewal.
+    await eventually(
+      async () => {
+        const secret = await get('secret', 'sandbox-webhook-certs-short');
+        return Buffer.from(String((secret['data'] as Obj)['ca.crt']), 'base64').toString() === webhook?.caPem;
+      },
+      { until: (same) => same, timeoutMs: 10_000, what: 'the Secret and the server on the same CA' },
+    );
   });
 });

@@ -169,11 +169,11 @@ describe('parseRequestInfo (requestinfo.go for our paths)', () => {
     it(`${method} ${target}`, () => assert.deepEqual(parse(method, target), want));
 
   it('a path with an invalid percent-encoding is a bad request', () => {
-    assert.throws(() => parse('GET', `${NS}/%zz`), { code: 'apiserver.badRequest' });
+    assert.throws(() => parse('GET', `${NS}/%zz`), { code: 'apiserver.bad-request' });
   });
 
   it('a special verb with nothing after it is a bad request', () => {
-    assert.throws(() => parse('GET', `${G}/watch`), { code: 'apiserver.badRequest' });
+    assert.throws(() => parse('GET', `${G}/watch`), { code: 'apiserver.bad-request' });
   });
 });
 
@@ -186,8 +186,8 @@ describe('requestUrl', () => {
   });
 
   it('rejects absolute-form and asterisk request targets', () => {
-    assert.throws(() => requestUrl({ url: 'http://other/apis' }), { code: 'apiserver.badRequest' });
-    assert.throws(() => requestUrl({ url: '*' }), { code: 'apiserver.badRequest' });
+    assert.throws(() => requestUrl({ url: 'http://other/apis' }), { code: 'apiserver.bad-request' });
+    assert.throws(() => requestUrl({ url: '*' }), { code: 'apiserver.bad-request' });
   });
 });
 

@@ -96,6 +96,13 @@ describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
     assert.equal(exec.status, 200);
     assert.equal(exec.json.stdout, 'hello from Linux\n');
     assert.equal((await call(base, 'POST', `/v1/sandboxes/${id}/exec`, { argv: ['true'] }, TENANT)).status, 403);
+    // A guest's refusal is the caller's to fix (agent.enoent, docs/errors.md), not a 500.
+    const missing = await call(base, 'POST', `/v1/sandboxes/${id}/exec`, { argv: ['no-such-command'] });
+    assert.equal(missing.status, 400, JSON.stringify(missing.json));
+    assert.match(missing.json.error as string, /no-such-command.*not found/);
+    // Arguments over the agent's 64 KiB request limit are refused before they reach the guest.
+    const huge = await call(base, 'POST', `/v1/sandboxes/${id}/exec`, { argv: ['echo', 'x'.repeat(100 << 10)] });
+    assert.equal(huge.status, 413, JSON.stringify(huge.json).slice(0, 200));
 
     const list = await call(base, 'GET', '/v1/sandboxes?claim_ref=ns/one');
     assert.equal((list.json.sandboxes as unknown[]).length, 1);

@@ -17,11 +17,12 @@ import { createLogger } from '../../src/log/logger.js';
 
 export const AGGREGATED_ENV = 'SBX_TEST_AGGREGATED';
 export const TEST_TEMPLATE = 'sandbox/minimal';
-/** Warm VMs per node: the read-your-writes test claims 100 one after another; refill keeps up at this depth. */
-export const TEST_WARM = 12;
+/** Warm VMs per node: enough for the tests' bursts (they retry a create while the pools refill), few enough that refill churn stays small beside the other suites. */
+export const TEST_WARM = 8;
 
 export interface AggregatedInfo {
   cluster: ClusterInfo;
+  pluginDir: string;
   apiserver: NonNullable<Platform['apiserver']>;
   sandboxd: SandboxdNode[];
 }
@@ -45,13 +46,15 @@ export async function startAggregatedForTests(
     sandboxdNodes: 2,
     warm: TEST_WARM,
     template: TEST_TEMPLATE,
+    // An egress-lane pool too: the verbs it refuses (pause, fork) are part of the contract.
+    pools: `${TEST_TEMPLATE}=${TEST_WARM},${TEST_TEMPLATE}:egress=1`,
     etcdFsync: true,
     logger: createLogger({ level: 'warn', name: 'aggregated' }),
     progress: (l) => process.stderr.write(`[aggregated] ${l}\n`),
   });
   const { kubectl: _k, processes: _p, stop: _s, ...cluster } = platform.cluster;
   return {
-    info: { cluster, apiserver: platform.apiserver!, sandboxd: platform.sandboxd },
+    info: { cluster, pluginDir: platform.pluginDir, apiserver: platform.apiserver!, sandboxd: platform.sandboxd },
     stop: () => platform.stop(),
     pids: () => platform.pids(),
   };
@@ -115,4 +118,24 @@ export function sandboxManifest(
     },
     spec: { podTemplate: { spec: { containers: [{ name: 'main', image: TEST_TEMPLATE }] } } },
   };
+}
+
+/**
+ * `kubectl create` of a Sandbox, retried while no warm VM is left this instant (503 "no warm sandbox": the test
+ * files share two nodes' pools, which refill in the background); capacity is not what these tests check.
+ */
+export async function createSandbox(
+  env: AggregatedEnv,
+  namespace: string,
+  manifest: object,
+  args: string[] = [],
+): Promise<string> {
+  for (let i = 0; ; i++) {
+    try {
+      return await env.kubectl(['create', '-n', namespace, ...args, '-f', '-'], JSON.stringify(manifest));
+    } catch (err) {
+      if (!/no warm sandbox/.test(String(err)) || i > 300) throw err;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
 }

@@ -95,7 +95,7 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
   it('rejects an outgoing frame over the limit before sending it', () => {
     assert.throws(
       () => encodeFrame(FrameType.In, 1, Buffer.alloc(MAX_PAYLOAD + 1)),
-      (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_FRAME_TOO_LARGE',
+      (e: unknown) => e instanceof SandboxError && e.code === 'agent.frame-too-large',
     );
   });
 
@@ -178,7 +178,7 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
       const t0 = Date.now();
       await assert.rejects(
         AgentClient.connect(evil, { connectTimeoutMs: 5000 }),
-        (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_FRAME_TOO_LARGE',
+        (e: unknown) => e instanceof SandboxError && e.code === 'agent.frame-too-large',
       );
       assert.ok(Date.now() - t0 < 2000);
     } finally {
@@ -186,7 +186,7 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
     }
   });
 
-  it('a guest that never answers gives AGENT_UNRESPONSIVE within the deadline', async () => {
+  it('a guest that never answers gives agent.unresponsive within the deadline', async () => {
     const mute = join(dir, 'mute.sock');
     const server = createServer(() => undefined);
     await new Promise<void>((r) => server.listen(mute, r));
@@ -194,7 +194,7 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
       const t0 = Date.now();
       await assert.rejects(
         AgentClient.connect(mute, { connectTimeoutMs: 500 }),
-        (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_UNRESPONSIVE',
+        (e: unknown) => e instanceof SandboxError && e.code === 'agent.unresponsive',
       );
       const took = Date.now() - t0;
       assert.ok(took >= 450 && took < 2000, `took ${took} ms`);
@@ -203,11 +203,11 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
     }
   });
 
-  it('a missing socket gives AGENT_UNREACHABLE within the deadline', async () => {
+  it('a missing socket gives agent.unreachable within the deadline', async () => {
     const t0 = Date.now();
     await assert.rejects(
       AgentClient.connect(join(dir, 'nope.sock'), { connectTimeoutMs: 300 }),
-      (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_UNREACHABLE',
+      (e: unknown) => e instanceof SandboxError && e.code === 'agent.unreachable',
     );
     assert.ok(Date.now() - t0 < 2000);
   });
@@ -250,7 +250,7 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
     try {
       await assert.rejects(
         c.connectTcp(port),
-        (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_ECONNREFUSED',
+        (e: unknown) => e instanceof SandboxError && e.code === 'agent.econnrefused',
       );
       await sleep(50);
       assert.deepEqual(uncaught, []);
@@ -351,7 +351,7 @@ describe('agent protocol', { timeout: BUILD_TIMEOUT_MS }, () => {
     assert.deepEqual(link.windows, [], 'no credit while the consumer holds the data');
     assert.throws(
       () => output.received(1),
-      (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_PROTOCOL',
+      (e: unknown) => e instanceof SandboxError && e.code === 'agent.protocol',
     );
     take();
     await sleep(0);

@@ -41,13 +41,13 @@ describe('microVM failure modes', { timeout: BUILD_TIMEOUT_MS + 5 * 60_000 }, ()
         name: 'test/missing',
         image: { kernel: join(scratch, 'no-vmlinux'), initramfs: img.initramfs, hash: 'x' },
       }),
-      isCode('VM_IMAGE_MISSING'),
+      isCode('vm.image-missing'),
     );
     assert.deepEqual(liveQemuPids(), []);
   });
 
   it('a template whose snapshot files are gone is refused', async () => {
-    await assert.rejects(driver.clone({ ...tpl, stateFile: join(scratch, 'nope') }), isCode('TEMPLATE_MISSING'));
+    await assert.rejects(driver.clone({ ...tpl, stateFile: join(scratch, 'nope') }), isCode('template.missing'));
   });
 
   it('a corrupt snapshot makes QEMU fail mid-clone: clear error, nothing left', async () => {
@@ -83,7 +83,7 @@ describe('microVM failure modes', { timeout: BUILD_TIMEOUT_MS + 5 * 60_000 }, ()
       clone,
       (e: unknown) =>
         e instanceof SandboxError &&
-        ['VM_PROCESS_EXITED', 'QMP_DISCONNECTED', 'AGENT_DISCONNECTED', 'QMP_UNREACHABLE'].includes(e.code),
+        ['vm.process-exited', 'qmp.disconnected', 'agent.disconnected', 'qmp.unreachable'].includes(e.code),
     );
     assert.ok(Date.now() - t0 < 10_000, `took ${Date.now() - t0} ms`);
     assert.equal(existsSync(join(runRoot, 'vm-crashme')), false);
@@ -95,19 +95,19 @@ describe('microVM failure modes', { timeout: BUILD_TIMEOUT_MS + 5 * 60_000 }, ()
     process.kill(vm.pid!, 'SIGKILL');
     for (let i = 0; i < 200 && vm.state !== 'failed'; i++) await new Promise((r) => setTimeout(r, 10));
     assert.equal(vm.state, 'failed');
-    await assert.rejects(async () => vm.run(['true']), isCode('VM_INVALID_STATE'));
+    await assert.rejects(async () => vm.run(['true']), isCode('vm.invalid-state'));
     await vm.destroy();
     assert.equal(existsSync(vm.runDir), false);
   });
 
-  it('a guest that never answers (paused) times out on connect with AGENT_UNRESPONSIVE', async () => {
+  it('a guest that never answers (paused) times out on connect with agent.unresponsive', async () => {
     const vm = await driver.clone(tpl);
     await vm.pause();
     const t0 = Date.now();
     // a second host connection replaces the first; the frozen guest cannot answer its hello
     await assert.rejects(
       AgentClient.connect(vm.record.agentSocket, { connectTimeoutMs: 800 }),
-      isCode('AGENT_UNRESPONSIVE'),
+      isCode('agent.unresponsive'),
     );
     assert.ok(Date.now() - t0 < 3000);
     await vm.destroy();
@@ -131,7 +131,7 @@ describe('microVM failure modes', { timeout: BUILD_TIMEOUT_MS + 5 * 60_000 }, ()
         },
         { bootTimeoutMs: 6000, progress: () => undefined },
       ),
-      isCode('VM_BOOT_FAILED'),
+      isCode('vm.boot-failed'),
     );
     assert.ok(Date.now() - t0 < 20_000, `took ${Date.now() - t0} ms`);
     assert.deepEqual(liveQemuPids(), []);

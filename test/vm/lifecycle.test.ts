@@ -68,7 +68,7 @@ describe('microVM lifecycle (sandbox/minimal)', { timeout: BUILD_TIMEOUT_MS + 10
     assert.equal(await vm.files.exists('/tmp/d'), false);
     await assert.rejects(
       vm.files.read('/no/such/file'),
-      (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_ENOENT',
+      (e: unknown) => e instanceof SandboxError && e.code === 'agent.enoent',
     );
   });
 
@@ -133,7 +133,7 @@ describe('microVM lifecycle (sandbox/minimal)', { timeout: BUILD_TIMEOUT_MS + 10
     assert.equal(vm.state, 'paused');
     await assert.rejects(
       async () => vm.agent.ping(300),
-      (e: unknown) => e instanceof SandboxError && e.code === 'VM_INVALID_STATE',
+      (e: unknown) => e instanceof SandboxError && e.code === 'vm.invalid-state',
     );
     // below the VM facade: the raw connection gets no answer while paused
     await vm.resume();
@@ -141,8 +141,8 @@ describe('microVM lifecycle (sandbox/minimal)', { timeout: BUILD_TIMEOUT_MS + 10
     assert.equal((await vm.files.read('/tmp/state')).toString(), 'kept');
     await vm.pause();
     const raw = (vm as unknown as { _agent: { ping(ms: number): Promise<void> } })._agent;
-    await assert.rejects(raw.ping(500), (e: unknown) => e instanceof SandboxError && e.code === 'AGENT_TIMEOUT');
-    await assert.rejects(vm.pause(), (e: unknown) => e instanceof SandboxError && e.code === 'VM_INVALID_STATE');
+    await assert.rejects(raw.ping(500), (e: unknown) => e instanceof SandboxError && e.code === 'agent.timeout');
+    await assert.rejects(vm.pause(), (e: unknown) => e instanceof SandboxError && e.code === 'vm.invalid-state');
     await vm.resume();
     await vm.agent.ping(5000);
   });
@@ -158,7 +158,7 @@ describe('microVM lifecycle (sandbox/minimal)', { timeout: BUILD_TIMEOUT_MS + 10
     assert.ok((vm.hibernatedBytes() ?? 0) > 0);
     await assert.rejects(
       async () => vm.run(['true']),
-      (e: unknown) => e instanceof SandboxError && e.code === 'VM_INVALID_STATE',
+      (e: unknown) => e instanceof SandboxError && e.code === 'vm.invalid-state',
     );
     await vm.restore();
     assert.equal(vm.state, 'running');
@@ -200,7 +200,7 @@ describe('microVM lifecycle (sandbox/minimal)', { timeout: BUILD_TIMEOUT_MS + 10
     assert.equal(existsSync(dir), false);
     await assert.rejects(
       async () => vm.run(['true']),
-      (e: unknown) => e instanceof SandboxError && e.code === 'VM_INVALID_STATE',
+      (e: unknown) => e instanceof SandboxError && e.code === 'vm.invalid-state',
     );
     await Promise.all(clones.map((c) => c.destroy()));
     clones = [];

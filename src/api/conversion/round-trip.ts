@@ -1,6 +1,6 @@
 /**
- * The generic part of every v1alpha1 <-> v1beta1 conversion, on top of a kind's "core" mapping (the spec §4
- * field mapping plus its v1alpha1-state annotation).
+ * The generic part of every v1alpha1 <-> v1beta1 conversion, on top of a kind's "core" mapping (docs/api.md
+ * "The core mapping per kind", plus its v1alpha1-state annotation).
  *
  * The core mapping already makes v1alpha1 -> v1beta1 -> v1alpha1 exact: whatever v1beta1 cannot hold goes into
  * the `v1alpha1-<kind>-state` annotation. The other direction is made exact here: when the core v1beta1 ->

@@ -1,11 +1,12 @@
 /**
- * SandboxClaim v1alpha1 <-> v1beta1 (spec §4.4), the one mapping that is semantically lossy upstream.
+ * SandboxClaim v1alpha1 <-> v1beta1 (docs/api.md "The core mapping per kind"), the one mapping that is semantically
+ * lossy upstream.
  *
  * v1alpha1 names a template and a pool intent (`warmpool`: `none`, `default` or a pool name); v1beta1 names only
- * a pool (`warmPoolRef`). Going beyond the spec:
+ * a pool (`warmPoolRef`). Going beyond the upstream (docs/api.md "SandboxClaim: beyond the upstream"):
  * - The template name survives every round trip: the v1alpha1-state annotation
  *   (`{"spec":{"sandboxTemplateRef":{"name":…},"warmpool":…}}`, a subset of the v1alpha1 object, so the
- *   spec's readers still parse it) is written whenever the hub fields alone would not give the v1alpha1 fields
+ *   upstream's readers still parse it) is written whenever the hub fields alone would not give the v1alpha1 fields
  *   back; and a hub claim without it shows the template recorded by the claim controller in the
  *   `agents.x-k8s.io/sandbox-template-ref` annotation (contract in docs/api.md) before falling back to the
  *   pool name.
@@ -85,7 +86,7 @@ export function claimV1alpha1Intent(claim: SandboxClaim): ClaimV1alpha1Intent | 
   }
 }
 
-/** v1alpha1 `sandboxTemplateRef.name` and `warmpool` for a hub claim (spec §4.4, plus the template hint). */
+/** v1alpha1 `sandboxTemplateRef.name` and `warmpool` for a hub claim (plus the template hint). */
 function alphaRefs(hub: SandboxClaim): ClaimV1alpha1Intent {
   const pool = hub.spec.warmPoolRef.name;
   const shadowOf = resolveShadowPoolTemplate(pool);
@@ -110,7 +111,7 @@ function alphaRefs(hub: SandboxClaim): ClaimV1alpha1Intent {
   return { templateName, warmpool: matches ? stashed.warmpool : pool };
 }
 
-/** spec §4.4 warmPoolRef derivation. */
+/** The warmPoolRef of a v1alpha1 claim (docs/api.md "The core mapping per kind"). */
 function hubPoolName(spoke: SandboxClaimV1alpha1): string {
   const warmpool = spoke.spec.warmpool;
   if (isSpecificPool(warmpool)) return warmpool;

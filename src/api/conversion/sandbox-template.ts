@@ -1,8 +1,8 @@
 /**
- * SandboxTemplate v1alpha1 <-> v1beta1 (spec §4.2). v1alpha1 lacks `volumeClaimTemplatesPolicy`; it travels in
- * the `v1beta1-volume-claim-templates-policy` annotation of the v1alpha1 view. v1alpha1 holds nothing v1beta1
- * cannot, so no v1alpha1-state annotation is written (the spec's copy was never read back); one found on a
- * hub object is kept through round trips by the generic v1beta1-state patch.
+ * SandboxTemplate v1alpha1 <-> v1beta1 (docs/api.md "The core mapping per kind"). v1alpha1 lacks
+ * `volumeClaimTemplatesPolicy`; it travels in the `v1beta1-volume-claim-templates-policy` annotation of the v1alpha1
+ * view. v1alpha1 holds nothing v1beta1 cannot, so no v1alpha1-state annotation is written (the upstream's copy was
+ * never read back); one found on a hub object is kept through round trips by the generic v1beta1-state patch.
  */
 import { ConversionKeys } from '../keys.js';
 import { apiVersionOf, HUB_VERSION, SandboxTemplateResource, SPOKE_VERSION } from '../scheme.js';

@@ -1,7 +1,7 @@
 /**
- * SandboxWarmPool v1alpha1 <-> v1beta1 (spec §4.3). `spec.replicas` is required in v1alpha1 and optional
- * (default 1) in v1beta1. The v1alpha1-state annotation is written only for a v1alpha1 object without
- * replicas (`{"spec":{}}`), the one thing v1beta1 cannot say; `status.observedGeneration` (v1beta1 only) is
+ * SandboxWarmPool v1alpha1 <-> v1beta1 (docs/api.md "The core mapping per kind"). `spec.replicas` is required in
+ * v1alpha1 and optional (default 1) in v1beta1. The v1alpha1-state annotation is written only for a v1alpha1 object
+ * without replicas (`{"spec":{}}`), the one thing v1beta1 cannot say; `status.observedGeneration` (v1beta1 only) is
  * kept by the generic v1beta1-state patch.
  */
 import { ConversionKeys } from '../keys.js';

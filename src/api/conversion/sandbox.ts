@@ -1,10 +1,11 @@
 /**
- * Sandbox v1alpha1 <-> v1beta1 (spec §4.1): `replicas` 0/1 is `operatingMode` Suspended/Running.
+ * Sandbox v1alpha1 <-> v1beta1 (docs/api.md "The core mapping per kind"): `replicas` 0/1 is `operatingMode`
+ * Suspended/Running.
  *
  * The v1alpha1-state annotation `{"spec":{"replicas":N},"status":{"replicas":M}}` (a key present iff the value
  * is set) is written only when the v1alpha1 replicas are not what the hub fields imply (spec.replicas unset,
  * or a status.replicas other than 0/1 by mode), so objects written through v1alpha1 usually carry none.
- * Reading it follows the spec, including legacy values holding a whole v1alpha1 object.
+ * Reading it also takes the upstream's values holding a whole v1alpha1 object.
  */
 import { ConversionKeys } from '../keys.js';
 import type { Sandbox, SandboxStatus, SandboxStatusV1alpha1, SandboxV1alpha1 } from '../sandbox.js';

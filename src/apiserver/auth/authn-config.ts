@@ -54,14 +54,14 @@ export function parseCertificateBundle(pem: string, what: string): X509Certifica
     try {
       certs.push(new X509Certificate(m[0]));
     } catch (err) {
-      throw new SandboxError('apiserver.authConfig', `${what}: certificate ${certs.length + 1} does not parse`, {
+      throw new SandboxError('apiserver.auth-config', `${what}: certificate ${certs.length + 1} does not parse`, {
         cause: err,
         hint: `fix the PEM in ${what}`,
       });
     }
   }
   if (certs.length === 0)
-    throw new SandboxError('apiserver.authConfig', `${what} holds no PEM certificate`, {
+    throw new SandboxError('apiserver.auth-config', `${what} holds no PEM certificate`, {
       hint: `${what} must be a PEM bundle of CA certificates`,
     });
   return certs;
@@ -74,13 +74,13 @@ function stringList(data: Record<string, string>, key: string): string[] {
   try {
     parsed = JSON.parse(raw);
   } catch (err) {
-    throw new SandboxError('apiserver.authConfig', `${key} is not JSON: ${raw.slice(0, 100)}`, {
+    throw new SandboxError('apiserver.auth-config', `${key} is not JSON: ${raw.slice(0, 100)}`, {
       cause: err,
       hint: `${key} must be a JSON array of strings, e.g. ["X-Remote-User"]`,
     });
   }
   if (!Array.isArray(parsed) || !parsed.every((v): v is string => typeof v === 'string'))
-    throw new SandboxError('apiserver.authConfig', `${key} is not a JSON array of strings: ${raw.slice(0, 100)}`, {
+    throw new SandboxError('apiserver.auth-config', `${key} is not a JSON array of strings: ${raw.slice(0, 100)}`, {
       hint: `${key} must be a JSON array of strings, e.g. ["X-Remote-User"]`,
     });
   return parsed;

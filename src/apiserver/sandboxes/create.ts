@@ -1,8 +1,8 @@
 /**
- * Create = node-local claim (docs/aggregated-layout.md "Create"): validate the Sandbox as kube-apiserver would
- * validate the CRD (same schema source), settle its name (unique among live sandboxes: a second create of a live
- * name is 409 and spends no VM), derive its pool key and lease, then claim a warm VM on a node chosen by
- * power-of-two choices, trying the next candidate on a capacity miss. Everything that can be refused is refused
+ * Create = node-local claim (docs/aggregated-layout.md "How a request flows", step 8): validate the Sandbox as
+ * kube-apiserver would validate the CRD (same schema source), settle its name (unique among live sandboxes: a second
+ * create of a live name is 409 and spends no VM), derive its pool key and lease, then claim a warm VM on a node chosen
+ * by power-of-two choices, trying the next candidate on a capacity miss. Everything that can be refused is refused
  * before a VM is spent. The answer carries the claim id, address, deadline and — only here — the sandbox token.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
@@ -24,7 +24,7 @@ import {
 } from '../status.js';
 import { SANDBOX_API_VERSION, toSandbox, type SandboxEntry, type StoredObject } from './entry.js';
 import type { Fleet } from './fleet.js';
-import { NodeHttpError, NodeUnreachableError, type SandboxdClient } from './sandboxd-client.js';
+import { NodeHttpError, NodeUnreachableError, type ClaimAnswer, type SandboxdClient } from './sandboxd-client.js';
 import type { SandboxStore } from './store.js';
 
 export const SANDBOXES: QualifiedResource = { group: 'agents.x-k8s.io', resource: 'sandboxes' };
@@ -214,6 +214,8 @@ export class SandboxCreator {
           message: `Too long: the object is ${size} bytes; at most ${MAX_STORED_OBJECT_BYTES} are stored with a claim`,
         },
       ]);
+    const snapshot = obj.metadata?.annotations?.[CocoonAnnotationKeys.snapshot]?.trim();
+    if (snapshot) return this.fromSnapshot(k, snapshot, ttl, stored, req.dryRun);
     if (!this.fleet.servesKey(key))
       throw serviceUnavailable(
         `no node serves pool (${describePoolKey(key)}); create a SandboxWarmPool for it or check the nodes' pools`,
@@ -234,6 +236,67 @@ export class SandboxCreator {
     }
   }
 
+  /**
+   * A Sandbox that starts from a snapshot is served by the node that holds it (a clone of the checkpoint there);
+   * the nodes are asked which, in parallel. Moving a checkpoint to another node is the placement layer's job.
+   */
+  private async fromSnapshot(
+    k: string,
+    id: string,
+    ttl: number,
+    stored: StoredObject,
+    dryRun: boolean,
+  ): Promise<Created> {
+    const field = `metadata.annotations[${CocoonAnnotationKeys.snapshot}]`;
+    const holders = await Promise.all(
+      this.fleet.nodeNames().map(async (node) => {
+        const address = this.fleet.address(node);
+        if (!address || !this.fleet.isSynced(node)) return undefined;
+        const out = (await this.client.call(node, address, 'GET', '/v1/checkpoints').catch(() => undefined)) as
+          { checkpoints: Array<{ id: string }> } | undefined;
+        return out?.checkpoints.some((c) => c.id === id) ? { node, address } : undefined;
+      }),
+    );
+    const holder = holders.find((h) => h !== undefined);
+    if (!holder)
+      throw invalid('Sandbox', SANDBOXES.group, stored.metadata.name, [
+        { reason: 'FieldValueNotFound', field, message: `Not found: snapshot "${id}" is on no reachable node` },
+      ]);
+    if (dryRun)
+      return {
+        object: { apiVersion: SANDBOX_API_VERSION, kind: 'Sandbox', metadata: stored.metadata, spec: stored.spec },
+        entry: undefined,
+      };
+    this.inFlight.add(k);
+    try {
+      const answer = (await this.client.call(
+        holder.node,
+        holder.address,
+        'POST',
+        `/v1/checkpoints/${encodeURIComponent(id)}/claim`,
+        { ...(ttl ? { ttl_seconds: ttl } : {}), claim_ref: k, object: stored },
+        60_000,
+      )) as ClaimAnswer;
+      return this.answered(holder.node, holder.address, answer);
+    } catch (err) {
+      if (err instanceof NodeHttpError && err.status === 409) throw alreadyExists(SANDBOXES, stored.metadata.name);
+      if (err instanceof StatusFailure) throw err;
+      throw internalError(`claim from snapshot ${id} on node ${holder.node} failed: ${(err as Error).message}`);
+    } finally {
+      this.inFlight.delete(k);
+    }
+  }
+
+  /** A node's claim answer: indexed at once (read-your-writes), returned with the token (this answer only). */
+  private answered(node: string, address: string, answer: ClaimAnswer): Created {
+    const entry = this.store.upsert(node, address, answer.sandbox);
+    if (!entry) throw internalError(`node ${node} answered the claim without the sandbox's identity`);
+    const object = toSandbox(entry);
+    object.metadata!.annotations![CocoonAnnotationKeys.token] = answer.token;
+    object.metadata!.annotations![CocoonAnnotationKeys.address] = answer.owner_addr || address;
+    return { object, entry };
+  }
+
   private async claim(k: string, key: PoolKeyOf, ttl: number, stored: StoredObject): Promise<Created> {
     const candidates = this.fleet.candidates(key);
     for (;;) {
@@ -251,12 +314,7 @@ export class SandboxCreator {
           object: stored,
         });
         this.fleet.noteWarm(c.node, key, -1);
-        const entry = this.store.upsert(c.node, c.address, answer.sandbox);
-        if (!entry) throw internalError(`node ${c.node} answered the claim without the sandbox's identity`);
-        const object = toSandbox(entry);
-        object.metadata!.annotations![CocoonAnnotationKeys.token] = answer.token;
-        object.metadata!.annotations![CocoonAnnotationKeys.address] = answer.owner_addr || c.address;
-        return { object, entry };
+        return this.answered(c.node, c.address, answer);
       } catch (err) {
         if (err instanceof NodeHttpError && err.status === 429) {
           this.fleet.noteWarm(c.node, key, 'empty');

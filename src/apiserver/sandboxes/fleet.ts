@@ -32,6 +32,7 @@ export interface Candidate {
 
 export class Fleet {
   private readonly nodes = new Map<string, NodeState>();
+  private readonly listeners = new Set<() => void>();
   private stopped = false;
 
   constructor(
@@ -46,6 +47,16 @@ export class Fleet {
       onUpdate: (_old, inv) => this.sync(inv),
       onDelete: (inv) => this.forget(inv.metadata.name ?? inv.node),
     });
+  }
+
+  /** Called when a node joins, leaves, (re)syncs or reports new pool capacity. */
+  onChange(listener: () => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  private changed(): void {
+    for (const l of this.listeners) l();
   }
 
   stop(): void {
@@ -115,6 +126,13 @@ export class Fleet {
     n.warm.set(k, delta === 'empty' ? 0 : Math.max(0, (n.warm.get(k) ?? 0) + delta));
   }
 
+  /** Warm VMs and target of `key` on `node`, as its feed last reported (0/0 when it has no such pool). */
+  poolOn(node: string, key: PoolKeyOf): { warm: number; target: number } {
+    const n = this.nodes.get(node);
+    const k = poolKeyString(key);
+    return { warm: n?.warm.get(k) ?? 0, target: n?.targets.get(k) ?? 0 };
+  }
+
   warmTotal(key: PoolKeyOf): number {
     const k = poolKeyString(key);
     let total = 0;
@@ -145,7 +163,10 @@ export class Fleet {
         this.client,
         this.store,
         {
-          onState: (node, synced) => this.store.setNodeAvailable(node, synced),
+          onState: (node, synced) => {
+            this.store.setNodeAvailable(node, synced);
+            this.changed();
+          },
           onPools: (node, pools) => this.setPools(node, pools),
         },
         this.log,
@@ -161,6 +182,7 @@ export class Fleet {
     if (!n) return;
     n.warm = new Map(pools.map((p) => [poolKeyString(p.key), p.warm]));
     n.targets = new Map(pools.map((p) => [poolKeyString(p.key), p.target]));
+    this.changed();
   }
 
   private forget(node: string): void {
@@ -169,5 +191,6 @@ export class Fleet {
     this.nodes.delete(node);
     this.store.removeNode(node);
     this.log.info({ node }, 'node left the fleet (NodeInventory deleted)');
+    this.changed();
   }
 }

@@ -89,7 +89,14 @@ export class SandboxdClient {
   }
 
   /** One JSON request to a node; resolves with the parsed body (undefined for 204). */
-  call(node: string, address: string, method: string, path: string, body?: unknown): Promise<unknown> {
+  call(
+    node: string,
+    address: string,
+    method: string,
+    path: string,
+    body?: unknown,
+    timeoutMs = this.timeoutMs,
+  ): Promise<unknown> {
     const payload = body === undefined ? undefined : JSON.stringify(body);
     const headers = this.headers(
       payload === undefined ? {} : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) },
@@ -97,7 +104,7 @@ export class SandboxdClient {
     return new Promise((resolve, reject) => {
       const req = request(
         `http://${address}${path}`,
-        { method, agent: this.agent, headers, timeout: this.timeoutMs },
+        { method, agent: this.agent, headers, timeout: timeoutMs },
         (res) => {
           readBody(res, res.statusCode && res.statusCode >= 300 ? MAX_ERROR_BODY : MAX_BODY).then((text) => {
             const status = res.statusCode ?? 0;
@@ -112,7 +119,7 @@ export class SandboxdClient {
         },
       );
       req.on('timeout', () =>
-        req.destroy(new NodeUnreachableError(node, `no answer to ${method} ${path} within ${this.timeoutMs} ms`, true)),
+        req.destroy(new NodeUnreachableError(node, `no answer to ${method} ${path} within ${timeoutMs} ms`, true)),
       );
       req.on('error', (err) =>
         reject(err instanceof NodeUnreachableError ? err : new NodeUnreachableError(node, err.message, false)),

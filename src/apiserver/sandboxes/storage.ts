@@ -8,7 +8,8 @@ import type { Logger } from '../../log/logger.js';
 import type { ListOptions } from '../list-options.js';
 import { humanDuration, type Renderer } from '../render.js';
 import { conflict, expired, notFound, serviceUnavailable, internalError, badRequest } from '../status.js';
-import type { ActionSubresource, ResourceDescriptor, TableColumn } from '../types.js';
+import type { ResourceDescriptor, TableColumn } from '../types.js';
+import { SANDBOX_ACTIONS, SandboxActions } from './actions.js';
 import type { WatchEventOf } from '../watch-stream.js';
 import { SandboxCreator, SANDBOXES, type CreateRequest, type NamespaceState } from './create.js';
 import {
@@ -126,6 +127,7 @@ export class SandboxStorage {
   readonly renderer = SANDBOX_RENDERER;
   readonly fields = SANDBOX_FIELDS;
   private readonly creator: SandboxCreator;
+  private readonly actions: SandboxActions;
 
   constructor(
     private readonly store: SandboxStore,
@@ -133,9 +135,9 @@ export class SandboxStorage {
     private readonly client: SandboxdClient,
     namespaces: NamespaceState,
     private readonly log: Logger,
-    subresources: ActionSubresource[] = [],
   ) {
     this.creator = new SandboxCreator(store, fleet, client, namespaces, log);
+    this.actions = new SandboxActions(store, client);
     this.descriptor = {
       group: SANDBOXES.group,
       version: 'v1beta1',
@@ -149,7 +151,7 @@ export class SandboxStorage {
       verbs: ['create', 'delete', 'get', 'list', 'watch'],
       schema: SandboxV1beta1Schema,
       description: 'A sandbox backed by a microVM on a sandboxd node, served from the nodes (no etcd object).',
-      subresources,
+      subresources: [...SANDBOX_ACTIONS],
     };
   }
 
@@ -236,6 +238,11 @@ export class SandboxStorage {
       matches,
       subscribe: (deliver) => log.subscribe({ deliver }),
     };
+  }
+
+  /** POST to a lifecycle subresource (actions.ts). */
+  act(namespace: string, name: string, subresource: string, body: unknown): Promise<unknown> {
+    return this.actions.act(namespace, name, subresource, body);
   }
 
   create(req: CreateRequest) {

@@ -168,6 +168,7 @@ async function upForeground(opts: UpOptions): Promise<void> {
     supervisorPid: process.pid,
     kubeconfigPath: c.kubeconfigPath,
     binDir: c.binDir,
+    pluginDir: platform.pluginDir,
     netns: c.netns,
     hostInterface: c.hostInterface,
     pids: platform.pids(),
@@ -175,7 +176,7 @@ async function upForeground(opts: UpOptions): Promise<void> {
     readyMs: c.readyMs,
   });
   if (stopping) return;
-  const kubectl = `KUBECONFIG=${c.kubeconfigPath} ${join(c.binDir, 'kubectl')}`;
+  const kubectl = `KUBECONFIG=${c.kubeconfigPath} PATH=${platform.pluginDir}:$PATH ${join(c.binDir, 'kubectl')}`;
   process.stdout.write(
     [
       `sandbox-operator platform is up (control plane Ready in ${(c.readyMs / 1000).toFixed(1)} s)`,
@@ -232,7 +233,8 @@ async function upDetached(opts: UpOptions): Promise<void> {
     const state = await readState(env.stateDir);
     if (state?.status === 'ready' && state.kubeconfigPath && state.binDir) {
       process.stderr.write(`platform ready; stop it with \`sbx down\`\n`);
-      process.stdout.write(`export KUBECONFIG=${resolve(state.kubeconfigPath)} PATH=${resolve(state.binDir)}:$PATH\n`);
+      const path = [state.binDir, state.pluginDir].filter((d): d is string => !!d).map((d) => resolve(d));
+      process.stdout.write(`export KUBECONFIG=${resolve(state.kubeconfigPath)} PATH=${path.join(':')}:$PATH\n`);
       return;
     }
     if (state?.status === 'failed')

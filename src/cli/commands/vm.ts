@@ -12,7 +12,7 @@ const progress = (l: string) => process.stderr.write(`sbx: ${l}\n`);
 function driverFrom(opts: { accel?: string }): QemuMicrovmDriver {
   const accel = opts.accel as 'auto' | 'kvm' | 'tcg' | undefined;
   if (accel && !['auto', 'kvm', 'tcg'].includes(accel)) {
-    throw new SandboxError('INVALID_ARGUMENT', `--accel must be auto, kvm or tcg (got ${accel})`, {
+    throw new SandboxError('cli.usage', `--accel must be auto, kvm or tcg (got ${accel})`, {
       hint: 'use --accel auto',
     });
   }
@@ -115,7 +115,7 @@ export function register(program: Command): void {
         try {
           await (await driver.adopt(id)).destroy();
         } catch (err) {
-          if (err instanceof SandboxError && err.code === 'VM_GONE') driver.removeStale(id);
+          if (err instanceof SandboxError && err.code === 'vm.gone') driver.removeStale(id);
           else throw err;
         }
         process.stdout.write(`${id} destroyed\n`);

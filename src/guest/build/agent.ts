@@ -27,7 +27,7 @@ function goBinary(): string {
     execFileSync('go', ['version'], { stdio: 'ignore' });
     return 'go';
   } catch {
-    throw new SandboxError('GUEST_GO_MISSING', 'the Go toolchain is needed to build the guest agent', {
+    throw new SandboxError('guest.go-missing', 'the Go toolchain is needed to build the guest agent', {
       hint: 'install Go >= 1.26 (scripts/bootstrap.sh) or set GO=/path/to/go',
     });
   }

@@ -91,7 +91,7 @@ export async function cachedArtifact(
         announced = true;
       }
       if (Date.now() > deadline) {
-        throw new SandboxError('GUEST_BUILD_LOCKED', `timed out waiting for the build lock ${lock}`, {
+        throw new SandboxError('guest.build-locked', `timed out waiting for the build lock ${lock}`, {
           hint: `if no build is running, remove ${lock}`,
         });
       }
@@ -152,7 +152,7 @@ export function runStep(
     });
     child.on('error', (e) =>
       reject(
-        new SandboxError('GUEST_BUILD_FAILED', `${artifact}: cannot run ${cmd}: ${e.message}`, {
+        new SandboxError('guest.build-failed', `${artifact}: cannot run ${cmd}: ${e.message}`, {
           cause: e,
           hint: 'run scripts/bootstrap.sh to install the build tools',
         }),
@@ -163,7 +163,7 @@ export function runStep(
       else
         reject(
           new SandboxError(
-            'GUEST_BUILD_FAILED',
+            'guest.build-failed',
             `${artifact}: ${cmd} ${args.join(' ')} failed (${signal ?? `exit ${code}`}): ${err.trim().slice(-2000)}`,
             {
               hint: 'run scripts/bootstrap.sh to install the build tools, then retry',

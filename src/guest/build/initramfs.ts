@@ -16,7 +16,7 @@ export interface InitramfsArtifact {
 /** busybox-static + /init + the agent, as an uncompressed newc cpio (faster to unpack under TCG). */
 export async function ensureInitramfs(opts: { progress?: Progress } = {}): Promise<InitramfsArtifact> {
   if (!existsSync(BUSYBOX) || debVersion('busybox-static') === '') {
-    throw new SandboxError('GUEST_BUSYBOX_MISSING', 'busybox-static is needed for the guest initramfs', {
+    throw new SandboxError('guest.busybox-missing', 'busybox-static is needed for the guest initramfs', {
       hint: 'install the Debian package busybox-static (scripts/bootstrap.sh does this)',
     });
   }

@@ -40,7 +40,7 @@ export async function ensureKernel(opts: { progress?: Progress; jobs?: number } 
     hash,
     async (tmp) => {
       if (!existsSync(LINUX_SOURCE_TAR)) {
-        throw new SandboxError('GUEST_KERNEL_SOURCE_MISSING', `${LINUX_SOURCE_TAR} not found`, {
+        throw new SandboxError('guest.kernel-source-missing', `${LINUX_SOURCE_TAR} not found`, {
           hint: 'install the Debian package linux-source-6.1 (scripts/bootstrap.sh does this)',
         });
       }

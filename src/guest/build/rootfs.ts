@@ -73,7 +73,7 @@ function resolveClosure(packages: readonly string[]): { name: string; version: s
       { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 64 << 20 },
     );
   } catch (err) {
-    throw new SandboxError('GUEST_ROOTFS_RESOLVE', `cannot resolve Debian packages ${packages.join(' ')}`, {
+    throw new SandboxError('guest.rootfs-resolve', `cannot resolve Debian packages ${packages.join(' ')}`, {
       cause: err,
       hint: 'run apt-get update, then retry',
     });

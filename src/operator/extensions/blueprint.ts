@@ -1,6 +1,7 @@
 /**
- * What a SandboxTemplate stamps onto a Sandbox (spec §7, §8): the blueprint, its hash, the template-level secure
- * defaults, and the drift test the warm pool's update strategies use. Pure functions; no API access.
+ * What a SandboxTemplate stamps onto a Sandbox (docs/extensions.md "Template", "Warm pool"): the blueprint, its hash,
+ * the template-level secure defaults, and the drift test the warm pool's update strategies use. Pure functions; no API
+ * access.
  */
 import { isDeepStrictEqual } from 'node:util';
 import {
@@ -41,8 +42,9 @@ function usesSecureDefaultNetwork(template: SandboxTemplate): boolean {
 }
 
 /**
- * Template secure defaults (spec §7), applied to Sandboxes the claim and pool build — never to hand-made ones:
- * no service-account token unless asked for, and public resolvers when the default NetworkPolicy blocks cluster DNS.
+ * Template secure defaults (docs/extensions.md "Template"), applied to Sandboxes the claim and pool build — never to
+ * hand-made ones: no service-account token unless asked for, and public resolvers when the default NetworkPolicy blocks
+ * cluster DNS.
  */
 export function withSecureDefaults(spec: PodSpec, template: SandboxTemplate): PodSpec {
   const out: PodSpec = structuredClone(spec);
@@ -64,8 +66,8 @@ export function sandboxSpecFromTemplate(template: SandboxTemplate): Blueprint {
 const vctKey = (v: PersistentVolumeClaimTemplate) => ({ name: v.metadata?.name ?? '', spec: v.spec });
 
 /**
- * Semantic equality of a member's spec with the template (spec §8 step 2): pod spec after secure defaults, VCT
- * name+spec index by index, and the service tri-state. Pod-template metadata never makes a member stale.
+ * Semantic equality of a member's spec with the template (docs/extensions.md "Warm pool"): pod spec after secure
+ * defaults, VCT name+spec index by index, and the service tri-state. Pod-template metadata never makes a member stale.
  */
 export function matchesTemplate(member: Sandbox, template: SandboxTemplate): boolean {
   const want = withSecureDefaults(template.spec.podTemplate.spec, template);

@@ -1,7 +1,8 @@
 /**
- * The L1 warm queue (spec §9.3): per `<namespace>/<pool>`, the warm, unclaimed Sandboxes a claim may adopt, fed by
- * the Sandbox informer. Ready entries are kept per node so a pick prefers the node with the most warm capacity;
- * not-Ready entries form a FIFO fallback. Every operation is O(1) in the pool size (O(nodes) for a pick).
+ * The L1 warm queue (docs/extensions.md "Claim: the L1 fast path", step 3): per `<namespace>/<pool>`, the warm,
+ * unclaimed Sandboxes a claim may adopt, fed by the Sandbox informer. Ready entries are kept per node so a pick prefers
+ * the node with the most warm capacity; not-Ready entries form a FIFO fallback. Every operation is O(1) in the pool
+ * size (O(nodes) for a pick).
  *
  * The queue only proposes: exclusivity comes from the adoption write, which is guarded by the candidate's
  * resourceVersion (see claim-controller.ts). A popped entry is out of the queue while its adoption is in flight,

@@ -29,7 +29,10 @@ const HUB_API_VERSION = `${EXTENSIONS_GROUP}/${HUB_VERSION}`;
 /** Adoption attempts per pass before falling back to a cold start. */
 const MAX_ADOPTION_ATTEMPTS = 16;
 
-/** The pool a warm Sandbox may be adopted from, or undefined when it is not adoptable (spec §9.3). */
+/**
+ * The pool a warm Sandbox may be adopted from, or undefined when it is not adoptable (docs/extensions.md "Claim: the L1
+ * fast path").
+ */
 export function adoptablePool(sb: SandboxObj): string | undefined {
   if (sb.metadata.deletionTimestamp) return undefined;
   const l = sb.metadata.labels;

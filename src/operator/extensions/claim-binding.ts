@@ -90,7 +90,10 @@ export class ClaimBindings {
     return newest(cached, mine?.metadata.name === name ? mine : undefined);
   }
 
-  /** A Sandbox that already names this claim its controller, if any (spec §9.2 steps 1–3, by ownership). */
+  /**
+   * A Sandbox that already names this claim its controller, if any (docs/claim-model.md "The pass", step 4.1, by
+   * ownership).
+   */
   async bound(claim: ClaimObj): Promise<SandboxObj | undefined> {
     const ns = claim.metadata.namespace!;
     const uid = claim.metadata.uid!;

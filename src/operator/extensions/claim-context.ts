@@ -8,6 +8,7 @@ import type { Informer, KubeObject, Manager } from '../../kube/index.js';
 import type { Logger } from '../../log/logger.js';
 import type { OperatorConfig } from '../options.js';
 import type { CandidateQueues } from './candidates.js';
+import { CLAIM_REASON_CODES, type ClaimReason } from './claim-status.js';
 import type { ClaimBindings } from './claim-binding.js';
 import type { ClaimWrites } from './claim-writes.js';
 import type { ExtensionMetrics } from './metrics.js';
@@ -47,11 +48,11 @@ export interface Resolved {
  */
 export class Outcome extends SandboxError {
   constructor(
-    readonly reason: string,
+    readonly reason: ClaimReason,
     message: string,
     readonly requeueMs: number | undefined,
     readonly suppressed: boolean,
   ) {
-    super(`claim.${reason}`, message);
+    super(CLAIM_REASON_CODES[reason], message);
   }
 }

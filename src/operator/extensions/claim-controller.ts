@@ -1,5 +1,5 @@
 /**
- * SandboxClaim controller (spec §9) with the L1 fast path.
+ * SandboxClaim controller (docs/claim-model.md) with the L1 fast path (docs/extensions.md).
  *
  * Fast path, per claim, in one reconcile and three API writes (none of them a read):
  *   1. take a warm, Ready candidate of the claim's pool from the in-memory queue (candidates.ts);

@@ -14,7 +14,7 @@ import type { ClaimContext } from './claim-context.js';
 import { claimStatusFor, ClaimReasons, findCondition } from './claim-status.js';
 import type { ClaimObj } from './support.js';
 
-/** spec §9.1 steps 5–7 and §9.6. */
+/** docs/claim-model.md "Expiry". */
 export async function reconcileExpired(ctx: ClaimContext, claim: ClaimObj): Promise<ReconcileResult | void> {
   const ns = claim.metadata.namespace!;
   const policy = claim.spec.lifecycle?.shutdownPolicy ?? 'Retain';

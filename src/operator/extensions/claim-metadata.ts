@@ -9,7 +9,7 @@ import type { ClaimContext } from './claim-context.js';
 import { mergePodMetadata } from './injection.js';
 import type { ClaimObj, SandboxObj, TemplateObj } from './support.js';
 
-/** The claim-side pod-template metadata (spec §9.2 metadata sync / §9.4). */
+/** The claim-side pod-template metadata (docs/claim-model.md "Metadata sync"). */
 export function desiredPodMetadata(claim: ClaimObj, base: PodMetadata | undefined, templateName: string): PodMetadata {
   const system: PodMetadata = {
     labels: { [LabelKeys.claimUid]: claim.metadata.uid!, [LabelKeys.sandboxTemplateRefHash]: fnv1a32(templateName) },
@@ -24,7 +24,9 @@ export function desiredPodMetadata(claim: ClaimObj, base: PodMetadata | undefine
   return md;
 }
 
-/** Later edits of template pod metadata or claim metadata reach the bound Sandbox (spec §9.2). */
+/**
+ * Later edits of template pod metadata or claim metadata reach the bound Sandbox (docs/claim-model.md "Metadata sync").
+ */
 export async function syncMetadata(
   ctx: ClaimContext,
   claim: ClaimObj,

@@ -1,9 +1,10 @@
 /**
- * The claim's lifecycle clock and its status (spec §9.1 step 4, §9.5): pure functions of the claim, the Sandbox
- * it resolved (if any) and the outcome of the pass.
+ * The claim's lifecycle clock and its status (docs/claim-model.md "The pass", "Status"): pure functions of the claim,
+ * the Sandbox it resolved (if any) and the outcome of the pass.
  */
 import { isDeepStrictEqual } from 'node:util';
 import type { Condition, Lifecycle, Sandbox, SandboxClaim, SandboxClaimStatus } from '../../api/index.js';
+import type { ErrorCode } from '../../error-codes.js';
 
 export const ClaimReasons = {
   templateNotFound: 'TemplateNotFound',
@@ -18,6 +19,23 @@ export const ClaimReasons = {
   sandboxNotReady: 'SandboxNotReady',
   createPending: 'SandboxCreatePending',
 } as const;
+
+export type ClaimReason = (typeof ClaimReasons)[keyof typeof ClaimReasons];
+
+/** The SandboxError code of a pass that ends with a claim reason (an Outcome, a ClaimInputError). */
+export const CLAIM_REASON_CODES: Readonly<Record<ClaimReason, ErrorCode>> = {
+  TemplateNotFound: 'claim.template-not-found',
+  WarmPoolNotFound: 'claim.warm-pool-not-found',
+  InvalidMetadata: 'claim.invalid-metadata',
+  EnvVarsInjectionRejected: 'claim.env-vars-injection-rejected',
+  VolumeClaimTemplatesError: 'claim.volume-claim-templates-error',
+  ReconcilerError: 'claim.reconciler-error',
+  ClaimExpired: 'claim.claim-expired',
+  SandboxMissing: 'claim.sandbox-missing',
+  SandboxExpired: 'claim.sandbox-expired',
+  SandboxNotReady: 'claim.sandbox-not-ready',
+  SandboxCreatePending: 'claim.sandbox-create-pending',
+};
 
 export const CLAIM_EXPIRED_MESSAGE = 'Claim expired. Sandbox cleanup initiated.';
 
@@ -88,7 +106,9 @@ function withGeneration(c: Condition, generation: number | undefined): Condition
   return c;
 }
 
-/** The claim status for an outcome (spec §9.5). `now` is an RFC3339 timestamp for new transitions. */
+/**
+ * The claim status for an outcome (docs/claim-model.md "Status"). `now` is an RFC3339 timestamp for new transitions.
+ */
 export function claimStatusFor(claim: SandboxClaim, outcome: ClaimOutcome, now: string): SandboxClaimStatus {
   const prev = claim.status ?? {};
   const gen = claim.metadata?.generation;
@@ -123,9 +143,9 @@ export function claimStatusFor(claim: SandboxClaim, outcome: ClaimOutcome, now: 
           prevReady,
           now,
         );
-      // Forwarded as is, except observedGeneration, which names the claim's generation (newer upstream; spec §9.5
-      // [UP≠]). Keeping the Sandbox's would also rewrite the claim after every adoption, whose pod-template
-      // change bumps the Sandbox's generation: one more write racing the next claim's.
+      // Forwarded as is, except observedGeneration, which names the claim's generation (newer upstream;
+      // docs/claim-model.md "Status"). Keeping the Sandbox's would also rewrite the claim after every adoption, whose
+      // pod-template change bumps the Sandbox's generation: one more write racing the next claim's.
       else if (sbReady) ready = withGeneration({ ...sbReady, type: 'Ready' }, gen);
       else ready = cond('Ready', 'False', ClaimReasons.sandboxNotReady, 'Sandbox is not ready', gen, prevReady, now);
       finished = findCondition(outcome.sandbox.status?.conditions, 'Finished');

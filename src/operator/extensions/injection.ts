@@ -1,9 +1,11 @@
 /**
- * What a claim may add to the Sandbox it gets (spec §9.8): additionalPodMetadata, env and volumeClaimTemplates,
- * each gated by the template's policy. Pure functions; the errors carry the Ready reason the claim reports.
+ * What a claim may add to the Sandbox it gets (docs/claim-model.md "Injection rules"): additionalPodMetadata, env and
+ * volumeClaimTemplates, each gated by the template's policy. Pure functions; the errors carry the Ready reason the
+ * claim reports.
  */
 import { readFileSync } from 'node:fs';
 import { SandboxError } from '../../errors.js';
+import { CLAIM_REASON_CODES } from './claim-status.js';
 import type {
   EnvVar,
   EnvVarsInjectionPolicy,
@@ -19,7 +21,7 @@ export class ClaimInputError extends SandboxError {
     readonly reason: 'InvalidMetadata' | 'EnvVarsInjectionRejected' | 'VolumeClaimTemplatesError',
     message: string,
   ) {
-    super(`claim.${reason}`, message);
+    super(CLAIM_REASON_CODES[reason], message);
     this.name = 'ClaimInputError';
   }
 }
@@ -65,7 +67,7 @@ function labelValueProblem(key: string, value: string): string | undefined {
 const prefixOf = (key: string) => (key.includes('/') ? key.slice(0, key.indexOf('/')).toLowerCase() : undefined);
 const inDomain = (prefix: string, domain: string) => prefix === domain || prefix.endsWith(`.${domain}`);
 
-/** Validate additionalPodMetadata (spec §9.8); throws ClaimInputError('InvalidMetadata'). */
+/** Validate additionalPodMetadata; throws ClaimInputError('InvalidMetadata'). */
 export function validateAdditionalPodMetadata(
   md: PodMetadata | undefined,
   allowedLabelDomains: readonly string[],
@@ -115,7 +117,7 @@ export function mergePodMetadata(base: PodMetadata | undefined, extra: PodMetada
   return out;
 }
 
-/** Inject claim env into a pod spec copy (spec §9.8). Throws ClaimInputError or a plain error. */
+/** Inject claim env into a pod spec copy. Throws ClaimInputError or a plain error. */
 export function injectEnv(
   spec: PodSpec,
   env: readonly EnvVar[] | undefined,
@@ -180,7 +182,7 @@ function checkNames(list: readonly PersistentVolumeClaimTemplate[], what: string
   }
 }
 
-/** The Sandbox's VCT list for a claim (spec §9.8). Throws ClaimInputError('VolumeClaimTemplatesError'). */
+/** The Sandbox's VCT list for a claim. Throws ClaimInputError('VolumeClaimTemplatesError'). */
 export function mergeVolumeClaimTemplates(
   fromTemplate: readonly PersistentVolumeClaimTemplate[] | undefined,
   fromClaim: readonly PersistentVolumeClaimTemplate[] | undefined,

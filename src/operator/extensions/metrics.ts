@@ -1,6 +1,6 @@
 /**
- * Metrics of the extension controllers (spec §12): claim latency histograms, claim and warm-create counters.
- * One set per registry (the manager's), created on first use.
+ * Metrics of the extension controllers (docs/extensions.md, the table): claim latency histograms, claim and warm-create
+ * counters. One set per registry (the manager's), created on first use.
  */
 import { Counter, Histogram, type Registry } from 'prom-client';
 
@@ -48,7 +48,7 @@ export function extensionMetrics(registry: Registry): ExtensionMetrics {
 
 const CREATED_BY = new Set(['go-client', 'python-client', 'controller', 'loadgen']);
 
-/** created_by label values are an allow-list (spec §12). */
+/** created_by label values are an allow-list (docs/operator.md "What a reconcile does", step 4). */
 export function normalizeCreatedBy(v: string | undefined): string {
   return v !== undefined && CREATED_BY.has(v) ? v : 'unknown';
 }

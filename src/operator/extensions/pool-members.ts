@@ -1,9 +1,9 @@
 /**
- * Warm pool membership kept incrementally from Sandbox informer events (spec §8), so a pool reconcile reads its
- * counts in O(1) instead of listing members: per pool UID, the non-deleting members, which are Ready, which are
- * not (for the readiness grace), and which template generation (`<ref-hash>|<blueprint-hash>`) each carries (for
- * drift). Also the creation/deletion expectations: a pool does not create or delete again while earlier writes
- * are unobserved.
+ * Warm pool membership kept incrementally from Sandbox informer events (docs/extensions.md "Warm pool"), so a pool
+ * reconcile reads its counts in O(1) instead of listing members: per pool UID, the non-deleting members, which are
+ * Ready, which are not (for the readiness grace), and which template generation (`<ref-hash>|<blueprint-hash>`) each
+ * carries (for drift). Also the creation/deletion expectations: a pool does not create or delete again while earlier
+ * writes are unobserved.
  */
 import { EXTENSIONS_GROUP, fnv1a32, LabelKeys } from '../../api/index.js';
 import { controllerOf, refGroup } from '../../kube/index.js';

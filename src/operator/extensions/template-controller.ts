@@ -1,7 +1,7 @@
 /**
- * SandboxTemplate controller (spec §7): labels the template with its name hash and keeps its NetworkPolicy
- * `<template>-network-policy` — the user's rules or the secure default when Managed, deleted when Unmanaged, and
- * never touching a NetworkPolicy of that name that the template does not control.
+ * SandboxTemplate controller (docs/extensions.md "Template"): labels the template with its name hash and keeps its
+ * NetworkPolicy `<template>-network-policy` — the user's rules or the secure default when Managed, deleted when
+ * Unmanaged, and never touching a NetworkPolicy of that name that the template does not control.
  */
 import { isDeepStrictEqual } from 'node:util';
 import { fnv1a32, LabelKeys } from '../../api/index.js';
@@ -25,7 +25,7 @@ export interface NetworkPolicyObj extends KubeObject {
 
 export const networkPolicyName = (template: string) => `${template}-network-policy`;
 
-/** The desired NetworkPolicy spec for a Managed template (spec §7). */
+/** The desired NetworkPolicy spec for a Managed template (docs/extensions.md "Template"). */
 export function desiredNetworkPolicySpec(template: TemplateObj, routerNamespace: string): Record<string, unknown> {
   const podSelector = { matchLabels: { [LabelKeys.sandboxTemplateRefHash]: fnv1a32(template.metadata.name!) } };
   const user = template.spec.networkPolicy;
@@ -110,7 +110,7 @@ export function registerTemplateController({ manager, config }: ControllerContex
     if (existing) {
       if (!isControlledBy(existing, template))
         throw new SandboxError(
-          'template.networkpolicy',
+          'sandbox-template.network-policy',
           `refusing to update NetworkPolicy "${npName}" as it is not controlled by SandboxTemplate "${name}"`,
         );
       if (sameSpec(existing.spec, spec)) return;

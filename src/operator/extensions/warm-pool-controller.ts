@@ -1,9 +1,10 @@
 /**
- * SandboxWarmPool controller (spec §8 with the newer upstream's expectations, readiness grace and refill pacing):
- * keeps `spec.replicas` warm, unclaimed Sandboxes built from the pool's template. Counts come from PoolMembership
- * (maintained from informer events), so a steady-state pass is O(1): it touches members only to replace drifted or
- * stuck ones, or to scale down.
+ * SandboxWarmPool controller (docs/extensions.md "Warm pool": the newer upstream's expectations, readiness grace,
+ * refill pacing): keeps `spec.replicas` warm, unclaimed Sandboxes built from the pool's template. Counts come from
+ * PoolMembership (maintained from informer events), so a steady-state pass is O(1): it touches members only to replace
+ * drifted or stuck ones, or to scale down.
  */
+import { CocoonAnnotationKeys } from '../../api/keys.js';
 import {
   AnnotationKeys,
   EXTENSIONS_GROUP,
@@ -58,7 +59,7 @@ export interface WarmPoolDeps {
   templates: Informer<TemplateObj>;
 }
 
-/** Enqueue the pool when anything its accounting or decisions depend on changed (spec §8 Owns predicate). */
+/** Enqueue the pool when anything its accounting or decisions depend on changed (docs/extensions.md "Warm pool"). */
 export const memberChanged: Predicate<SandboxObj> = (oldSb, newSb) => {
   if (!oldSb) return true;
   const a = oldSb.metadata;
@@ -98,7 +99,7 @@ class RefillPacer {
   }
 }
 
-/** Build a warm member (spec §8 step 5). */
+/** Build a warm member (docs/extensions.md "Warm pool"). */
 export function buildWarmMember(pool: PoolObj, template: TemplateObj, bpHash: string, eviction: boolean): Sandbox {
   const poolName = pool.metadata.name!;
   const tplName = template.metadata.name!;
@@ -174,6 +175,9 @@ export class WarmPoolReconciler {
     const { config, sandboxes, templates } = this.d;
     const pool = this.d.pools.get(req.key);
     if (!pool || pool.metadata.deletionTimestamp) return;
+    // Filled by the nodes (sandbox-apiserver's warm-pool driver, the aggregated layout), which alone writes its
+    // status: two writers that disagree was a gap of the reference system.
+    if (pool.metadata.annotations?.[CocoonAnnotationKeys.servedBy] === 'sandbox-apiserver') return;
     const uid = pool.metadata.uid!;
     const ns = pool.metadata.namespace!;
     const stats = this.membership.get(uid);
@@ -290,7 +294,7 @@ export class WarmPoolReconciler {
     return wait;
   }
 
-  /** Status-only mode counts every labelled member, owned or not (spec §8). */
+  /** Status-only mode counts every labelled member, owned or not (`--sandbox-warm-pool-disable-cr-management`). */
   private countAll(pool: PoolObj): number {
     return (
       this.membership.get(pool.metadata.uid!).members.size +

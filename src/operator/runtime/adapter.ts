@@ -1,5 +1,5 @@
 /**
- * The Pod-runtime adapter (agent-sandbox-spec §10, cocoonstack-spec §7.1): picks where a Sandbox's Pod runs —
+ * The Pod-runtime adapter (docs/runtime-adapter.md): picks where a Sandbox's Pod runs —
  * `standard` (any kubelet), `vk-cocoon` (microVM virtual node) or `sandboxd` (sandboxd virtual node) — and fills
  * in only the scheduling fields the user left empty. It is applied once, when the Sandbox controller creates the
  * Pod; it never overwrites a value the user set. A conflicting explicit value is a rejection

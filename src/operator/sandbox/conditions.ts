@@ -1,7 +1,8 @@
 /**
- * Sandbox status conditions with the newer upstream semantics (agent-sandbox-spec §6.5 + §13): Ready, Suspended
- * (always present), PodScheduled (mirrors the owned Pod) and Finished. Pure: the caller passes what it observed
- * and the clock; `setCondition` follows metav1 SetStatusCondition (lastTransitionTime moves only on a status flip).
+ * Sandbox status conditions with the newer upstream semantics (docs/operator.md "Status", "Newer upstream"): Ready,
+ * Suspended (always present), PodScheduled (mirrors the owned Pod) and Finished. Pure: the caller passes what it
+ * observed and the clock; `setCondition` follows metav1 SetStatusCondition (lastTransitionTime moves only on a status
+ * flip).
  */
 import type { Condition, SandboxStatus } from '../../api/index.js';
 import type { Pod } from './types.js';
@@ -98,7 +99,7 @@ export interface Observation {
 const podReady = (pod: Pod) => pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 const podIPsOf = (pod: Pod): string[] => (pod.status?.podIPs ?? []).map((p) => p.ip).filter(Boolean);
 
-/** Pod part of the Ready message (§6.5). */
+/** Pod part of the Ready message (docs/operator.md "Status"). */
 export function podReadinessMessage(pod: Pod | undefined): { ready: boolean; message: string } {
   if (!pod) return { ready: false, message: 'Pod does not exist' };
   const phase = pod.status?.phase ?? '';

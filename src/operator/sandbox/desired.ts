@@ -1,7 +1,7 @@
 /**
- * Desired state of a Sandbox's children (agent-sandbox-spec §5, §6.2–6.4, §13): names, labels, annotations,
- * the Pod built at creation, the metadata re-synced onto an existing Pod, the headless Service and the PVCs.
- * Pure functions of the Sandbox (and the existing child where one exists): no I/O, no clock.
+ * Desired state of a Sandbox's children (docs/operator.md "What a reconcile does", docs/api.md "Well-known keys"):
+ * names, labels, annotations, the Pod built at creation, the metadata re-synced onto an existing Pod, the headless
+ * Service and the PVCs. Pure functions of the Sandbox (and the existing child where one exists): no I/O, no clock.
  */
 import {
   AnnotationKeys,

@@ -76,7 +76,7 @@ function creationLatencyLabels(sb: SandboxObject) {
   };
 }
 
-/** One `agent_sandboxes` row per cached Sandbox (§12 label rules). */
+/** One `agent_sandboxes` row per cached Sandbox (docs/operator.md "Metrics"). */
 export function gaugeLabels(sb: SandboxObject): SandboxesGaugeLabels {
   const ready = findCondition(sb.status?.conditions, ConditionTypes.ready);
   const owner = controllerOf(sb);

@@ -1,5 +1,5 @@
 /**
- * The Sandbox reconciler (agent-sandbox-spec §6 with the newer-upstream semantics of §13): PVCs → Pod →
+ * The Sandbox reconciler (docs/operator.md "What a reconcile does", with its "Newer upstream" semantics): PVCs → Pod →
  * Service → status, plus expiry and suspend/resume.
  *
  * L0 hygiene: every read comes from the informer caches (Pods/Services/PVCs filtered to the name-hash label key);

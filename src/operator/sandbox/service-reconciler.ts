@@ -35,8 +35,8 @@ export class ServiceReconciler extends ChildReconciler<Service> {
   }
 
   /**
-   * §6.4 table (newer upstream: ports derived and reconciled when spec.service=true). Returns whether a Service is
-   * in use, whether Ready must account for it, and whether it exists.
+   * docs/operator.md "What a reconcile does", step 5 (newer upstream: ports derived and reconciled when
+   * spec.service=true). Returns whether a Service is in use, whether Ready must account for it, and whether it exists.
    */
   async reconcile(pass: Pass): Promise<ServiceOutcome> {
     const { sb } = pass;

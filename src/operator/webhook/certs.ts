@@ -1,10 +1,10 @@
 /**
- * Serving certificates of the conversion webhook (spec §11): a Secret (`ca.crt`, `tls.crt`, `tls.key`) is
- * reused when present and still fit (valid for longer than the renew-before window, 30 days by default, and
- * covering the needed names), else an
- * ECDSA P-256 CA and serving certificate are generated (a create race adopts the winner); tls.crt/tls.key go to
- * the cert dir; every webhook-converted CRD gets the client config and caBundle by merge patch.
- * With `manageCerts: false` (cert-manager) tls.crt/tls.key must already be in the cert dir and CRDs are left alone.
+ * Serving certificates of the conversion webhook (docs/api.md "Conversion webhook"): a Secret (`ca.crt`, `tls.crt`,
+ * `tls.key`) is reused when present and still fit (valid for longer than the renew-before window, 30 days by default,
+ * and covering the needed names), else an ECDSA P-256 CA and serving certificate are generated (a create race adopts
+ * the winner); tls.crt/tls.key go to the cert dir; every webhook-converted CRD gets the client config and caBundle by
+ * merge patch. With `manageCerts: false` (cert-manager) tls.crt/tls.key must already be in the cert dir and CRDs are
+ * left alone.
  */
 import { X509Certificate } from 'node:crypto';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
@@ -30,7 +30,7 @@ export const DEFAULT_CERT_POLICY: CertPolicy = { validityMs: 365 * DAY_MS, renew
 export function checkCertPolicy(p: CertPolicy): CertPolicy {
   if (!(p.renewBeforeMs > 0) || !(p.validityMs > p.renewBeforeMs + 1000))
     throw new SandboxError(
-      'WebhookCertPolicyInvalid',
+      'webhook.cert-policy-invalid',
       `webhook certificate validity ${p.validityMs} ms must exceed its renew-before window ${p.renewBeforeMs} ms by more than a second`,
       { hint: 'lengthen the validity or shorten the renew-before window' },
     );
@@ -147,7 +147,7 @@ export async function ensureCertSecret(
     // Lost the create race: loop and adopt the winner's Secret.
   }
   throw new SandboxError(
-    'WebhookCertsContended',
+    'webhook.certs-contended',
     `could not settle Secret ${id.namespace}/${secretName} after 5 attempts`,
     {
       hint: 'another process keeps rewriting it; check for a second operator with a different service name',
@@ -179,7 +179,7 @@ export async function readCertDir(certDir: string): Promise<Pick<CertificateBund
     ]);
     return { certPem, keyPem };
   } catch (err) {
-    throw new SandboxError('WebhookCertsMissing', `no tls.crt/tls.key in ${certDir}`, {
+    throw new SandboxError('webhook.certs-missing', `no tls.crt/tls.key in ${certDir}`, {
       cause: err,
       hint: 'with --manage-webhook-certs=false the certificates must be provisioned (e.g. by cert-manager) before start',
     });
@@ -187,7 +187,7 @@ export async function readCertDir(certDir: string): Promise<Pick<CertificateBund
 }
 
 export interface ConversionClientTarget {
-  /** Service reference (spec §11 defaults), used unless `url` is set. */
+  /** Service reference (sandbox-webhook-service in sandbox-system by default), used unless `url` is set. */
   service: { name: string; namespace: string; path: string; port?: number };
   /** `clientConfig.url` instead of a Service (the local platform reaches the operator by URL). */
   url?: string;

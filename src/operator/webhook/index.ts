@@ -1,5 +1,6 @@
 /**
- * The operator's conversion webhook (spec §11): `startWebhook()` from the operator's composition root.
+ * The operator's conversion webhook (docs/api.md "Conversion webhook"): `startWebhook()` from the operator's
+ * composition root.
  */
 export { startWebhook, webhookCrdNames, type WebhookOptions, type WebhookHandle } from './webhook.js';
 export {

@@ -1,11 +1,13 @@
 /**
  * The HTTPS server of the conversion webhook: `POST /convert` (ConversionReview v1/v1beta1), `GET /healthz`.
- * No client certificates are required (spec §11). `setCertificate` swaps the serving certificate at run time
- * (cert-rotation.ts): new handshakes get the new one, open connections keep theirs.
+ * No client certificates are asked for (docs/api.md "Conversion webhook"). `setCertificate` swaps the serving
+ * certificate at run time (cert-rotation.ts): new handshakes get the new one, open connections keep theirs.
  */
 import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { httpErrorOf } from '../../error-http.js';
+import { SandboxError } from '../../errors.js';
 import type { Logger } from '../../log/logger.js';
 import { failureReview, handleConversionReview, type ConversionReviewResponseBody } from './conversion-review.js';
 
@@ -90,14 +92,8 @@ export async function startConversionWebhookServer(
       send(res, 200, 'ok', 'text/plain');
       return;
     }
-    if (path !== CONVERT_PATH) {
-      send(res, 404, JSON.stringify({ error: `no handler for ${path}` }));
-      return;
-    }
-    if (req.method !== 'POST') {
-      send(res, 405, JSON.stringify({ error: 'use POST' }));
-      return;
-    }
+    if (path !== CONVERT_PATH) throw new SandboxError('webhook.not-found', `no handler for ${path}`);
+    if (req.method !== 'POST') throw new SandboxError('webhook.method-not-allowed', 'use POST');
     const started = process.hrtime.bigint();
     const body = await readBody(req, limit);
     if (body === 'too-large') {
@@ -133,8 +129,11 @@ export async function startConversionWebhookServer(
   const secureContext = (tls: TlsMaterial) => ({ cert: tls.certPem, key: tls.keyPem, minVersion: 'TLSv1.2' as const });
   const server: Server = createServer(secureContext(opts.tls), (req, res) => {
     handle(req, res).catch((err: unknown) => {
-      log.error({ err }, 'conversion webhook request failed');
-      if (!res.headersSent) send(res, 500, JSON.stringify({ error: 'internal error' }));
+      const { status } = httpErrorOf('webhook', err);
+      // A 5xx says no more than that: its message may hold what a caller of this port should not see.
+      if (status >= 500) log.error({ err }, 'conversion webhook request failed');
+      const error = status >= 500 || !(err instanceof Error) ? 'internal error' : err.message;
+      if (!res.headersSent) send(res, status, JSON.stringify({ error }));
       else res.destroy();
     });
   });

@@ -84,7 +84,7 @@ export async function startWebhook(opts: WebhookOptions): Promise<WebhookHandle>
     try {
       urlHost = new URL(probeUrl).hostname.replace(/^\[|\]$/g, '');
     } catch (err) {
-      throw new SandboxError('InvalidWebhookUrl', `invalid webhook URL ${JSON.stringify(probeUrl)}`, { cause: err });
+      throw new SandboxError('webhook.invalid-url', `invalid webhook URL ${JSON.stringify(probeUrl)}`, { cause: err });
     }
     extraSans.push(urlHost);
   }
@@ -106,7 +106,7 @@ export async function startWebhook(opts: WebhookOptions): Promise<WebhookHandle>
   let tls: { certPem: string; keyPem: string };
   if (opts.manageCerts) {
     if (!opts.store)
-      throw new SandboxError('WebhookStoreMissing', 'managed webhook certificates need a Kubernetes client');
+      throw new SandboxError('webhook.store-missing', 'managed webhook certificates need a Kubernetes client');
     bundle = await ensureCertSecret(opts.store, secretName, id, log, policy);
     await writeCertDir(opts.certDir, bundle);
     tls = bundle;

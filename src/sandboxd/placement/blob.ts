@@ -9,7 +9,7 @@ import { SandboxError } from '../../errors.js';
 import { MAX_SMALL_FILE_BYTES, parseMeta, type FileDigest, type RecordMeta } from './record.js';
 
 /**
- * The transfer format of `GET /v1/checkpoints/{id}/blob` (cocoonstack-spec §8): an uncompressed tar stream, first
+ * The transfer format of `GET /v1/checkpoints/{id}/blob` (docs/placement.md): an uncompressed tar stream, first
  * `meta.json` (0600), then the directory `export/` (0700) and the export directory's files under `export/`.
  * Written and read with tar-stream (docs/dependencies.md), entry by entry, never buffered whole.
  *
@@ -39,7 +39,8 @@ const EXPORT = 'export';
 const BLOCK = 4096;
 const ZEROS = Buffer.alloc(BLOCK);
 
-function reject(message: string): never {
+/** A record this node refuses (placement.bad-record); also heal.ts's checks of meta.json and template.json. */
+export function rejectRecord(message: string): never {
   throw new SandboxError('placement.bad-record', message, {
     hint: 'the peer serves a record this node will not accept; nothing was published',
   });
@@ -71,15 +72,15 @@ export function nodeStream(s: tar.Pack): Readable {
 
 /** The entry name, cleaned; rejected unless it is a plain relative path that stays inside `dest`. */
 export function entryName(raw: string, dest: string): string {
-  if (!raw) reject('an entry has an empty name');
-  if (raw.includes('\\')) reject(`entry "${raw}": names must not contain a backslash`);
-  if (raw.includes('\0')) reject(`entry "${raw}": names must not contain NUL`);
-  if (raw.startsWith('/')) reject(`entry "${raw}": absolute paths are not accepted`);
-  if (raw.split('/').includes('..')) reject(`entry "${raw}": ".." is not accepted in a name`);
+  if (!raw) rejectRecord('an entry has an empty name');
+  if (raw.includes('\\')) rejectRecord(`entry "${raw}": names must not contain a backslash`);
+  if (raw.includes('\0')) rejectRecord(`entry "${raw}": names must not contain NUL`);
+  if (raw.startsWith('/')) rejectRecord(`entry "${raw}": absolute paths are not accepted`);
+  if (raw.split('/').includes('..')) rejectRecord(`entry "${raw}": ".." is not accepted in a name`);
   const clean = posix.normalize(raw).replace(/\/+$/, '');
-  if (clean === '.' || clean === '') reject(`entry "${raw}": names the destination itself`);
+  if (clean === '.' || clean === '') rejectRecord(`entry "${raw}": names the destination itself`);
   const full = resolve(dest, clean);
-  if (!full.startsWith(dest + sep)) reject(`entry "${raw}": resolves outside the destination`);
+  if (!full.startsWith(dest + sep)) rejectRecord(`entry "${raw}": resolves outside the destination`);
   return clean;
 }
 
@@ -106,35 +107,37 @@ export async function unpackRecord(src: Readable, dest: string, limits: UnpackLi
       const entry = source as AsyncIterable<Buffer>;
       const name = entryName(h.name, dest);
       if (h.size > limits.maxTotalBytes)
-        reject(`entry "${name}" declares ${h.size} bytes, above the cap of ${limits.maxTotalBytes}`);
+        rejectRecord(`entry "${name}" declares ${h.size} bytes, above the cap of ${limits.maxTotalBytes}`);
       if (!meta) {
         if (name !== 'meta.json' || h.type !== 'file')
-          reject(`the first entry is "${name}" (${h.type}), not meta.json`);
+          rejectRecord(`the first entry is "${name}" (${h.type}), not meta.json`);
         if (h.size > MAX_SMALL_FILE_BYTES)
-          reject(`meta.json declares ${h.size} bytes (at most ${MAX_SMALL_FILE_BYTES})`);
+          rejectRecord(`meta.json declares ${h.size} bytes (at most ${MAX_SMALL_FILE_BYTES})`);
         meta = parseMeta((await readAll(entry)).toString('utf8'));
         const total = meta.files.reduce((n, f) => n + f.size, 0);
         if (total > limits.maxTotalBytes)
-          reject(`meta.json declares ${total} bytes of files, above the cap of ${limits.maxTotalBytes}`);
+          rejectRecord(`meta.json declares ${total} bytes of files, above the cap of ${limits.maxTotalBytes}`);
         limits.check?.(meta);
         continue;
       }
       if (h.type === 'directory') {
-        if (name !== EXPORT && !name.startsWith(`${EXPORT}/`)) reject(`directory "${name}" is outside ${EXPORT}/`);
+        if (name !== EXPORT && !name.startsWith(`${EXPORT}/`))
+          rejectRecord(`directory "${name}" is outside ${EXPORT}/`);
         await mkdir(resolve(dest, name), { recursive: true, mode: 0o700 });
         await drain(entry);
         continue;
       }
       if (h.type !== 'file' && h.type !== 'contiguous-file')
-        reject(`entry "${name}" is a ${h.type}; only regular files and directories are accepted`);
+        rejectRecord(`entry "${name}" is a ${h.type}; only regular files and directories are accepted`);
       const rel = name.startsWith(`${EXPORT}/`) ? name.slice(EXPORT.length + 1) : undefined;
       const want = rel === undefined ? undefined : meta.files.find((f) => f.path === rel);
-      if (!want) reject(`entry "${name}" is not a file meta.json lists`);
-      if (received.has(want.path)) reject(`entry "${name}" appears twice`);
-      if (h.size !== want.size) reject(`entry "${name}" is ${h.size} bytes; meta.json says ${want.size}`);
+      if (!want) rejectRecord(`entry "${name}" is not a file meta.json lists`);
+      if (received.has(want.path)) rejectRecord(`entry "${name}" appears twice`);
+      if (h.size !== want.size) rejectRecord(`entry "${name}" is ${h.size} bytes; meta.json says ${want.size}`);
       await mkdir(resolve(dest, EXPORT), { recursive: true, mode: 0o700 });
       const got = await writeFile(entry, resolve(dest, name), want);
-      if (got !== want.sha256) reject(`entry "${name}": SHA-256 ${got} does not match meta.json's ${want.sha256}`);
+      if (got !== want.sha256)
+        rejectRecord(`entry "${name}": SHA-256 ${got} does not match meta.json's ${want.sha256}`);
       received.add(want.path);
       bytes += want.size;
     }
@@ -148,9 +151,9 @@ export async function unpackRecord(src: Readable, dest: string, limits: UnpackLi
       hint: 'the peer went away or the connection broke mid-transfer; nothing was published (try another owner)',
     });
   }
-  if (!meta) reject('the stream holds no entries (no meta.json)');
+  if (!meta) rejectRecord('the stream holds no entries (no meta.json)');
   const missing = meta.files.filter((f) => !received.has(f.path)).map((f) => `export/${f.path}`);
-  if (missing.length) reject(`the stream ended without ${missing.join(', ')}`);
+  if (missing.length) rejectRecord(`the stream ended without ${missing.join(', ')}`);
   return { meta, bytes };
 }
 
@@ -169,7 +172,7 @@ async function drain(entry: AsyncIterable<Buffer>): Promise<void> {
 async function writeFile(entry: AsyncIterable<Buffer>, path: string, want: FileDigest): Promise<string> {
   const flags = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
   const fh = await open(path, flags, 0o600).catch((err: unknown) =>
-    reject(`entry "${path}" cannot be created: ${(err as Error).message}`),
+    rejectRecord(`entry "${path}" cannot be created: ${(err as Error).message}`),
   );
   try {
     const hash = createHash('sha256');

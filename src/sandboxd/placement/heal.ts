@@ -6,12 +6,12 @@ import { silentLogger, type Logger } from '../../log/logger.js';
 import { hostHasHardwareKvm, templateFromImage, type QemuMicrovmDriver, type Template } from '../../vmm/index.js';
 import type { CheckpointRecord, Checkpoints } from '../checkpoints.js';
 import { SIZE_TIERS } from '../pool-key.js';
-import { unpackRecord } from './blob.js';
+import { rejectRecord as bad, unpackRecord } from './blob.js';
 import { PeerClient } from './peer-client.js';
 import { digestFile, MAX_SMALL_FILE_BYTES, type RecordMeta } from './record.js';
 
 /**
- * Peer heal (cocoonstack-spec §8, tier 3): pull a checkpoint this node lacks from an owner, check it, publish it
+ * Peer heal (docs/placement.md, tier 3): pull a checkpoint this node lacks from an owner, check it, publish it
  * into the local store in one rename and serve it from then on (this node is an owner after that). One pull per
  * id at a time (a second claim for it waits for the first), at most `maxConcurrent` pulls per node (more is a 503
  * the caller retries), one time budget for the whole heal across the owners it tries; a pull that fails at any point
@@ -57,9 +57,13 @@ export class Healer {
     if (running) return running;
     if (this.inflight.size >= this.opts.maxConcurrent) {
       this.counters.busy++;
-      throw new SandboxError('unavailable', `${this.inflight.size} checkpoint pulls are running on this node already`, {
-        hint: 'retry after the Retry-After seconds, or claim on an owner',
-      });
+      throw new SandboxError(
+        'placement.busy',
+        `${this.inflight.size} checkpoint pulls are running on this node already`,
+        {
+          hint: 'retry after the Retry-After seconds, or claim on an owner',
+        },
+      );
     }
     const p = this.run(id, owners).finally(() => this.inflight.delete(id));
     this.inflight.set(id, p);
@@ -81,7 +85,7 @@ export class Healer {
         this.log.info({ checkpoint: id, owner, bytes, ms: Math.round(ms) }, 'checkpoint pulled from a peer');
         return { checkpoint, owner, bytes, ms };
       } catch (err) {
-        if (err instanceof SandboxError && err.code === 'not-found' && /deleted while/.test(err.message)) throw err;
+        if (err instanceof SandboxError && err.code === 'placement.deleted') throw err;
         this.counters.pullFailures++;
         const why = budget.aborted ? `the heal budget of ${this.opts.budgetMs} ms ran out` : errText(err);
         failures.push(`${owner}: ${why}`);
@@ -90,7 +94,7 @@ export class Healer {
     }
     this.counters.failed++;
     throw new SandboxError(
-      'heal-failed',
+      'placement.heal-failed',
       `checkpoint ${id} could not be pulled: ${failures.join('; ') || 'no owner'}`,
       {
         hint: 'no partial record was kept; retry the claim (another owner may serve it), or claim on an owner',
@@ -112,7 +116,7 @@ export class Healer {
       });
       if (res.statusCode !== 200) {
         const text = await PeerClient.errorText(res);
-        throw new SandboxError('heal-failed', `${owner} answered ${res.statusCode}: ${text}`);
+        throw new SandboxError('placement.heal-failed', `${owner} answered ${res.statusCode}: ${text}`);
       }
       const { meta, bytes } = await unpackRecord(res, staging, {
         maxTotalBytes: this.opts.maxRecordBytes,
@@ -147,12 +151,6 @@ export class Healer {
 
 function errText(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
-}
-
-function bad(message: string): never {
-  throw new SandboxError('placement.bad-record', message, {
-    hint: 'the peer serves a record this node will not accept; nothing was published',
-  });
 }
 
 /** Checked as soon as meta.json arrives, before any large file is read. */

@@ -5,7 +5,7 @@ import type { Logger } from '../../log/logger.js';
 type InventoryObj = { metadata: ObjectMeta; node?: string; address?: string };
 
 /**
- * Peers from the NodeInventory objects other nodes publish (cocoonstack-spec §2): their `address` is where their
+ * Peers from the NodeInventory objects other nodes publish (docs/sandboxd-api.md "NodeInventory"): their `address` is where their
  * sandboxd listens. Watched, so a node that starts (or restarts on another port) is a peer as soon as it has
  * published; this node's own object is left out by name.
  */

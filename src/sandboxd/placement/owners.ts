@@ -2,7 +2,7 @@ import { silentLogger, type Logger } from '../../log/logger.js';
 import type { PeerClient } from './peer-client.js';
 
 /**
- * Who else holds a checkpoint (cocoonstack-spec §8, the redirect tier): every peer is asked at once with
+ * Who else holds a checkpoint (docs/placement.md, the redirect tier): every peer is asked at once with
  * `HEAD /v1/checkpoints/{id}/blob`; the ones that answer 200 are owners, in the order of the peer list, at most
  * three. An answer with owners is kept briefly (checkpoints are immutable, but an owner can delete one or go
  * away: a redirect may be stale, and the caller then gets a 404 there); an empty one is not kept, so a checkpoint

@@ -2,7 +2,7 @@ import { Agent, request, type IncomingMessage } from 'node:http';
 
 /**
  * HTTP calls from this node to its peers (owner probes, record pulls, forwarded deletes), authenticated with the
- * fleet's root token: one value across the fleet (cocoonstack-spec §1.1), which peers accept on their operator
+ * fleet's root token: one value across the fleet (docs/placement.md "Peers"), which peers accept on their operator
  * routes. Keep-alive, so a probe round costs no handshakes.
  */
 export class PeerClient {

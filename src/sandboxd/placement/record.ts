@@ -8,7 +8,7 @@ import { SandboxError } from '../../errors.js';
 import { NETS, SIZES } from '../pool-key.js';
 
 /**
- * A checkpoint record as it moves between nodes (cocoonstack-spec §8): `meta.json` (identity, pool key, lineage and
+ * A checkpoint record as it moves between nodes (docs/placement.md): `meta.json` (identity, pool key, lineage and
  * the size and SHA-256 of every file) and the export directory, the snapshot as the store keeps it in
  * `<data-dir>/checkpoints/<id>/`. The checksums are taken once, when the checkpoint is made, and checked by every
  * node that pulls it, so a pull that was cut short, corrupted on the way or read from a damaged disk is rejected.

@@ -4,15 +4,15 @@ import { SandboxError } from '../../errors.js';
 import type { Logger } from '../../log/logger.js';
 import type { CheckpointRecord, NodeEngine } from '../engine.js';
 import {
-  claimResponse,
-  HttpError,
   json,
   optionalInt,
   optionalString,
   readJson,
   requireOperator,
+  storedObject,
   type SandboxdApi,
 } from '../http-api.js';
+import { claimAnswer } from '../lifecycle-routes.js';
 import { packRecord } from './blob.js';
 import type { Healer } from './heal.js';
 import type { OwnerDirectory } from './owners.js';
@@ -20,7 +20,7 @@ import type { PeerClient } from './peer-client.js';
 import { contentDigest, META_FORMAT, type RecordMeta } from './record.js';
 
 /**
- * The checkpoint routes (cocoonstack-spec §1.3, §8), registered by SandboxdApi: list, delete (and tell the peers),
+ * The checkpoint routes (docs/placement.md), registered by SandboxdApi: list, delete (and tell the peers),
  * claim with its three tiers (local hit, redirect to owners, peer heal), the record stream peers pull, and promote.
  * Without `peers` (a node on its own) a claim is served from the local store or is a 404.
  */
@@ -89,7 +89,7 @@ export function registerCheckpointRoutes(
       );
       remote = answers.includes(204);
     }
-    if (!local && !remote) throw new HttpError(404, `checkpoint ${id} not found`);
+    if (!local && !remote) throw new SandboxError('sandboxd.not-found', `checkpoint ${id} not found`);
     res.writeHead(204).end();
   });
 
@@ -97,6 +97,9 @@ export function registerCheckpointRoutes(
     requireOperator(who);
     const body = await readJson(req);
     const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 0);
+    const claimRef = optionalString(body.claim_ref, 'claim_ref');
+    const object = storedObject(body.object, claimRef);
+    const identity = object !== undefined ? { claimRef: claimRef!, object } : undefined;
     const noRedirect = body.no_redirect === true;
     const answer = (tier: ClaimTier, status: number, payload: unknown) => {
       claims.inc({ tier });
@@ -104,17 +107,18 @@ export function registerCheckpointRoutes(
       json(res, status, payload);
     };
     if (engine.checkpointStore.get(id!)) {
-      const rec = await engine.claimCheckpoint(id!, ttl);
-      return answer('local', 200, claimResponse(rec, engine.advertiseAddr));
+      const rec = await engine.claimCheckpoint(id!, ttl, identity);
+      return answer('local', 200, claimAnswer(rec, engine.advertiseAddr));
     }
-    if (!engine.hasRoom()) throw new HttpError(429, `node at capacity (${engine.maxClaims} claims)`);
+    if (!engine.hasRoom())
+      throw new SandboxError('sandboxd.at-capacity', `node at capacity (${engine.maxClaims} claims)`);
     const { owners: directory } = p;
     const owners = directory && (p.healer || !noRedirect) ? await directory.owners(id!) : [];
     if (!p.healer && !noRedirect && owners.length) return answer('redirect', 200, { redirect: owners });
     if (!p.healer || !owners.length) {
       claims.inc({ tier: 'miss' });
-      throw new HttpError(
-        404,
+      throw new SandboxError(
+        'sandboxd.not-found',
         `checkpoint ${id} not found${p.owners ? (noRedirect && !p.healer ? ' on this node' : ' on this node or its peers') : ''}`,
       );
     }
@@ -125,24 +129,27 @@ export function registerCheckpointRoutes(
       res.setHeader('x-sandboxd-heal-bytes', String(healed.bytes));
       res.setHeader('x-sandboxd-heal-ms', healed.ms.toFixed(1));
     } catch (err) {
-      if (err instanceof SandboxError && err.code === 'unavailable') {
+      if (err instanceof SandboxError && err.code === 'placement.busy') {
         heals.inc({ result: 'busy' });
         res.setHeader('retry-after', String(p.retryAfterSeconds ?? 2));
-        throw new HttpError(503, err.describe());
+        throw err;
       }
       heals.inc({ result: 'failed' });
       directory?.forget(id!);
-      if (err instanceof SandboxError && err.code === 'not-found') throw err;
-      throw new HttpError(502, err instanceof SandboxError ? err.describe() : String(err));
+      if (err instanceof SandboxError) throw err;
+      throw new SandboxError('placement.heal-failed', `checkpoint ${id} could not be published: ${String(err)}`, {
+        cause: err,
+        hint: 'no partial record was kept; retry the claim, or claim on an owner',
+      });
     }
     await engine.saveState();
-    const rec = await engine.claimCheckpoint(id!, ttl);
-    return answer('heal', 200, claimResponse(rec, engine.advertiseAddr));
+    const rec = await engine.claimCheckpoint(id!, ttl, identity);
+    return answer('heal', 200, claimAnswer(rec, engine.advertiseAddr));
   });
 
   const blob = async (res: ServerResponse, id: string, head: boolean) => {
     const ck = engine.checkpointStore.get(id);
-    if (!ck) throw new HttpError(404, `checkpoint ${id} not found on this node`);
+    if (!ck) throw new SandboxError('sandboxd.not-found', `checkpoint ${id} not found on this node`);
     if (head) return void res.writeHead(200, { 'content-type': 'application/x-tar' }).end();
     const meta = recordMeta(ck, engine.nodeName, await engine.checkpointStore.digests(ck));
     res.writeHead(200, { 'content-type': 'application/x-tar' });
@@ -175,13 +182,14 @@ export function registerCheckpointRoutes(
     const body = await readJson(req);
     const rec = api.authorizedSandbox(who, id!, optionalString(body.token, 'token'));
     const template = optionalString(body.template, 'template');
-    if (!template) throw new HttpError(400, 'template: required (the name later claims use, e.g. myproj:v1)');
+    if (!template)
+      throw new SandboxError('sandboxd.bad-request', 'template: required (the name later claims use, e.g. myproj:v1)');
     const promoted = await engine.promote(rec.id, template);
     json(res, 200, { key: promoted.key, content_digest: contentDigest(promoted.files) });
   });
 }
 
-/** meta.json of a record this node serves (cocoonstack-spec §8: pool key and lineage; here also the checksums). */
+/** meta.json of a record this node serves (pool key and lineage, and the checksums: docs/placement.md). */
 export function recordMeta(ck: CheckpointRecord, nodeName: string, files: RecordMeta['files']): RecordMeta {
   return {
     format: META_FORMAT,

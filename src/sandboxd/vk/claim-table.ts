@@ -2,7 +2,7 @@
  * Which engine claims the virtual kubelet made for which Pods. The engine also holds claims made through the
  * sandboxd HTTP API (L2/L3 claims whose claimRef is a SandboxClaim, not a Pod); only claims listed here are ever
  * released by the pod lifecycle, so an orphan sweep can never touch a claim it does not own. Persisted (0600,
- * tmp + rename) before a Pod is reported Running, as vk-sandbox persists its claims table (cocoonstack-spec §7.2).
+ * tmp + rename) before a Pod is reported Running, as vk-sandbox persists its claims table (docs/runtime-adapter.md).
  */
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';

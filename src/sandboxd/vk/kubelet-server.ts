@@ -11,6 +11,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
 import { WebSocketServer, type WebSocket } from 'ws';
+import { httpErrorOf } from '../../error-http.js';
+import { SandboxError } from '../../errors.js';
 import type { Logger } from '../../log/logger.js';
 import type { NodeEngine } from '../engine.js';
 import { EXEC_PROTOCOLS, parseExecQuery, serveExec } from './exec-stream.js';
@@ -48,38 +50,19 @@ export interface KubeletServerOptions {
   authorize?: (subject: { CN?: string; O?: string | string[] }) => boolean;
 }
 
-class HttpError extends Error {
-  constructor(
-    readonly code: number,
-    message: string,
-    readonly reason = 'BadRequest',
-  ) {
-    super(message);
-  }
-}
-
-const REASONS: Record<number, string> = {
-  400: 'BadRequest',
-  401: 'Unauthorized',
-  403: 'Forbidden',
-  404: 'NotFound',
-  405: 'MethodNotAllowed',
-  409: 'Conflict',
-  500: 'InternalError',
-  501: 'NotImplemented',
-};
-
-function statusBody(code: number, message: string): string {
+function statusBody(status: number, reason: string, message: string): string {
   return JSON.stringify({
     kind: 'Status',
     apiVersion: 'v1',
     metadata: {},
     status: 'Failure',
     message,
-    reason: REASONS[code] ?? 'Unknown',
-    code,
+    reason,
+    code: status,
   });
 }
+
+const messageOf = (err: unknown): string => (err instanceof Error ? err.message : String(err));
 
 function pem(v: string): string {
   return v.includes('-----BEGIN') ? v : readFileSync(v, 'utf8');
@@ -149,14 +132,14 @@ export class KubeletServer {
   private authenticate(req: IncomingMessage): void {
     const sock = req.socket as TLSSocket;
     if (!sock.authorized)
-      throw new HttpError(
-        401,
+      throw new SandboxError(
+        'kubelet.unauthorized',
         `Unauthorized: a client certificate signed by the cluster CA is required (${String(sock.authorizationError ?? 'none presented')})`,
       );
     const subject = sock.getPeerCertificate().subject as { CN?: string; O?: string | string[] } | undefined;
     if (!subject || !(this.opts.authorize ?? defaultAuthorize)(subject))
-      throw new HttpError(
-        403,
+      throw new SandboxError(
+        'kubelet.forbidden',
         `Forbidden: ${subject?.CN ?? 'this client'} may not use the kubelet API of ${this.opts.nodeName}`,
       );
   }
@@ -184,22 +167,23 @@ export class KubeletServer {
       }
       if (root === 'run' && (parts.length === 4 || parts.length === 5)) {
         // Like the kubelet: POST only (a GET is what a crafted link or a prefetch sends), and a stale UID is a 404.
-        if (req.method !== 'POST') throw new HttpError(405, `/run takes POST, not ${req.method ?? 'GET'}`);
+        if (req.method !== 'POST')
+          throw new SandboxError('kubelet.method-not-allowed', `/run takes POST, not ${req.method ?? 'GET'}`);
         const uid = parts.length === 5 ? parts[3] : undefined;
         await this.serveRun(parts[1]!, parts[2]!, uid, parts[parts.length - 1]!, url.searchParams, res);
         return;
       }
       if (root === 'exec' || root === 'attach' || root === 'portForward')
-        throw new HttpError(
-          400,
+        throw new SandboxError(
+          'kubelet.bad-request',
           `${root} needs a WebSocket upgrade (Upgrade: websocket); SPDY is not served by this kubelet`,
         );
-      throw new HttpError(404, `no route for ${req.method ?? 'GET'} ${url.pathname}`);
+      throw new SandboxError('kubelet.not-found', `no route for ${req.method ?? 'GET'} ${url.pathname}`);
     } catch (err) {
-      const e = err instanceof HttpError ? err : new HttpError(500, (err as Error).message);
-      if (e.code >= 500) this.log.warn({ err }, 'kubelet API request failed');
-      if (!res.headersSent) res.writeHead(e.code, { 'Content-Type': 'application/json' });
-      res.end(statusBody(e.code, e.message));
+      const { status, reason } = httpErrorOf('kubelet', err);
+      if (status >= 500) this.log.warn({ err }, 'kubelet API request failed');
+      if (!res.headersSent) res.writeHead(status, { 'Content-Type': 'application/json' });
+      res.end(statusBody(status, reason, messageOf(err)));
     }
   }
 
@@ -217,7 +201,10 @@ export class KubeletServer {
           .split(',')
           .map((v) => v.trim());
         if (!versions.includes(PORT_FORWARD_SPDY_PROTOCOL))
-          throw new HttpError(400, `X-Stream-Protocol-Version must offer ${PORT_FORWARD_SPDY_PROTOCOL}`);
+          throw new SandboxError(
+            'kubelet.bad-request',
+            `X-Stream-Protocol-Version must offer ${PORT_FORWARD_SPDY_PROTOCOL}`,
+          );
         const { claimId } = this.runningPod(parts[1] ?? '', parts[2] ?? '');
         const vm = this.opts.engine.vm(claimId);
         socket.write(
@@ -228,8 +215,8 @@ export class KubeletServer {
         return;
       }
       if (upgrade !== 'websocket')
-        throw new HttpError(
-          400,
+        throw new SandboxError(
+          'kubelet.bad-request',
           `${root ?? ''} is served over WebSockets only (got Upgrade: ${req.headers.upgrade ?? ''})`,
         );
       const offered = (req.headers['sec-websocket-protocol'] ?? '')
@@ -241,12 +228,12 @@ export class KubeletServer {
         const container = parts[parts.length - 1]!;
         const protocol = EXEC_PROTOCOLS.find((p) => offered.includes(p));
         if (!protocol)
-          throw new HttpError(
-            400,
+          throw new SandboxError(
+            'kubelet.bad-request',
             `no supported exec subprotocol offered (${offered.join(', ') || 'none'}); supported: ${EXEC_PROTOCOLS.join(', ')}`,
           );
         const parsed = parseExecQuery(url.searchParams);
-        if ('error' in parsed) throw new HttpError(400, parsed.error);
+        if ('error' in parsed) throw new SandboxError('kubelet.bad-request', parsed.error);
         const { claimId } = this.runningPod(ns, name, container);
         const vm = this.opts.engine.vm(claimId);
         this.upgrade(req, socket, head, protocol, (ws) => {
@@ -260,8 +247,8 @@ export class KubeletServer {
         const [, ns = '', name = ''] = parts;
         const protocol = PORT_FORWARD_PROTOCOLS.find((p) => offered.includes(p));
         if (!protocol)
-          throw new HttpError(
-            400,
+          throw new SandboxError(
+            'kubelet.bad-request',
             `no supported port-forward subprotocol offered (${offered.join(', ') || 'none'}); supported: ${PORT_FORWARD_PROTOCOLS.join(', ')}`,
           );
         const { claimId } = this.runningPod(ns, name);
@@ -273,20 +260,21 @@ export class KubeletServer {
         return;
       }
       if (root === 'attach')
-        throw new HttpError(
-          400,
+        throw new SandboxError(
+          'kubelet.bad-request',
           'attach is not supported: a microVM pod has no main process to attach to; use kubectl exec',
         );
-      throw new HttpError(404, `no route for upgrade ${url.pathname}`);
+      throw new SandboxError('kubelet.not-found', `no route for upgrade ${url.pathname}`);
     } catch (err) {
-      const e = err instanceof HttpError ? err : new HttpError(500, (err as Error).message);
+      const { status, reason } = httpErrorOf('kubelet', err);
+      const message = messageOf(err);
       this.log.info(
-        { path: req.url, upgrade: req.headers.upgrade, code: e.code, reason: e.message },
+        { path: req.url, upgrade: req.headers.upgrade, code: status, reason: message },
         'kubelet API upgrade refused',
       );
-      const body = statusBody(e.code, e.message);
+      const body = statusBody(status, reason, message);
       socket.end(
-        `HTTP/1.1 ${e.code} ${REASONS[e.code] ?? 'Error'}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+        `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
       );
     }
   }
@@ -309,17 +297,28 @@ export class KubeletServer {
   private runningPod(namespace: string, name: string, container?: string): { pod: Pod; claimId: string } {
     const pod = this.opts.pods.pod(namespace, name);
     if (!pod || pod.spec.nodeName !== this.opts.nodeName)
-      throw new HttpError(404, `pod ${namespace}/${name} does not exist on node ${this.opts.nodeName}`);
+      throw new SandboxError(
+        'kubelet.not-found',
+        `pod ${namespace}/${name} does not exist on node ${this.opts.nodeName}`,
+      );
     if (container && !pod.spec.containers.some((c) => c.name === container))
-      throw new HttpError(404, `container ${container} is not valid for pod ${name}`);
+      throw new SandboxError('kubelet.not-found', `container ${container} is not valid for pod ${name}`);
     const claim = this.opts.pods.claimOf(pod);
-    if (!claim) throw new HttpError(409, `pod ${namespace}/${name} has no running microVM (see its status)`);
+    if (!claim)
+      throw new SandboxError(
+        'kubelet.no-running-vm',
+        `pod ${namespace}/${name} has no running microVM (see its status)`,
+      );
     try {
       const state = this.opts.engine.vm(claim.id).state;
-      if (state !== 'running') throw new HttpError(409, `the microVM of pod ${namespace}/${name} is ${state}`);
+      if (state !== 'running')
+        throw new SandboxError('kubelet.no-running-vm', `the microVM of pod ${namespace}/${name} is ${state}`);
     } catch (err) {
-      if (err instanceof HttpError) throw err;
-      throw new HttpError(409, `pod ${namespace}/${name} has no running microVM: ${(err as Error).message}`);
+      if (err instanceof SandboxError && err.code === 'kubelet.no-running-vm') throw err;
+      throw new SandboxError(
+        'kubelet.no-running-vm',
+        `pod ${namespace}/${name} has no running microVM: ${(err as Error).message}`,
+      );
     }
     return { pod, claimId: claim.id };
   }
@@ -334,16 +333,20 @@ export class KubeletServer {
   ): Promise<void> {
     const pod = this.opts.pods.pod(ns, name);
     if (!pod || pod.spec.nodeName !== this.opts.nodeName)
-      throw new HttpError(404, `pod ${ns}/${name} does not exist on node ${this.opts.nodeName}`);
+      throw new SandboxError('kubelet.not-found', `pod ${ns}/${name} does not exist on node ${this.opts.nodeName}`);
     if (!pod.spec.containers.some((c) => c.name === container))
-      throw new HttpError(404, `container ${container} is not valid for pod ${name}`);
+      throw new SandboxError('kubelet.not-found', `container ${container} is not valid for pod ${name}`);
     if (q.get('previous') === 'true')
-      throw new HttpError(400, `previous terminated container "${container}" in pod "${name}" not found`);
+      throw new SandboxError(
+        'kubelet.bad-request',
+        `previous terminated container "${container}" in pod "${name}" not found`,
+      );
     const int = (k: string): number | undefined => {
       const v = q.get(k);
       if (v === null || v === '') return undefined;
       const n = Number(v);
-      if (!Number.isInteger(n) || n < 0) throw new HttpError(400, `${k}: must be a non-negative integer`);
+      if (!Number.isInteger(n) || n < 0)
+        throw new SandboxError('kubelet.bad-request', `${k}: must be a non-negative integer`);
       return n;
     };
     const sinceSeconds = int('sinceSeconds');
@@ -380,9 +383,12 @@ export class KubeletServer {
   ): Promise<void> {
     const { pod, claimId } = this.runningPod(ns, name, container);
     if (uid !== undefined && pod.metadata.uid !== uid)
-      throw new HttpError(404, `pod ${ns}/${name} with UID ${uid} does not exist on node ${this.opts.nodeName}`);
+      throw new SandboxError(
+        'kubelet.not-found',
+        `pod ${ns}/${name} with UID ${uid} does not exist on node ${this.opts.nodeName}`,
+      );
     const cmd = (q.get('cmd') ?? '').split(' ').filter(Boolean);
-    if (!cmd.length) throw new HttpError(400, 'cmd: required');
+    if (!cmd.length) throw new SandboxError('kubelet.bad-request', 'cmd: required');
     const r = await this.opts.engine.vm(claimId).run(cmd, { timeoutMs: 60_000 });
     res.writeHead(200, { 'Content-Type': 'text/plain' }).end(Buffer.concat([r.stdout, r.stderr]));
   }

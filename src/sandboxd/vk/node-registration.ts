@@ -2,7 +2,7 @@
  * Node objects and their heartbeats. A virtual node is registered like a kubelet registers itself: create the Node
  * with its status (nodes accept status on create), then keep a `coordination.k8s.io` Lease in `kube-node-lease`
  * renewed every 10 s (the node lifecycle controller reads liveness from it) and refresh the Node's conditions
- * every minute. Labels and taints are the runtime adapter's contract (cocoonstack-spec §7.1–7.3).
+ * every minute. Labels and taints are the runtime adapter's contract (docs/runtime-adapter.md).
  */
 import { hostname } from 'node:os';
 import { isNotFound, Leases, Nodes, type KubeClient } from '../../kube/index.js';

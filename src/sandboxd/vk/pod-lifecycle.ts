@@ -276,7 +276,10 @@ export class PodLifecycle extends EventEmitter {
     return;
   }
 
-  /** Output annotations (cocoonstack-spec §7.2/§7.3): the claim id, and for vk-cocoon the VM id; patched only on change. */
+  /**
+   * Output annotations (docs/runtime-adapter.md "Node side: what each runtime's node promises"): the claim id, and for
+   * vk-cocoon the VM id; patched only on change.
+   */
   private async annotate(pod: Pod, kind: VirtualNodeKind, rec: SandboxRecord): Promise<void> {
     const want: Record<string, string> = { [CocoonAnnotationKeys.claimId]: rec.id };
     if (kind === 'vk-cocoon') want[VM_ID_ANNOTATION] = rec.vmId;

@@ -7,7 +7,7 @@ import { SandboxError } from '../../errors.js';
 import { parsePoolKey, type PoolKey } from '../pool-key.js';
 import type { ContainerStatus, Pod, PodCondition, PodStatus, VirtualNodeKind } from './types.js';
 
-/** vk-sandbox's default lease when a Pod names none (cocoonstack-spec §7.2). */
+/** vk-sandbox's default lease when a Pod names none (docs/runtime-adapter.md). */
 export const DEFAULT_POD_TTL_SECONDS = 86_400;
 
 export interface VmRequest {
@@ -79,8 +79,8 @@ export function vmRequestFor(pod: Pod, kind: VirtualNodeKind, knownTemplates: re
 export function claimFailure(err: unknown): { reason: string; message: string; retry: boolean } {
   const message = err instanceof Error ? err.message : String(err);
   if (err instanceof SandboxError) {
-    if (err.code === 'at-capacity') return { reason: 'AtCapacity', message, retry: true };
-    if (err.code === 'bad-request') return { reason: 'InvalidSandboxRequest', message, retry: false };
+    if (err.code === 'sandboxd.at-capacity') return { reason: 'AtCapacity', message, retry: true };
+    if (err.code === 'sandboxd.bad-request') return { reason: 'InvalidSandboxRequest', message, retry: false };
   }
   return { reason: 'VMCreateFailed', message, retry: true };
 }

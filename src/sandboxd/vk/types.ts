@@ -115,5 +115,5 @@ export interface Lease extends KubeObject {
   };
 }
 
-/** The two node personalities one sandboxd registers (cocoonstack-spec §7.1–7.3). */
+/** The two node personalities one sandboxd registers (docs/runtime-adapter.md). */
 export type VirtualNodeKind = 'vk-cocoon' | 'sandboxd';

@@ -1,0 +1,84 @@
+/**
+ * The request and response kinds of the Sandbox lifecycle verbs (agents.x-k8s.io/v1beta1, served by
+ * sandbox-apiserver as POST-only subresources: docs/aggregated-layout.md "Lifecycle verbs"). One source for the
+ * server's validation, its OpenAPI and the kubectl plugin.
+ */
+import { Type, type Static } from '@sinclair/typebox';
+import { DateTime, Int32, Str, StringEnum } from './internal/schema-dsl.js';
+
+const typeMeta = { apiVersion: Type.Optional(Str()), kind: Type.Optional(Str()) };
+
+export const SandboxPauseOptionsSchema = Type.Object({
+  ...typeMeta,
+  mode: Type.Optional(
+    StringEnum(['Memory', 'Hibernate'] as const, {
+      description:
+        'Set in the answer: how the node paused it. Memory: the vCPUs are frozen and RAM is kept (resume in milliseconds). Hibernate: its memory is written to disk and the VM stopped (frees RAM; resume takes longer).',
+    }),
+  ),
+});
+export type SandboxPauseOptions = Static<typeof SandboxPauseOptionsSchema>;
+
+export const SandboxResumeOptionsSchema = Type.Object({ ...typeMeta });
+export type SandboxResumeOptions = Static<typeof SandboxResumeOptionsSchema>;
+
+export const SandboxForkOptionsSchema = Type.Object({
+  ...typeMeta,
+  count: Type.Optional(
+    Int32({ minimum: 1, description: 'Children to make (default 1; the node bounds it, 16 here).' }),
+  ),
+  ttlSeconds: Type.Optional(
+    Int32({ minimum: 0, description: "Each child's lease (0: the node's default; never the parent's remainder)." }),
+  ),
+});
+export type SandboxForkOptions = Static<typeof SandboxForkOptionsSchema>;
+
+export const SandboxForkChildSchema = Type.Object({
+  name: Str({ description: 'The child Sandbox, in the parent’s namespace.' }),
+  namespace: Str(),
+  sandboxID: Str({ description: 'Its node-local claim id.' }),
+  nodeName: Str(),
+  address: Type.Optional(Str()),
+  token: Type.Optional(Str({ description: "The child's sandbox token (only in this answer; never on reads)." })),
+  deadline: Type.Optional(DateTime()),
+});
+
+export const SandboxForkResultSchema = Type.Object({
+  ...typeMeta,
+  children: Type.Array(SandboxForkChildSchema, { description: 'In the order they were made.' }),
+});
+export type SandboxForkResult = Static<typeof SandboxForkResultSchema>;
+
+export const SandboxSnapshotOptionsSchema = Type.Object({
+  ...typeMeta,
+  name: Type.Optional(Str({ description: 'A label for the snapshot.' })),
+});
+export type SandboxSnapshotOptions = Static<typeof SandboxSnapshotOptionsSchema>;
+
+export const SandboxSnapshotResultSchema = Type.Object({
+  ...typeMeta,
+  snapshotID: Str({
+    description: 'Name it in the annotation sandbox.cocoonstack.io/snapshot of a new Sandbox to start from it.',
+  }),
+  name: Type.Optional(Str()),
+  nodeName: Str({ description: 'The node that holds it.' }),
+  creationTimestamp: Type.Optional(DateTime()),
+});
+export type SandboxSnapshotResult = Static<typeof SandboxSnapshotResultSchema>;
+
+export const SandboxExecOptionsSchema = Type.Object({
+  ...typeMeta,
+  command: Type.Array(Str(), { minItems: 1, description: 'argv of the command to run in the sandbox.' }),
+  workingDir: Type.Optional(Str()),
+  env: Type.Optional(Type.Unsafe<Record<string, string>>({ type: 'object', additionalProperties: { type: 'string' } })),
+  timeoutSeconds: Type.Optional(Int32({ minimum: 1 })),
+});
+export type SandboxExecOptions = Static<typeof SandboxExecOptionsSchema>;
+
+export const SandboxExecResultSchema = Type.Object({
+  ...typeMeta,
+  exitCode: Int32(),
+  stdout: Str(),
+  stderr: Str(),
+});
+export type SandboxExecResult = Static<typeof SandboxExecResultSchema>;

@@ -1,0 +1,277 @@
+/**
+ * The lifecycle verbs of a served sandbox, POST-only subresources (docs/aggregated-layout.md "Lifecycle verbs"):
+ * pause and resume (the node chooses memory-resident pause or hibernation, and the answer says which), fork into
+ * children that are Sandboxes in the parent's namespace, snapshot into a checkpoint a new Sandbox can start from,
+ * and exec of one command. Each goes to the owning node by claim id; what the node answers is applied to the store
+ * at once, so readers and watchers see the new phase or the children before the node's feed says so.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import {
+  CocoonAnnotationKeys,
+  SandboxExecOptionsSchema,
+  SandboxExecResultSchema,
+  SandboxForkOptionsSchema,
+  SandboxForkResultSchema,
+  SandboxPauseOptionsSchema,
+  SandboxResumeOptionsSchema,
+  SandboxSnapshotOptionsSchema,
+  SandboxSnapshotResultSchema,
+  toOpenApiV3Schema,
+  type SandboxExecOptions,
+  type SandboxForkOptions,
+  type SandboxForkResult,
+  type SandboxSnapshotOptions,
+} from '../../api/index.js';
+import { validateStructural } from '../../api/structural-validate.js';
+import type { TSchema } from '@sinclair/typebox';
+import {
+  badRequest,
+  conflict,
+  internalError,
+  notFound,
+  serviceUnavailable,
+  StatusFailure,
+  tooManyRequests,
+} from '../status.js';
+import type { ActionSubresource } from '../types.js';
+import { SANDBOXES } from './create.js';
+import { SANDBOX_API_VERSION, type NodeRow, type SandboxEntry, type StoredObject } from './entry.js';
+import { NodeHttpError, type SandboxdClient } from './sandboxd-client.js';
+import type { SandboxStore } from './store.js';
+
+const action = (
+  name: string,
+  requestKind: string,
+  requestSchema: TSchema,
+  responseKind: string,
+  responseSchema: TSchema,
+  description: string,
+): ActionSubresource => ({
+  name,
+  requestKind,
+  requestSchema,
+  responseKind,
+  responseSchema,
+  description,
+});
+
+/** The subresources, for discovery and OpenAPI (the storage's descriptor lists them). */
+export const SANDBOX_ACTIONS: readonly ActionSubresource[] = [
+  action(
+    'pause',
+    'SandboxPauseOptions',
+    SandboxPauseOptionsSchema,
+    'SandboxPauseOptions',
+    SandboxPauseOptionsSchema,
+    'Pause the sandbox (its processes stop; memory is kept). Idempotent.',
+  ),
+  action(
+    'resume',
+    'SandboxResumeOptions',
+    SandboxResumeOptionsSchema,
+    'SandboxResumeOptions',
+    SandboxResumeOptionsSchema,
+    'Resume a paused sandbox where it stopped. Idempotent.',
+  ),
+  action(
+    'fork',
+    'SandboxForkOptions',
+    SandboxForkOptionsSchema,
+    'SandboxForkResult',
+    SandboxForkResultSchema,
+    'Make children that start from this sandbox’s memory and disk; each is a Sandbox of its own.',
+  ),
+  action(
+    'snapshot',
+    'SandboxSnapshotOptions',
+    SandboxSnapshotOptionsSchema,
+    'SandboxSnapshotResult',
+    SandboxSnapshotResultSchema,
+    'Save the sandbox’s state as a snapshot new Sandboxes can start from.',
+  ),
+  action(
+    'exec',
+    'SandboxExecOptions',
+    SandboxExecOptionsSchema,
+    'SandboxExecResult',
+    SandboxExecResultSchema,
+    'Run one command in the sandbox and return its exit code and output.',
+  ),
+];
+
+const SCHEMAS = new Map(SANDBOX_ACTIONS.map((a) => [a.name, toOpenApiV3Schema(a.requestSchema)]));
+const GENERATE_CHARS = 'bcdfghjklmnpqrstvwxz2456789';
+
+/** The node's HTTP answer as the Status the client gets (the node's message, the Kubernetes reason). */
+export function nodeFailure(err: unknown, name: string, what: string): StatusFailure {
+  if (err instanceof StatusFailure) return err;
+  if (err instanceof NodeHttpError) {
+    const msg = err.message.replace(/^node \S+: HTTP \d+: /, '');
+    if (err.status === 400) return badRequest(`${what}: ${msg}`);
+    if (err.status === 404) return notFound(SANDBOXES, name);
+    if (err.status === 409) return conflict(SANDBOXES, name, msg);
+    if (err.status === 429) return tooManyRequests(`${what}: ${msg}`, 1);
+    return internalError(`${what}: ${err.message}`);
+  }
+  return serviceUnavailable(`${what}: ${(err as Error).message}; retry`, 2);
+}
+
+export class SandboxActions {
+  constructor(
+    private readonly store: SandboxStore,
+    private readonly client: SandboxdClient,
+  ) {}
+
+  async act(namespace: string, name: string, sub: string, raw: unknown): Promise<unknown> {
+    const spec = SANDBOX_ACTIONS.find((a) => a.name === sub)!;
+    const body = this.parse(spec, raw ?? {});
+    const e = this.store.get(`${namespace}/${name}`);
+    if (!e) throw notFound(SANDBOXES, name);
+    try {
+      switch (sub) {
+        case 'pause':
+          return await this.pause(e);
+        case 'resume':
+          return await this.resume(e);
+        case 'fork':
+          return await this.fork(e, body as SandboxForkOptions);
+        case 'snapshot':
+          return await this.snapshot(e, body as SandboxSnapshotOptions);
+        default:
+          return await this.exec(e, body as unknown as SandboxExecOptions);
+      }
+    } catch (err) {
+      throw nodeFailure(err, name, `${sub} of ${namespace}/${name}`);
+    }
+  }
+
+  /** The request kind, strictly: unknown fields and wrong kinds are 400s, as a strict create is. */
+  private parse(spec: ActionSubresource, raw: unknown): Record<string, unknown> {
+    if (typeof raw !== 'object' || raw === null || Array.isArray(raw))
+      throw badRequest(`the body must be a ${spec.requestKind}`);
+    const body = raw as Record<string, unknown>;
+    if (body.kind !== undefined && body.kind !== spec.requestKind)
+      throw badRequest(
+        `the kind in the data ("${String(body.kind)}") does not match the expected kind ("${spec.requestKind}")`,
+      );
+    if (body.apiVersion !== undefined && body.apiVersion !== SANDBOX_API_VERSION)
+      throw badRequest(
+        `the API version in the data (${String(body.apiVersion)}) does not match the expected API version (${SANDBOX_API_VERSION})`,
+      );
+    const r = validateStructural(SCHEMAS.get(spec.name)!, body);
+    if (r.unknown.length)
+      throw badRequest(`strict decoding error: ${r.unknown.map((f) => `unknown field "${f}"`).join(', ')}`);
+    if (r.errors.length)
+      throw badRequest(
+        r.errors.map((x) => `${x.field}: ${x.message}`).join('; '),
+        r.errors.map((x) => ({ reason: x.reason, field: x.field, message: x.message })),
+      );
+    return body;
+  }
+
+  /** Fork, snapshot and exec take seconds (a snapshot of guest memory; a command); pause and resume milliseconds. */
+  private call(e: SandboxEntry, verb: string, body?: unknown, timeoutMs = 60_000) {
+    const path = `/v1/sandboxes/${encodeURIComponent(e.claimId)}/${verb}`;
+    return this.client.call(e.node, e.address, 'POST', path, body, timeoutMs);
+  }
+
+  private async pause(e: SandboxEntry) {
+    const out = (await this.call(e, 'pause')) as { mode: 'memory' | 'hibernate'; sandbox: NodeRow };
+    this.store.upsert(e.node, e.address, out.sandbox);
+    return {
+      apiVersion: SANDBOX_API_VERSION,
+      kind: 'SandboxPauseOptions',
+      mode: out.mode === 'hibernate' ? 'Hibernate' : 'Memory',
+    };
+  }
+
+  private async resume(e: SandboxEntry) {
+    const out = (await this.call(e, 'resume')) as { sandbox: NodeRow };
+    this.store.upsert(e.node, e.address, out.sandbox);
+    return { apiVersion: SANDBOX_API_VERSION, kind: 'SandboxResumeOptions' };
+  }
+
+  /** Children are named `<parent>-fork-<5 chars>`, labelled with their parent, and carry its spec. */
+  private async fork(e: SandboxEntry, opts: SandboxForkOptions): Promise<SandboxForkResult> {
+    const count = opts.count ?? 1;
+    const names = new Set<string>();
+    while (names.size < count) {
+      let suffix = '';
+      for (const b of randomBytes(5)) suffix += GENERATE_CHARS[b % GENERATE_CHARS.length];
+      const n = `${e.name.slice(0, 253 - 11)}-fork-${suffix}`;
+      if (!this.store.get(`${e.namespace}/${n}`)) names.add(n);
+    }
+    const parent = e.object.metadata;
+    const userAnnotations = Object.fromEntries(
+      Object.entries(parent.annotations ?? {}).filter(([k]) => k !== CocoonAnnotationKeys.snapshot),
+    );
+    const objects = [...names].map((n): { claim_ref: string; object: StoredObject } => ({
+      claim_ref: `${e.namespace}/${n}`,
+      object: {
+        metadata: {
+          name: n,
+          namespace: e.namespace,
+          uid: randomUUID(),
+          creationTimestamp: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+          labels: { ...parent.labels, [CocoonAnnotationKeys.forkedFrom]: e.name },
+          ...(Object.keys(userAnnotations).length ? { annotations: userAnnotations } : {}),
+        },
+        spec: e.object.spec,
+      },
+    }));
+    const out = (await this.call(e, 'fork', {
+      count,
+      ...(opts.ttlSeconds ? { ttl_seconds: opts.ttlSeconds } : {}),
+      objects,
+    })) as { children: Array<{ id: string; token: string; deadline: string; owner_addr: string; sandbox: NodeRow }> };
+    const children = out.children.map((c) => {
+      const child = this.store.upsert(e.node, e.address, c.sandbox);
+      return {
+        name: child?.name ?? c.sandbox.object?.metadata.name ?? c.id,
+        namespace: e.namespace,
+        sandboxID: c.id,
+        nodeName: e.node,
+        address: c.owner_addr || e.address,
+        token: c.token,
+        deadline: c.deadline,
+      };
+    });
+    return { apiVersion: SANDBOX_API_VERSION, kind: 'SandboxForkResult', children };
+  }
+
+  private async snapshot(e: SandboxEntry, opts: SandboxSnapshotOptions) {
+    const out = (await this.call(e, 'checkpoint', opts.name ? { name: opts.name } : {})) as {
+      checkpoint: { id: string; name?: string; created_at: string };
+    };
+    return {
+      apiVersion: SANDBOX_API_VERSION,
+      kind: 'SandboxSnapshotResult',
+      snapshotID: out.checkpoint.id,
+      ...(out.checkpoint.name ? { name: out.checkpoint.name } : {}),
+      nodeName: e.node,
+      creationTimestamp: out.checkpoint.created_at.replace(/\.\d+Z$/, 'Z'),
+    };
+  }
+
+  private async exec(e: SandboxEntry, opts: SandboxExecOptions) {
+    const timeout = opts.timeoutSeconds ?? 60;
+    const out = (await this.call(
+      e,
+      'exec',
+      {
+        argv: opts.command,
+        ...(opts.workingDir ? { cwd: opts.workingDir } : {}),
+        ...(opts.env ? { env: opts.env } : {}),
+        timeout_seconds: timeout,
+      },
+      (timeout + 10) * 1000,
+    )) as { exit_code: number; stdout: string; stderr: string };
+    return {
+      apiVersion: SANDBOX_API_VERSION,
+      kind: 'SandboxExecResult',
+      exitCode: out.exit_code,
+      stdout: out.stdout,
+      stderr: out.stderr,
+    };
+  }
+}

@@ -1,0 +1,105 @@
+/**
+ * `kubectl sandbox` (the plugin executable `kubectl-sandbox`): the lifecycle verbs of aggregated-layout sandboxes
+ * without typing `kubectl create --raw`: pause, resume, fork, snapshot and exec NAME. It talks to the same
+ * subresources (`sandboxes/{name}/pause` ...) with the kubeconfig kubectl uses, so RBAC decides as for any client.
+ */
+import { KubeConfig } from '@kubernetes/client-node';
+import { Command } from 'commander';
+import { errorMessage } from '../errors.js';
+import { KubeClient, objectPath, Sandboxes } from '../kube/index.js';
+
+interface Global {
+  namespace?: string;
+  kubeconfig?: string;
+}
+
+async function connect(g: Global): Promise<{ client: KubeClient; namespace: string }> {
+  const kc = new KubeConfig();
+  if (g.kubeconfig) kc.loadFromFile(g.kubeconfig);
+  else kc.loadFromDefault();
+  const namespace = g.namespace ?? kc.getContextObject(kc.getCurrentContext())?.namespace ?? 'default';
+  return { client: await KubeClient.fromKubeconfig(kc, { userAgent: 'kubectl-sandbox' }), namespace };
+}
+
+/** POST the request kind to a subresource; the answer is the response kind. */
+async function act(g: Global, name: string, sub: string, kind: string, fields: Record<string, unknown> = {}) {
+  const { client, namespace } = await connect(g);
+  try {
+    const body = { apiVersion: 'agents.x-k8s.io/v1beta1', kind, ...fields };
+    return JSON.parse(await client.raw('POST', objectPath(Sandboxes, namespace, name, sub), body)) as Record<
+      string,
+      unknown
+    >;
+  } finally {
+    client.close();
+  }
+}
+
+const int = (flag: string) => (v: string) => {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0) throw new Error(`--${flag} must be a whole number (got "${v}")`);
+  return n;
+};
+
+export function kubectlSandboxCommand(): Command {
+  const program = new Command('kubectl-sandbox')
+    .description('Lifecycle verbs of sandboxes served by sandbox-apiserver (the aggregated layout)')
+    .option('-n, --namespace <ns>', 'the namespace (default: the kubeconfig context’s)')
+    .option('--kubeconfig <path>', 'kubeconfig (default: $KUBECONFIG or ~/.kube/config)');
+  const g = () => program.opts<Global>();
+  program
+    .command('pause <name>')
+    .description('pause a sandbox (its processes stop, memory is kept)')
+    .action(async (name: string) => {
+      const out = await act(g(), name, 'pause', 'SandboxPauseOptions');
+      process.stdout.write(`sandbox/${name} paused (${String(out.mode ?? 'Memory').toLowerCase()})\n`);
+    });
+  program
+    .command('resume <name>')
+    .description('resume a paused sandbox where it stopped')
+    .action(async (name: string) => {
+      await act(g(), name, 'resume', 'SandboxResumeOptions');
+      process.stdout.write(`sandbox/${name} resumed\n`);
+    });
+  program
+    .command('fork <name>')
+    .description('fork a sandbox into children in its namespace')
+    .option('--count <n>', 'children to make', int('count'), 1)
+    .option('--ttl <seconds>', "each child's lease (default: the node's)", int('ttl'))
+    .action(async (name: string, o: { count: number; ttl?: number }) => {
+      const out = await act(g(), name, 'fork', 'SandboxForkOptions', {
+        count: o.count,
+        ...(o.ttl ? { ttlSeconds: o.ttl } : {}),
+      });
+      for (const c of out.children as Array<{ name: string; sandboxID: string; nodeName: string }>)
+        process.stdout.write(`sandbox/${c.name} forked from ${name} (claim ${c.sandboxID} on ${c.nodeName})\n`);
+    });
+  program
+    .command('snapshot <name>')
+    .description('snapshot a sandbox; start a new one from it with the annotation sandbox.cocoonstack.io/snapshot')
+    .option('--label <label>', 'a name for the snapshot')
+    .action(async (name: string, o: { label?: string }) => {
+      const out = await act(g(), name, 'snapshot', 'SandboxSnapshotOptions', o.label ? { name: o.label } : {});
+      process.stdout.write(`${String(out.snapshotID)}\n`);
+    });
+  program
+    .command('exec <name> <command...>')
+    .description('run a command in a sandbox (use -- before its arguments); exits with its exit code')
+    .option('--timeout <seconds>', 'give up after this long', int('timeout'), 60)
+    .action(async (name: string, command: string[], o: { timeout: number }) => {
+      const out = await act(g(), name, 'exec', 'SandboxExecOptions', { command, timeoutSeconds: o.timeout });
+      process.stdout.write(String(out.stdout ?? ''));
+      process.stderr.write(String(out.stderr ?? ''));
+      process.exitCode = Number(out.exitCode ?? 1);
+    });
+  return program;
+}
+
+export async function main(argv: string[] = process.argv): Promise<void> {
+  try {
+    await kubectlSandboxCommand().parseAsync(argv);
+  } catch (err) {
+    process.stderr.write(`kubectl-sandbox: ${errorMessage(err)}\n`);
+    process.exitCode = 1;
+  }
+}

@@ -1,0 +1,58 @@
+/**
+ * sandboxd's lifecycle routes (docs/sandboxd-api.md "Sandboxes"): pause and resume in the mode the node chooses,
+ * and fork into children that may carry their own Kubernetes objects (a claim from a checkpoint, which may carry
+ * one too, is placement/routes.ts). Each answer includes the rows of the sandboxes it changed or made, so a caller
+ * (sandbox-apiserver) indexes the result without waiting for the change feed.
+ */
+import { SandboxError } from '../errors.js';
+import type { NodeEngine, SandboxRecord } from './engine.js';
+import { sandboxRow } from './change-feed.js';
+import {
+  claimResponse,
+  json,
+  optionalInt,
+  optionalString,
+  readJson,
+  storedObject,
+  type SandboxdApi,
+} from './http-api.js';
+
+export type PauseMode = 'memory' | 'hibernate';
+
+/** A claim answer with the sandbox's row (also the checkpoint claim's, placement/routes.ts). */
+export function claimAnswer(rec: SandboxRecord, ownerAddr: string) {
+  return { ...claimResponse(rec, ownerAddr), sandbox: sandboxRow(rec) };
+}
+
+export function registerLifecycleRoutes(api: SandboxdApi, e: NodeEngine, pauseMode: PauseMode = 'memory'): void {
+  api.route('POST', '/v1/sandboxes/{id}/pause', async (_q, res, who, [id]) => {
+    const rec = api.authorizedSandbox(who, id!);
+    await (pauseMode === 'hibernate' ? e.hibernate(rec.id) : e.pause(rec.id));
+    json(res, 200, { mode: pauseMode, sandbox: sandboxRow(rec) });
+  });
+
+  api.route('POST', '/v1/sandboxes/{id}/resume', async (_q, res, who, [id]) => {
+    const rec = api.authorizedSandbox(who, id!);
+    await e.resume(rec.id);
+    json(res, 200, { sandbox: sandboxRow(rec) });
+  });
+
+  api.route('POST', '/v1/sandboxes/{id}/fork', async (req, res, who, [id]) => {
+    const body = await readJson(req);
+    const rec = api.authorizedSandbox(who, id!, optionalString(body.token, 'token'));
+    const count = optionalInt(body.count, 'count', 1) ?? 1;
+    const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 0);
+    let objects: Array<{ claimRef: string; object: unknown }> | undefined;
+    if (body.objects !== undefined) {
+      if (!Array.isArray(body.objects)) throw new SandboxError('sandboxd.bad-request', 'objects: must be an array');
+      objects = body.objects.map((o: unknown, i: number) => {
+        const claimRef = (o as { claim_ref?: unknown })?.claim_ref;
+        if (typeof claimRef !== 'string')
+          throw new SandboxError('sandboxd.bad-request', `objects[${i}].claim_ref: required`);
+        return { claimRef, object: storedObject((o as { object?: unknown }).object, claimRef) };
+      });
+    }
+    const children = await e.fork(rec.id, count, ttl, objects);
+    json(res, 200, { children: children.map((c) => claimAnswer(c, e.advertiseAddr)) });
+  });
+}
