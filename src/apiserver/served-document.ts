@@ -5,6 +5,7 @@
  * returned `{status, headers, body}` as is; nothing here touches a socket.
  */
 import { createHash } from 'node:crypto';
+import { failureStatus } from '../kube/status-errors.js';
 
 /** What the server writes back: `body` is absent for 304. */
 export interface StaticResponse {
@@ -117,8 +118,11 @@ export function notFound(path: string): StaticResponse {
 }
 
 function jsonStatus(code: number, reason: string, message: string): StaticResponse {
-  const status = { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, code };
-  return { status: code, headers: { 'Content-Type': JSON_UTF8 }, body: JSON.stringify(status) };
+  return {
+    status: code,
+    headers: { 'Content-Type': JSON_UTF8 },
+    body: JSON.stringify(failureStatus(code, reason, message)),
+  };
 }
 
 /** The path and query of a request-line URL. */

@@ -6,7 +6,7 @@
 import type { ErrorCode } from '../error-codes.js';
 import { httpErrorOf } from '../error-http.js';
 import { SandboxError } from '../errors.js';
-import type { KubeStatus } from '../kube/index.js';
+import { failureStatus, type KubeStatus } from '../kube/index.js';
 
 export type StatusReason =
   | 'BadRequest'
@@ -75,16 +75,7 @@ export class StatusFailure extends SandboxError {
   ) {
     super(CODE_BY_REASON[reason], message);
     this.name = 'StatusFailure';
-    this.status = {
-      kind: 'Status',
-      apiVersion: 'v1',
-      metadata: {},
-      status: 'Failure',
-      message,
-      reason,
-      code,
-      ...(details ? { details } : {}),
-    } as StatusFailure['status'];
+    this.status = failureStatus(code, reason, message, details) as StatusFailure['status'];
     this.headers = headers;
   }
 

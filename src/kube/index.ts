@@ -31,5 +31,6 @@ export {
   isForbidden,
 } from './status-errors.js';
 export type { KubeStatus } from './status-errors.js';
+export { failureStatus } from './status-errors.js';
 export * from './resource.js';
 export * from './api-resources.js';

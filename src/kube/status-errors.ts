@@ -19,6 +19,25 @@ export interface KubeStatus {
   };
 }
 
+/** A failure `Status` as every server of ours answers with one (sandbox-apiserver, the kubelet API). */
+export function failureStatus(
+  code: number,
+  reason: string,
+  message: string,
+  details?: KubeStatus['details'],
+): KubeStatus & { metadata: Record<string, never> } {
+  return {
+    kind: 'Status',
+    apiVersion: 'v1',
+    metadata: {},
+    status: 'Failure',
+    message,
+    reason,
+    code,
+    ...(details ? { details } : {}),
+  };
+}
+
 /** The code of a failed call by the Status reason it was answered with (apimachinery's StatusReasons). */
 export const KUBE_CODE_BY_REASON: Readonly<Record<string, ErrorCode>> = {
   AlreadyExists: 'kube.already-exists',

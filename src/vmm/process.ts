@@ -100,24 +100,16 @@ export function launchQemu(
       resolve(signal ? `killed by ${signal}` : `exit code ${code}`);
     });
   });
-  const proc: QemuProcess = {
+  const proc = trackedProcess(
     pid,
     exited,
-    get alive() {
-      return alive;
+    () => alive,
+    () => {
+      if (!alive) return;
+      child.ref(); // keep the event loop alive until the exit is reaped
+      sigkill(pid);
     },
-    async kill() {
-      if (alive) {
-        child.ref(); // keep the event loop alive until the exit is reaped
-        try {
-          process.kill(pid, 'SIGKILL');
-        } catch {
-          /* already gone */
-        }
-      }
-      await exited;
-    },
-  };
+  );
   live.set(pid, proc);
   return proc;
 }
@@ -138,25 +130,38 @@ export function adoptQemu(pid: number): QemuProcess {
     }
   }, 20);
   poll.unref();
-  const proc: QemuProcess = {
+  const proc = trackedProcess(
     pid,
     exited,
-    get alive() {
-      return alive;
-    },
-    async kill() {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        /* gone */
-      }
-      await exited;
-    },
-  };
+    () => alive,
+    () => sigkill(pid),
+  );
   if (alive) live.set(pid, proc);
   else {
     clearInterval(poll);
     resolveExit('exited');
   }
   return proc;
+}
+
+function trackedProcess(pid: number, exited: Promise<string>, isAlive: () => boolean, signal: () => void): QemuProcess {
+  return {
+    pid,
+    exited,
+    get alive() {
+      return isAlive();
+    },
+    async kill() {
+      signal();
+      await exited;
+    },
+  };
+}
+
+function sigkill(pid: number): void {
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    /* already gone */
+  }
 }

@@ -13,6 +13,7 @@ import type { TLSSocket } from 'node:tls';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { httpErrorOf } from '../../error-http.js';
 import { SandboxError } from '../../errors.js';
+import { failureStatus } from '../../kube/index.js';
 import type { Logger } from '../../log/logger.js';
 import type { NodeEngine } from '../engine.js';
 import { EXEC_PROTOCOLS, parseExecQuery, serveExec } from './exec-stream.js';
@@ -51,15 +52,7 @@ export interface KubeletServerOptions {
 }
 
 function statusBody(status: number, reason: string, message: string): string {
-  return JSON.stringify({
-    kind: 'Status',
-    apiVersion: 'v1',
-    metadata: {},
-    status: 'Failure',
-    message,
-    reason,
-    code: status,
-  });
+  return JSON.stringify(failureStatus(status, reason, message));
 }
 
 const messageOf = (err: unknown): string => (err instanceof Error ? err.message : String(err));
