@@ -210,10 +210,14 @@ describe('checkpoint placement on three nodes (real microVMs, peers from NodeInv
     assert.equal(second.json.owner_addr, addr.a);
     await release('a', second.json.id);
 
-    const healed = await claimCk('c');
+    // With an identity (as sandbox-apiserver's create from a snapshot sends): the healed clone carries it.
+    const object = { metadata: { namespace: 'ns', name: 'healed' }, spec: { note: 'kept' } };
+    const healed = await claimCk('c', { claim_ref: 'ns/healed', object });
     assert.equal(healed.status, 200, `${JSON.stringify(healed.json)}\n${nodes.c.logs.join('')}`);
     assert.equal(healed.tier, 'heal');
     assert.equal(healed.json.owner_addr, addr.c, 'the clone runs on c');
+    const row = healed.json.sandbox as Record<string, unknown>;
+    assert.deepEqual([row.claim_ref, row.object, row.from_checkpoint], ['ns/healed', object, ck]);
     assert.equal(
       (await exec('c', healed.json.id as string, ['cat', '/data.txt'])).stdout,
       'written-before-the-checkpoint\n',
