@@ -184,10 +184,12 @@ async function localTemplate(dir: string, meta: RecordMeta, driver: QemuMicrovmD
   const spec = templateFromImage(img);
   // Guest image files live in directories named by their content hash (…/kernel-<hash>/vmlinux): the same last two
   // path segments are the same content, wherever each node keeps its cache. (A checkpoint's image.hash is its source
-  // template's, not the image's, so it cannot be compared.)
+  // template's, not the image's, so it cannot be compared.) A checkpoint of a clone names no kernel or initramfs (the
+  // clone was restored from RAM and device state, not booted, and so is every clone of the record); the root disk,
+  // which a clone opens, must be the same one, or absent on both sides.
   const named = (p: string | undefined) => (p ? p.split('/').slice(-2).join('/') : '');
   for (const part of ['kernel', 'initramfs', 'rootfs'] as const)
-    if (named(sent.image?.[part]) !== named(spec.image[part]))
+    if ((part === 'rootfs' || sent.image?.[part]) && named(sent.image?.[part]) !== named(spec.image[part]))
       bad(
         `the checkpoint's guest ${part} is ${named(sent.image?.[part]) || 'none'}; this node's ${key.template} has ${named(spec.image[part]) || 'none'}`,
       );
