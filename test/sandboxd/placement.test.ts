@@ -257,7 +257,8 @@ describe('checkpoint placement on three nodes (real microVMs, peers from NodeInv
       const log = nodes.b.logs.join('');
       assert.match(log, new RegExp(`"owner":"${relay.address}"[^\\n]*pulling a checkpoint from a peer failed`));
       const listed = (await api.b('GET', '/v1/checkpoints')).json.checkpoints as Array<{ via: string[] }>;
-      assert.deepEqual(listed[0]?.via, [addr.c], 'the record came from c, the owner left');
+      // via is the record's path: a, where it was taken, then c, which healed it from a and served it here.
+      assert.deepEqual(listed[0]?.via, [addr.a, addr.c], 'the record came from c, the owner left');
       assert.deepEqual(await entries(join(nodes.b.dataDir, 'checkpoints')), [ck], 'the cut pull left nothing');
       await release('b', healed.json.id);
     } finally {
