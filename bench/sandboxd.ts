@@ -2,11 +2,15 @@
  * bench/sandboxd — sandboxd, measured from outside the daemon (a separate process, HTTP on loopback, keep-alive):
  *   1. pool refill rate: PUT /v1/pools from 0 to 50 warm microVMs, time until all 50 answer (VMs/s);
  *   2. node-local claim latency, POST /v1/claim served from the hot pool, p50/p95/p99 at concurrency 1 and 16, on
- *      the claim gateway (--claim-listen) and on the API listener, with sandboxd's own CPU per claim;
+ *      the claim gateway (--claim-listen) and on the API listener, with sandboxd's own CPU per claim; and on the
+ *      gateway with Kubernetes identity (a ServiceAccount token: cached TokenReview and SubjectAccessReview, the
+ *      SandboxClaim recorded afterwards) against a real control plane, interleaved round by round with the plain
+ *      claim, then again with every kube-apiserver request 200 ms late (a proxy): the record must not delay the
+ *      answer. Target: its p50 ≤ 1.2× the plain gateway claim's. `--no-kube` skips it (no control plane);
  *   3. the floors under them: Node servers that do nothing, and the machine's round trip between two processes with
  *      blocking sockets, on different vCPUs and on one (this VM's cross-vCPU wake-up is most of a round trip).
  *
- *   node --import tsx bench/sandboxd.ts [--rounds 4] [--pool 50]
+ *   node --import tsx bench/sandboxd.ts [--rounds 4] [--pool 50] [--no-kube] [--slow-ms 200]
  */
 import { freePort } from '../src/net/free-port.js';
 import { spawn } from 'node:child_process';
@@ -17,6 +21,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import { readClusterEnvironment, startCluster, type ClusterHandle } from '../src/cluster/index.js';
+import { installCrds } from '../test/support/crds.js';
+import { claimGatewayFixture } from '../test/support/claim-gateway.js';
+import { startFaultProxy, type FaultProxy } from '../test/support/fault-proxy.js';
 import { machineIdleSettings, processCpuMs, socketFloorMs } from './machine.js';
 import { callJson } from './support/http-json.js';
 
@@ -30,6 +38,8 @@ const ROUNDS = flag('rounds', 4);
  * enough that no clone runs during a burst (the claim path alone). */
 const REFILL_DELAY = flag('refill-delay', 25);
 const POOL = flag('pool', 50);
+const KUBE = !args.includes('--no-kube');
+const SLOW_MS = flag('slow-ms', 200);
 const TOKEN = 'bench-token';
 const agent = new Agent({ keepAlive: true, maxSockets: 64 });
 
@@ -60,16 +70,19 @@ function callAs(
 class RawHttp {
   private buf: Buffer = Buffer.alloc(0);
   private waiter: ((r: { status: number; body: string }) => void) | undefined;
-  private constructor(private readonly socket: Socket) {
+  private constructor(
+    private readonly socket: Socket,
+    private readonly token: string,
+  ) {
     socket.setNoDelay(true);
     socket.on('data', (c: Buffer) => {
       this.buf = this.buf.length ? Buffer.concat([this.buf, c]) : c;
       this.parse();
     });
   }
-  static open(port: number): Promise<RawHttp> {
+  static open(port: number, token = TOKEN): Promise<RawHttp> {
     return new Promise((resolve, reject) => {
-      const s = connect(port, '127.0.0.1', () => resolve(new RawHttp(s)));
+      const s = connect(port, '127.0.0.1', () => resolve(new RawHttp(s, token)));
       s.once('error', reject);
     });
   }
@@ -89,7 +102,7 @@ class RawHttp {
     return new Promise((resolve) => {
       this.waiter = resolve;
       this.socket.write(
-        `POST ${path} HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${TOKEN}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+        `POST ${path} HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${this.token}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
       );
     });
   }
@@ -125,22 +138,36 @@ async function fill(port: number, target: number, primed = true): Promise<number
   return ms;
 }
 
+/** A caller with a Kubernetes identity: its ServiceAccount token and the namespace its claims are in. */
+interface KubeCaller {
+  token: string;
+  namespace: string;
+}
+
+let claimSeq = 0;
+
 async function claims(
   port: number,
   n: number,
   concurrency: number,
   client: 'raw' | 'node:http',
+  kube?: KubeCaller,
 ): Promise<{ lat: number[]; ids: string[] }> {
   const lat: number[] = [];
   const ids: string[] = [];
-  const body = JSON.stringify({ template: 'sandbox/minimal', ttl_seconds: 600 });
+  const plain = JSON.stringify({ template: 'sandbox/minimal', ttl_seconds: 600 });
+  const bodyOf = () =>
+    kube
+      ? JSON.stringify({ namespace: kube.namespace, name: `b-${claimSeq++}`, warm_pool: 'pool', ttl_seconds: 600 })
+      : plain;
   let next = 0;
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
-      const raw = client === 'raw' ? await RawHttp.open(port) : undefined;
+      const raw = client === 'raw' ? await RawHttp.open(port, kube?.token) : undefined;
       try {
         while (next < n) {
           next++;
+          const body = bodyOf();
           const t0 = performance.now();
           let status: number;
           let json: Record<string, unknown>;
@@ -345,10 +372,57 @@ async function firstExecs(d: Daemon, n: number, primed: boolean): Promise<number
   return lat.sort((a, b) => a - b);
 }
 
+/**
+ * The Kubernetes side of the identity rows: a real control plane (no simulated nodes), the CRDs, a namespace with
+ * a ServiceAccount allowed to create SandboxClaims and a SandboxWarmPool of the bench's pool key, and the proxy
+ * sandboxd reaches kube-apiserver through (to slow it down). `settle` waits until a round's claims are recorded
+ * and then deletes them, so records never spill into the next round's measurement.
+ */
+async function startKube() {
+  const env = readClusterEnvironment();
+  const cluster: ClusterHandle = await startCluster({
+    cacheDir: env.cacheDir,
+    binDir: env.binDir,
+    simulatedNodes: 0,
+    progress: (l) => process.stderr.write(`${l}\n`),
+  });
+  try {
+    await installCrds(cluster.kubectl);
+    const namespace = 'bench';
+    await cluster.kubectl(['create', 'namespace', namespace]);
+    const token = await claimGatewayFixture(cluster.kubectl, namespace);
+    const proxy: FaultProxy = await startFaultProxy(cluster.kubeconfigPath);
+    const bound = async () =>
+      (
+        JSON.parse(await cluster.kubectl(['get', 'sandboxclaims', '-n', namespace, '-o', 'json'])) as {
+          items: Array<{ status?: { sandbox?: { name?: string } } }>;
+        }
+      ).items.filter((c) => c.status?.sandbox?.name).length;
+    return {
+      caller: { token, namespace },
+      proxy,
+      async settle(n: number) {
+        for (let i = 0; i < 600 && (await bound()) < n; i++) await sleep(100);
+        await cluster.kubectl(['delete', 'sandboxclaims', '--all', '-n', namespace, '--wait=false']);
+      },
+      async stop() {
+        await proxy.close();
+        await cluster.stop();
+      },
+    };
+  } catch (err) {
+    await cluster.stop();
+    throw err;
+  }
+}
+
 async function main() {
   console.log(`machine: ${machineIdleSettings()}`);
   await floors('(no VMs running)');
-  const d = await startDaemon([]);
+  const kube = KUBE ? await startKube() : undefined;
+  const d = await startDaemon(
+    kube ? [`--kubeconfig=${kube.proxy.kubeconfigPath}`, '--vk-nodes=', '--publish-inventory=false'] : [],
+  );
   const { port, gatewayPort } = d;
   try {
     // Build the template once (not part of the refill figure).
@@ -364,39 +438,93 @@ async function main() {
 
     // One uncounted round per listener first: a daemon serving claims all day runs JIT-compiled code, and the first
     // claims of a fresh process measure the compiler instead.
-    for (const listenPort of [gatewayPort, port]) {
+    for (const [listenPort, caller] of [[gatewayPort], [port], ...(kube ? [[gatewayPort, kube.caller]] : [])] as Array<
+      [number, KubeCaller?]
+    >) {
       await fill(port, POOL);
-      const { ids } = await claims(listenPort, POOL, 1, 'raw');
+      const { ids } = await claims(listenPort, POOL, 1, 'raw', caller);
+      if (caller) await kube!.settle(ids.length);
       await releaseAll(port, ids);
     }
-    for (const [conc, client, listener] of [
-      [1, 'raw', 'gateway'],
-      [1, 'raw', 'api'],
-      [1, 'node:http', 'api'],
-      [16, 'raw', 'gateway'],
-      [16, 'raw', 'api'],
-    ] as const) {
-      const all: number[] = [];
-      let daemonCpuMs = 0;
-      for (let round = 0; round < ROUNDS; round++) {
-        await fill(port, POOL);
-        // Let the last clone's spare VMM load and the previous round's VMs die before measuring the claim path.
-        await sleep(1000);
-        const cpu0 = processCpuMs(d.pid);
-        const { lat, ids } = await claims(
-          listener === 'gateway' ? gatewayPort : port,
-          POOL - (POOL % conc),
-          conc,
-          client,
-        );
-        daemonCpuMs += processCpuMs(d.pid) - cpu0;
-        all.push(...lat);
-        await releaseAll(port, ids);
-      }
+    type Listener = 'gateway' | 'gateway-k8s' | 'api';
+    const configs: Array<{ conc: number; client: 'raw' | 'node:http'; listener: Listener }> = [
+      { conc: 1, client: 'raw', listener: 'gateway' },
+      ...(kube ? [{ conc: 1, client: 'raw', listener: 'gateway-k8s' } as const] : []),
+      { conc: 1, client: 'raw', listener: 'api' },
+      { conc: 1, client: 'node:http', listener: 'api' },
+      { conc: 16, client: 'raw', listener: 'gateway' },
+      ...(kube ? [{ conc: 16, client: 'raw', listener: 'gateway-k8s' } as const] : []),
+      { conc: 16, client: 'raw', listener: 'api' },
+    ];
+    const round = async (c: (typeof configs)[number]) => {
+      await fill(port, POOL);
+      // Let the last clone's spare VMM load and the previous round's VMs die before measuring the claim path.
+      await sleep(1000);
+      const cpu0 = processCpuMs(d.pid);
+      const k8s = c.listener === 'gateway-k8s';
+      const r = await claims(
+        c.listener === 'api' ? port : gatewayPort,
+        POOL - (POOL % c.conc),
+        c.conc,
+        c.client,
+        k8s ? kube?.caller : undefined,
+      );
+      const cpuMs = processCpuMs(d.pid) - cpu0;
+      if (k8s) await kube!.settle(r.ids.length);
+      await releaseAll(port, r.ids);
+      return { lat: r.lat, cpuMs };
+    };
+    const label = (c: (typeof configs)[number]) =>
+      c.listener === 'gateway'
+        ? 'claim gateway'
+        : c.listener === 'api'
+          ? 'API listener'
+          : 'claim gateway, Kubernetes identity (cached reviews)';
+    const report = (c: (typeof configs)[number], all: number[], cpuMs: number, extra = '') => {
       all.sort((a, b) => a - b);
       console.log(
-        `claim over HTTP (loopback, keep-alive, ${listener === 'gateway' ? 'claim gateway' : 'API listener'}, ${client} client, refill delay ${REFILL_DELAY} ms), concurrency ${conc}, n=${all.length}: p50 ${pct(all, 50).toFixed(3)} ms  p95 ${pct(all, 95).toFixed(3)} ms  p99 ${pct(all, 99).toFixed(3)} ms; sandboxd CPU ${(daemonCpuMs / all.length).toFixed(3)} ms per claim`,
+        `claim over HTTP (loopback, keep-alive, ${label(c)}${extra}, ${c.client} client, refill delay ${REFILL_DELAY} ms), concurrency ${c.conc}, n=${all.length}: p50 ${pct(all, 50).toFixed(3)} ms  p95 ${pct(all, 95).toFixed(3)} ms  p99 ${pct(all, 99).toFixed(3)} ms; sandboxd CPU ${(cpuMs / all.length).toFixed(3)} ms per claim`,
       );
+      return { p50: pct(all, 50), p99: pct(all, 99) };
+    };
+    // Rounds outermost: every configuration sees the same stretch of this shared machine.
+    const results = configs.map(() => ({ lat: [] as number[], cpuMs: 0 }));
+    for (let i = 0; i < ROUNDS; i++)
+      for (const [j, c] of configs.entries()) {
+        const r = await round(c);
+        results[j]!.lat.push(...r.lat);
+        results[j]!.cpuMs += r.cpuMs;
+      }
+    const printed = configs.map((c, j) => report(c, results[j]!.lat, results[j]!.cpuMs));
+    if (kube) {
+      const at = (conc: number, listener: Listener) =>
+        printed[configs.findIndex((c) => c.conc === conc && c.listener === listener)]!;
+      for (const conc of [1, 16])
+        console.log(
+          `Kubernetes identity vs plain gateway claim, concurrency ${conc}: p50 ${(at(conc, 'gateway-k8s').p50 / at(conc, 'gateway').p50).toFixed(2)}x (target <= 1.2x)`,
+        );
+      // Every kube-apiserver request SLOW_MS late: records (and background re-reviews) queue; answers must not.
+      kube.proxy.slow(SLOW_MS);
+      const slowed = configs.filter((c) => c.listener === 'gateway-k8s');
+      const slowResults = slowed.map(() => ({ lat: [] as number[], cpuMs: 0 }));
+      for (let i = 0; i < ROUNDS; i++)
+        for (const [j, c] of slowed.entries()) {
+          const r = await round(c);
+          slowResults[j]!.lat.push(...r.lat);
+          slowResults[j]!.cpuMs += r.cpuMs;
+        }
+      kube.proxy.slow(0);
+      for (const [j, c] of slowed.entries()) {
+        const s2 = report(
+          c,
+          slowResults[j]!.lat,
+          slowResults[j]!.cpuMs,
+          `, every kube-apiserver request ${SLOW_MS} ms late`,
+        );
+        console.log(
+          `  p99 with kube-apiserver slowed vs not, concurrency ${c.conc}: ${s2.p99.toFixed(3)} vs ${at(c.conc, 'gateway-k8s').p99.toFixed(3)} ms`,
+        );
+      }
     }
     const exec = { primed: await firstExecs(d, 10, true), unprimed: [] as number[] };
     await d.stop();
@@ -415,6 +543,7 @@ async function main() {
       );
   } finally {
     await d.stop().catch(() => undefined);
+    await kube?.stop();
     agent.destroy();
   }
 }

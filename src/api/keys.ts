@@ -89,6 +89,14 @@ export const CocoonAnnotationKeys = {
   servedBy: 'sandbox.cocoonstack.io/served-by',
   /** Label on a fork child: the Sandbox it was forked from. */
   forkedFrom: 'sandbox.cocoonstack.io/forked-from',
+  /** On a Sandbox a node's claim gateway delivered: `claim-gateway` (docs/claim-gateway.md). */
+  deliveredBy: 'sandbox.cocoonstack.io/delivered-by',
+  /** On a gateway-delivered Sandbox: the SandboxWarmPool its claim named. */
+  warmPool: 'sandbox.cocoonstack.io/warm-pool',
+  /** Label on a SandboxClaim a node's claim gateway bound: that node (its gateway watches these). */
+  gatewayNode: 'sandbox.cocoonstack.io/gateway-node',
+  /** On a SandboxClaim a claim gateway bound: the Kubernetes user that made the claim. */
+  claimedBy: 'sandbox.cocoonstack.io/claimed-by',
   cocoonsetMode: 'cocoonset.cocoonstack.io/mode',
   cocoonsetManaged: 'cocoonset.cocoonstack.io/managed',
   cocoonsetImage: 'cocoonset.cocoonstack.io/image',

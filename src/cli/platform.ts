@@ -58,6 +58,8 @@ export interface ComponentProcess {
 export interface SandboxdNode {
   node: string;
   address: string;
+  /** The claim gateway (aggregated layout: claims by Kubernetes identity, docs/claim-gateway.md). */
+  claimAddress: string | undefined;
   tokenFile: string;
   vmRunRoot: string;
   /** Whether it pulls checkpoints it lacks from peers (PlatformOptions.checkpointPeerHeal). */
@@ -170,6 +172,7 @@ async function startSandboxdNodes(
     const dir = join(opts.dataDir, node);
     await mkdir(dir, { recursive: true });
     const port = await freePort(host);
+    const claimAddress = aggregated ? `${host}:${await freePort(host)}` : undefined;
     const vk: string[] = [];
     if (aggregated) vk.push('--vk-nodes=');
     else {
@@ -196,6 +199,7 @@ async function startSandboxdNodes(
       `--data-dir=${join(dir, 'data')}`,
       `--token-file=${tokenFile}`,
       `--kubeconfig=${cluster.kubeconfigPath}`,
+      ...(claimAddress ? [`--claim-listen=${claimAddress}`] : []),
       ...vk,
       ...(opts.pools
         ? [`--pools=${opts.pools}`]
@@ -209,6 +213,7 @@ async function startSandboxdNodes(
     nodes.push({
       node,
       address: `${host}:${port}`,
+      claimAddress,
       tokenFile,
       vmRunRoot: defaultRunRoot(join(dir, 'data')),
       peerHeal: opts.checkpointPeerHeal?.includes(node) ?? false,

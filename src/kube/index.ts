@@ -20,6 +20,17 @@ export type { ManagerOptions, Runnable } from './manager.js';
 export { LeaderElector } from './leader-election.js';
 export type { Lease, LeaderElectionOptions } from './leader-election.js';
 export { mergePatch, applyMergePatch } from './merge-patch.js';
+export { ExpiringCache } from './expiring-cache.js';
+export type { ExpiringCacheOptions } from './expiring-cache.js';
+export { AccessReviewer, reviewSubject, TokenReviewer } from './reviews.js';
+export type {
+  AccessDecision,
+  AccessReviewerOptions,
+  ReviewedUser,
+  SubjectAccessReviewSpec,
+  TokenReviewerOptions,
+  TokenVerdict,
+} from './reviews.js';
 export { controllerRef, controllerOf, isControlledBy, refGroup } from './ownership.js';
 export {
   StatusError,

@@ -280,7 +280,13 @@ export class Informer<T extends KubeObject> {
   }
 }
 
+/**
+ * Cached objects get their kind back (lists and watches omit it) and lose managedFields, as client-go's
+ * TransformStripManagedFields does: nothing here reads them, and on Pods they are about half the object, so every
+ * replaced cache entry was that much more old-generation garbage (major GC pauses on the claim path).
+ */
 function withKind<T extends KubeObject>(obj: T, rt: ResourceType): T {
+  if (obj.metadata?.managedFields) delete obj.metadata.managedFields;
   if (!obj.kind) obj.kind = rt.kind;
   if (!obj.apiVersion) obj.apiVersion = rt.group ? `${rt.group}/${rt.version}` : rt.version;
   return obj;

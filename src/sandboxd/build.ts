@@ -2,6 +2,7 @@ import { KubeClient } from '../kube/index.js';
 import type { Logger } from '../log/logger.js';
 import { NodeEngine } from './engine.js';
 import { ClaimGateway } from './claim-gateway.js';
+import { KubeClaimGateway } from './gateway/index.js';
 import { SandboxdApi } from './http-api.js';
 import { InventoryPublisher } from './inventory.js';
 import type { SandboxdConfig } from './options.js';
@@ -14,8 +15,8 @@ import { startVirtualNodes, type VirtualNodes } from './vk/index.js';
 import { join } from 'node:path';
 import { SandboxError } from '../errors.js';
 
-/** sandboxd's composition root: engine, HTTP API, peers and checkpoint placement, NodeInventory publisher (and
- * virtual nodes). */
+/** sandboxd's composition root: engine, HTTP API, claim gateway, peers and checkpoint placement, NodeInventory
+ * publisher (and virtual nodes). */
 export interface Sandboxd {
   engine: NodeEngine;
   api: SandboxdApi;
@@ -77,14 +78,30 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
   if (!config.advertiseExplicit && config.listenPort === 0) engine.advertiseAddr = address;
   log.info({ address, node: config.nodeName }, 'sandboxd API listening');
   let gateway: ClaimGateway | undefined;
+  let kubeGateway: KubeClaimGateway | undefined;
   if (config.claimListen) {
+    if (client && config.gatewayIdentity === 'kubernetes')
+      kubeGateway = new KubeClaimGateway({
+        api,
+        engine,
+        client,
+        dataDir: config.dataDir,
+        log: log.child({ component: 'claim-gateway' }),
+        authCacheTtlMs: config.gatewayAuthCacheTtlMs,
+        authStaleMs: config.gatewayAuthStaleMs,
+        adoptionIntervalMs: config.gatewayAdoptionIntervalMs,
+      });
     gateway = new ClaimGateway({
       api,
       auth: { rootToken: config.rootToken, tenants: config.tenants, allowAnonymous: config.allowAnonymous },
+      kube: kubeGateway,
       logger: log.child({ component: 'claim-gateway' }),
     });
     const g = await gateway.listen(config.claimListen.host, config.claimListen.port);
-    log.info({ address: `${g.address}:${g.port}` }, 'claim gateway listening');
+    log.info(
+      { address: `${g.address}:${g.port}`, kubernetesIdentity: kubeGateway !== undefined },
+      'claim gateway listening',
+    );
   }
   let vk: VirtualNodes | undefined;
   if (client && config.vkNodes.length) {
@@ -127,6 +144,7 @@ export async function buildSandboxd(config: SandboxdConfig, log: Logger): Promis
         });
         tasks.push(publisher.run(signal));
       }
+      if (kubeGateway) tasks.push(kubeGateway.run(signal));
       await new Promise<void>((r) => signal.addEventListener('abort', () => r(), { once: true }));
       peers.stop();
       await vk?.stop({ deleteNodes: config.destroyOnExit });

@@ -5,12 +5,15 @@
  * 0.2 ms a node-local claim is meant to take, while a socket answered directly costs ~0.11 ms. HTTP/1.1 parsing
  * is http-parser-js (docs/dependencies.md), not ours: keep-alive, pipelining (answers in order), chunked or
  * Content-Length bodies, header-size limit. Anything but POST /v1/claim gets a JSON 404/405 naming the API.
+ * A bearer token that is none of sandboxd's is a Kubernetes identity, handed to the gateway of gateway/ (when
+ * sandboxd runs with --kubeconfig): its claims are authorized by RBAC and recorded as SandboxClaims.
  */
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { HTTPParser, type HeaderInfo } from 'http-parser-js';
 import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
 import { identify, type AuthConfig } from './auth.js';
+import type { KubeClaimGateway } from './gateway/index.js';
 import { errorStatus, MAX_BODY_BYTES, parseJsonBody, type SandboxdApi } from './http-api.js';
 
 /** Request line plus headers, at most (a claim needs a few hundred bytes). */
@@ -23,6 +26,8 @@ const REASONS: Record<number, string> = {
   403: 'Forbidden',
   404: 'Not Found',
   405: 'Method Not Allowed',
+  409: 'Conflict',
+  413: 'Content Too Large',
   429: 'Too Many Requests',
   500: 'Internal Server Error',
   503: 'Service Unavailable',
@@ -31,12 +36,16 @@ const REASONS: Record<number, string> = {
 export interface ClaimGatewayOptions {
   api: SandboxdApi;
   auth: AuthConfig;
+  /** Claims by Kubernetes identity (a bearer token that is none of sandboxd's): src/sandboxd/gateway. */
+  kube?: KubeClaimGateway;
   logger?: Logger;
 }
 
-interface Answer {
+export interface Answer {
   status: number;
   body: unknown;
+  /** Seconds, sent as Retry-After (503s). */
+  retryAfter?: number;
 }
 
 interface Pending {
@@ -92,7 +101,8 @@ export class ClaimGateway {
     const send = (a: Answer, keepAlive: boolean) => {
       if (!socket.destroyed) {
         const payload = JSON.stringify(a.body);
-        const head = `HTTP/1.1 ${a.status} ${REASONS[a.status] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(payload)}\r\n`;
+        const retry = a.retryAfter === undefined ? '' : `retry-after: ${a.retryAfter}\r\n`;
+        const head = `HTTP/1.1 ${a.status} ${REASONS[a.status] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(payload)}\r\n${retry}`;
         if (keepAlive) socket.write(`${head}\r\n${payload}`);
         else socket.end(`${head}connection: close\r\n\r\n${payload}`);
       }
@@ -154,9 +164,11 @@ export class ClaimGateway {
         );
       if (r.method !== 'POST')
         throw new SandboxError('sandboxd.method-not-allowed', `method ${r.method} not allowed on /v1/claim`);
+      const who = identify(r.authorization, this.opts.auth);
+      if (who?.kind === 'bearer' && this.opts.kube)
+        return this.opts.kube.claim(who.token, r.chunks, r.tooLarge, r.started);
       if (r.tooLarge)
         throw new SandboxError('sandboxd.bad-request', `invalid request body: larger than ${MAX_BODY_BYTES} bytes`);
-      const who = identify(r.authorization, this.opts.auth);
       if (!who) throw new SandboxError('sandboxd.unauthorized', 'invalid api token');
       const out = this.opts.api.claimNow(who, parseJsonBody(r.chunks), r.started);
       if ('answer' in out) return { status: 200, body: out.answer };

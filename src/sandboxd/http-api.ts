@@ -80,6 +80,7 @@ export class SandboxdApi {
         buckets: [0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.005, 0.025, 0.1, 0.5, 2],
         registers: r,
       }),
+      // every release (this API, a lease that ended, the claim gateway's release of a claim that is gone)
       releases: new Counter({ name: 'sandboxd_releases_total', help: 'Sandboxes released', registers: r }),
       requests: new Counter({
         name: 'sandboxd_http_requests_total',
@@ -88,6 +89,7 @@ export class SandboxdApi {
         registers: r,
       }),
     };
+    opts.engine.on('released', () => this.metrics.releases.inc());
     this.claimTiers = {
       warm: { count: this.metrics.claims.labels('warm'), seconds: this.metrics.claimSeconds.labels('warm') },
       provisioned: {
@@ -324,7 +326,6 @@ export class SandboxdApi {
       if (!rec || !mayAccessSandbox(who, rec.token))
         throw new SandboxError('sandboxd.not-found', `sandbox ${id} not found`);
       await e.release(rec.id);
-      this.metrics.releases.inc();
       res.writeHead(204).end();
     });
 

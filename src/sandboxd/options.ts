@@ -12,6 +12,11 @@ export interface SandboxdConfig {
   readonly listenPort: number;
   /** The claim gateway's address (POST /v1/claim only, without node:http); undefined = not started. */
   readonly claimListen: { host: string; port: number } | undefined;
+  /** Whether the claim gateway takes Kubernetes bearer tokens (needs --claim-listen and --kubeconfig). */
+  readonly gatewayIdentity: 'kubernetes' | 'none';
+  readonly gatewayAuthCacheTtlMs: number;
+  readonly gatewayAuthStaleMs: number;
+  readonly gatewayAdoptionIntervalMs: number;
   readonly advertiseAddr: string;
   /** Whether --advertise-addr was given (else a `--listen` port of 0 is replaced by the bound one). */
   readonly advertiseExplicit: boolean;
@@ -56,6 +61,32 @@ export function sandboxdCommand(): Command {
     .option(
       '--claim-listen <host:port>',
       'also serve POST /v1/claim on this address through the lean claim gateway (docs/sandboxd.md); off by default',
+    )
+    .addOption(
+      new Option(
+        '--gateway-identity <kind>',
+        'with --kubeconfig: the claim gateway also takes Kubernetes bearer tokens, authorized by RBAC (create sandboxclaims) and recorded as SandboxClaims (docs/claim-gateway.md)',
+      )
+        .choices(['kubernetes', 'none'])
+        .default('kubernetes'),
+    )
+    .option(
+      '--gateway-auth-cache-ttl <seconds>',
+      'how long a TokenReview or SubjectAccessReview verdict is used',
+      Number,
+      10,
+    )
+    .option(
+      '--gateway-auth-stale <seconds>',
+      'how much longer an expired verdict is used while kube-apiserver does not answer (0: never)',
+      Number,
+      60,
+    )
+    .option(
+      '--gateway-adoption-interval <seconds>',
+      'how often gateway deliveries are checked against their SandboxClaims (unrecorded: recorded; claim gone: released)',
+      Number,
+      10,
     )
     .option('--advertise-addr <host:port>', 'address peers and the control plane use for this node (default: --listen)')
     .option('--data-dir <dir>', 'state and VM run dirs', join('/var/lib', 'sandboxd'))
@@ -184,6 +215,11 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
       if (name && token) tenants.set(token, name);
     }
   }
+  for (const flag of ['gatewayAuthCacheTtl', 'gatewayAuthStale', 'gatewayAdoptionInterval'] as const) {
+    const v = Number(o[flag]);
+    if (!Number.isFinite(v) || v < 0 || (flag !== 'gatewayAuthStale' && v === 0))
+      errors.push(`--${flag.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}: must be a positive number of seconds`);
+  }
   if (!rootToken && tenants.size === 0 && !o.allowAnonymous)
     errors.push('no API token configured: pass --token-file (or --allow-anonymous for a throwaway local daemon)');
   const vkNodes = String(o.vkNodes)
@@ -222,6 +258,10 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
     listenHost,
     listenPort,
     claimListen,
+    gatewayIdentity: o.gatewayIdentity === 'none' ? 'none' : 'kubernetes',
+    gatewayAuthCacheTtlMs: Number(o.gatewayAuthCacheTtl) * 1000,
+    gatewayAuthStaleMs: Number(o.gatewayAuthStale) * 1000,
+    gatewayAdoptionIntervalMs: Number(o.gatewayAdoptionInterval) * 1000,
     advertiseAddr,
     advertiseExplicit,
     dataDir: String(o.dataDir),

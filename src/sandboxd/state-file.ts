@@ -19,6 +19,28 @@ export interface SavedState {
   promoted: PromotedTemplate[];
 }
 
+/**
+ * A JSON file written by a StateFile: undefined when there is none yet; an unreadable or corrupt one is an error
+ * (`hint`: what moving it aside costs), never an empty state.
+ */
+export function readJsonFile<T>(path: string, hint: string): T | undefined {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw new SandboxError('sandboxd.state', `cannot read ${path}: ${(err as Error).message}`, { cause: err });
+  }
+  try {
+    return JSON.parse(text) as T;
+  } catch (err) {
+    throw new SandboxError('sandboxd.state', `${path} is not valid JSON: ${(err as Error).message}`, {
+      cause: err,
+      hint,
+    });
+  }
+}
+
 export class StateFile {
   private persistTimer: NodeJS.Timeout | undefined;
   private persisting: Promise<void> | undefined;
@@ -35,23 +57,11 @@ export class StateFile {
    * destroys VMs and removes checkpoint directories that no saved record accounts for.
    */
   read(): SavedState {
-    let text: string;
-    try {
-      text = readFileSync(this.path, 'utf8');
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT')
-        return { claims: [], targets: [], checkpoints: [], promoted: [] };
-      throw new SandboxError('sandboxd.state', `cannot read ${this.path}: ${(err as Error).message}`, { cause: err });
-    }
-    let s: Partial<SavedState>;
-    try {
-      s = JSON.parse(text) as Partial<SavedState>;
-    } catch (err) {
-      throw new SandboxError('sandboxd.state', `${this.path} is not valid JSON: ${(err as Error).message}`, {
-        cause: err,
-        hint: 'it is written whole (tmp + rename), so something else changed it; move it aside to start with no claims or checkpoints (their VMs and snapshots are then removed)',
-      });
-    }
+    const s = readJsonFile<Partial<SavedState>>(
+      this.path,
+      'it is written whole (tmp + rename), so something else changed it; move it aside to start with no claims or checkpoints (their VMs and snapshots are then removed)',
+    );
+    if (!s) return { claims: [], targets: [], checkpoints: [], promoted: [] };
     return {
       claims: s.claims ?? [],
       targets: s.targets ?? [],

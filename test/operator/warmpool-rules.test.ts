@@ -23,7 +23,7 @@ describe('warm member', () => {
   it('carries the §16 item 11 labels, annotation, owner and secure defaults', () => {
     const t = template();
     const sb = buildWarmMember(pool, t, blueprintHash(t), true);
-    assert.equal(sb.metadata!.generateName, 'pool-');
+    assert.match(sb.metadata!.name!, /^pool-[bcdfghjklmnpqrstvwxz2456789]{5}$/);
     assert.deepEqual(sb.metadata!.labels, {
       [LabelKeys.warmPoolSandbox]: fnv1a32('pool'),
       [LabelKeys.sandboxTemplateRefHash]: fnv1a32('tpl'),
@@ -31,7 +31,11 @@ describe('warm member', () => {
       [LabelKeys.launchType]: 'warm',
       [LabelKeys.createdBy]: 'controller',
     });
-    assert.deepEqual(sb.metadata!.annotations, { [AnnotationKeys.sandboxTemplateRef]: 'tpl' });
+    // Named by the pool, so the pod-name annotation is there from the start (no patch after the Pod is created).
+    assert.deepEqual(sb.metadata!.annotations, {
+      [AnnotationKeys.sandboxTemplateRef]: 'tpl',
+      [AnnotationKeys.podName]: sb.metadata!.name,
+    });
     assert.equal(sb.metadata!.ownerReferences![0]!.uid, 'pool-uid');
     assert.equal(sb.spec.podTemplate.metadata?.annotations?.[AnnotationKeys.safeToEvict], 'true');
     assert.equal(sb.spec.podTemplate.metadata?.labels?.app, 'x');

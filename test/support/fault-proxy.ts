@@ -10,13 +10,18 @@ import { getTestCluster } from './cluster.js';
 /**
  * An authenticating HTTP proxy in front of the test cluster's apiserver (as `kubectl proxy` is), through which a
  * client can be cut off or fed errors: `stall()` stops forwarding in both directions without closing anything
- * (requests get no answer, open watches go silent, as with a partitioned link), `fail()` answers matching requests
- * with 500. Clients reach it through `kubeconfigPath` (plain HTTP on loopback, no credentials; the proxy holds the
- * cluster's admin certificate).
+ * (requests get no answer, open watches go silent, as with a partitioned link or a SIGSTOPped kube-apiserver),
+ * `resume()` lets everything held through (as SIGCONT would), `fail()` answers matching requests with 500. Clients
+ * reach it through `kubeconfigPath` (plain HTTP on loopback, no credentials; the proxy holds the cluster's admin
+ * certificate). By default it fronts the shared test cluster; `upstreamKubeconfig` names another.
  */
 export interface FaultProxy {
   kubeconfigPath: string;
   stall(): void;
+  /** Undo stall(): requests held since are forwarded, responses held resume. */
+  resume(): void;
+  /** Forward every request `ms` late from now on (0: at once): a slow kube-apiserver. */
+  slow(ms: number): void;
   /** Answer requests for which `match` is true with a 500 Status until clear(). */
   fail(match: (method: string, path: string) => boolean): void;
   clear(): void;
@@ -30,16 +35,18 @@ interface Exchange {
   res: ServerResponse;
 }
 
-export async function startFaultProxy(): Promise<FaultProxy> {
-  const cluster = await getTestCluster();
+export async function startFaultProxy(upstreamKubeconfig?: string): Promise<FaultProxy> {
   const kc = new KubeConfig();
-  kc.loadFromFile(cluster.kubeconfigPath);
+  kc.loadFromFile(upstreamKubeconfig ?? (await getTestCluster()).kubeconfigPath);
   const upstreamUrl = new URL(kc.getCurrentCluster()!.server);
   const tls: RequestOptions = {};
   await kc.applyToHTTPSOptions(tls);
   const agent = new Agent({ keepAlive: true, ca: tls.ca, cert: tls.cert, key: tls.key });
 
   let stalled = false;
+  let delayMs = 0;
+  /** What stall() held back, in order: forwarded by resume(). */
+  const held: Array<() => void> = [];
   let failing: ((method: string, path: string) => boolean) | undefined;
   let injected = 0;
   const open = new Set<Exchange>();
@@ -49,8 +56,16 @@ export async function startFaultProxy(): Promise<FaultProxy> {
     const ex: Exchange = { res };
     open.add(ex);
     res.on('close', () => open.delete(ex));
-    // A stalled link answers nothing, ever: the request is held until the client gives up.
-    if (stalled) return;
+    // A stalled link answers nothing until resumed: the request is held (or the client gives up).
+    if (stalled) {
+      held.push(() => forward(req, res, ex));
+      return;
+    }
+    if (delayMs > 0) setTimeout(() => forward(req, res, ex), delayMs);
+    else forward(req, res, ex);
+  });
+  const forward = (req: IncomingMessage, res: ServerResponse, ex: Exchange) => {
+    if (res.destroyed) return;
     const method = req.method ?? 'GET';
     const path = req.url ?? '/';
     if (failing?.(method, new URL(path, 'http://x').pathname)) {
@@ -77,14 +92,18 @@ export async function startFaultProxy(): Promise<FaultProxy> {
       },
       (upRes) => {
         ex.upstream = upRes;
-        if (stalled) return upRes.pause();
-        res.writeHead(upRes.statusCode ?? 502, upRes.headers);
-        upRes.pipe(res);
+        const answer = () => {
+          res.writeHead(upRes.statusCode ?? 502, upRes.headers);
+          upRes.pipe(res);
+        };
+        if (!stalled) return answer();
+        upRes.pause();
+        held.push(answer);
       },
     );
     up.on('error', () => res.destroy());
     req.pipe(up);
-  });
+  };
   server.on('connection', (s) => {
     sockets.add(s);
     s.on('close', () => sockets.delete(s));
@@ -112,9 +131,22 @@ export async function startFaultProxy(): Promise<FaultProxy> {
     stall() {
       stalled = true;
       for (const ex of open) {
-        ex.upstream?.unpipe(ex.res);
-        ex.upstream?.pause();
+        const up = ex.upstream;
+        if (!up) continue;
+        up.unpipe(ex.res);
+        up.pause();
+        held.push(() => {
+          up.pipe(ex.res);
+          up.resume();
+        });
       }
+    },
+    resume() {
+      stalled = false;
+      for (const f of held.splice(0)) f();
+    },
+    slow(ms) {
+      delayMs = ms;
     },
     fail(match) {
       failing = match;

@@ -76,14 +76,7 @@ export async function adoptWarm(
       const out = await client.patch<SandboxObj>(Sandboxes, ns, pick.name, patch, 'merge');
       ctx.bindings.remember(uid, out);
       ctx.candidates.settle(ns, pick.name);
-      ctx.defer(claim, () =>
-        ctx.events.record(claim, SandboxClaims, {
-          type: 'Normal',
-          reason: 'SandboxAdopted',
-          action: 'Adoption',
-          note: `Adopted warm pool Sandbox "${pick.name}"`,
-        }),
-      );
+      // No SandboxAdopted event: one more write per claim, and agent_sandbox_claim_creation_total counts them.
       ctx.metrics.claimCreation.inc({
         namespace: ns,
         sandbox_template: sb.metadata.annotations?.[AnnotationKeys.sandboxTemplateRef] ?? '__unknown__',

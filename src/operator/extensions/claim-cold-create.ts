@@ -69,14 +69,7 @@ export async function createCold(ctx: ClaimContext, claim: ClaimObj, template: T
     throw new SandboxError('claim.create', `sandbox create error: ${(err as Error).message}`, { cause: err });
   }
   ctx.bindings.remember(claim.metadata.uid!, out);
-  ctx.defer(claim, () =>
-    ctx.events.record(claim, SandboxClaims, {
-      type: 'Normal',
-      reason: 'SandboxProvisioned',
-      action: 'Provisioning',
-      note: `Created Sandbox "${out.metadata.name}"`,
-    }),
-  );
+  // No SandboxProvisioned event: agent_sandbox_claim_creation_total{launch_type="cold"} counts them.
   ctx.metrics.claimCreation.inc({
     namespace: ns,
     sandbox_template: templateName,

@@ -32,8 +32,6 @@ export interface ClaimContext {
   readonly writes: ClaimWrites;
   readonly events: EventRecorder;
   readonly metrics: ExtensionMetrics;
-  /** Hold an event of the current pass until after the status write, so it never competes with it. */
-  defer(claim: ClaimObj, fn: () => void): void;
 }
 
 /** The Sandbox a pass resolved for its claim, and the template it came from. */

@@ -38,6 +38,7 @@ import {
   type ReconcileResult,
 } from '../../kube/index.js';
 import { registerController, type ControllerContext } from '../build.js';
+import { foregroundOf, type Foreground } from '../foreground.js';
 import { CandidateQueues } from './candidates.js';
 import { adoptWarm, offerCandidate } from './claim-adoption.js';
 import { ClaimBindings, Deferred } from './claim-binding.js';
@@ -61,14 +62,15 @@ export class ClaimReconciler implements ClaimContext {
   private readonly allowedLabelDomains = loadAllowedLabelDomains();
   readonly metrics: ExtensionMetrics;
   readonly events: EventRecorder;
-  /** Events of the current pass, sent after the status write so they never compete with it. */
-  private readonly deferredEvents = new Map<string, Array<() => void>>();
+  /** Claims waiting for a Sandbox are reported here; the writes they set off yield to them. */
+  private readonly foreground: Foreground;
 
   constructor(readonly d: ClaimDeps) {
     this.metrics = extensionMetrics(d.manager.registry);
     this.events = new EventRecorder(d.manager.client, d.log);
     this.bindings = new ClaimBindings(d);
     this.writes = new ClaimWrites(d.manager.client, this.bindings);
+    this.foreground = foregroundOf(d.manager);
     d.claims.addIndex(CLAIM_BY_POOL_INDEX, (c) => [`${c.metadata.namespace}/${c.spec.warmPoolRef.name}`]);
     const offer = (sb: SandboxObj) => offerCandidate(this, sb);
     d.sandboxes.addHandler({
@@ -79,6 +81,7 @@ export class ClaimReconciler implements ClaimContext {
     const observeClaim = (c: ClaimObj) => {
       this.bindings.observeClaim(c);
       this.writes.observeClaim(c);
+      if (!c.metadata.deletionTimestamp && !isReady(c.status)) this.foreground.touch();
     };
     d.claims.addHandler({
       onAdd: observeClaim,
@@ -91,6 +94,7 @@ export class ClaimReconciler implements ClaimContext {
   private forget(uid: string): void {
     this.writes.forget(uid);
     this.bindings.forget(uid);
+    this.foreground.release(`claim:${uid}`);
   }
 
   /** Claims of a pool still waiting for a Sandbox (woken when the pool appears or changes). */
@@ -102,6 +106,18 @@ export class ClaimReconciler implements ClaimContext {
   }
 
   async reconcile(req: ReconcileRequest): Promise<ReconcileResult | void> {
+    const cached = this.d.claims.get(req.key);
+    // A claim still waiting for its Sandbox is foreground until its pass is over.
+    const waiting = !!cached && !cached.metadata.deletionTimestamp && !isReady(this.writes.latest(cached).status);
+    if (waiting) this.foreground.begin();
+    try {
+      return await this.pass(req);
+    } finally {
+      if (waiting) this.foreground.end();
+    }
+  }
+
+  private async pass(req: ReconcileRequest): Promise<ReconcileResult | void> {
     await this.bindings.fenceOnce();
     const cached = this.d.claims.get(req.key);
     if (!cached) return;
@@ -147,15 +163,14 @@ export class ClaimReconciler implements ClaimContext {
 
     const status = claimStatusFor(claim, outcome, new Date().toISOString().replace(/\.\d+Z$/, 'Z'));
     const becameReady = !isReady(claim.status) && isReady(status);
-    // Status first (it is what clients wait for), then the annotations.
-    let afterStatus: ClaimObj | undefined;
-    try {
-      afterStatus = await this.writes.writeStatus(claim, status);
-    } finally {
-      this.flushEvents(uid);
-    }
-    await this.writes.writeAnnotations(afterStatus ?? claim, resolved);
+    // Status first (it is what clients wait for); the annotations yield to claims still waiting for a Sandbox.
+    const afterStatus = await this.writes.writeStatus(claim, status);
     if (becameReady && resolved) this.observeLatency(claim, resolved, launched);
+    const held = this.writes.annotationsPending(afterStatus ?? claim, resolved)
+      ? this.foreground.hold(`claim:${uid}`)
+      : 0;
+    if (held > 0) requeueMs = Math.min(requeueMs ?? Infinity, held);
+    else await this.writes.writeAnnotations(afterStatus ?? claim, resolved);
     if (failure) throw failure;
     return requeueMs === undefined ? undefined : { requeueAfterMs: requeueMs };
   }
@@ -185,19 +200,6 @@ export class ClaimReconciler implements ClaimContext {
     this.d.manager.client
       .delete(NetworkPolicies, np.metadata.namespace, np.metadata.name!, { preconditions: { uid: np.metadata.uid } })
       .catch((err: unknown) => this.d.log.debug({ err }, 'legacy NetworkPolicy not deleted'));
-  }
-
-  defer(claim: ClaimObj, fn: () => void): void {
-    const uid = claim.metadata.uid!;
-    const list = this.deferredEvents.get(uid);
-    if (list) list.push(fn);
-    else this.deferredEvents.set(uid, [fn]);
-  }
-
-  private flushEvents(uid: string): void {
-    const list = this.deferredEvents.get(uid);
-    this.deferredEvents.delete(uid);
-    for (const fn of list ?? []) fn();
   }
 
   private async resolve(claim: ClaimObj, launched: (l: 'warm' | 'cold') => void): Promise<Resolved> {

@@ -68,8 +68,28 @@ export class ClaimWrites {
     return out;
   }
 
+  /** Whether the claim lacks an observability or binding annotation this pass would write. */
+  annotationsPending(claim: ClaimObj, resolved: Resolved | undefined): boolean {
+    return Object.keys(this.wantedAnnotations(claim, resolved)).length > 0;
+  }
+
   /** Persist the observability and binding annotations (one merge patch, only when something is missing). */
   async writeAnnotations(claim: ClaimObj, resolved: Resolved | undefined): Promise<void> {
+    const want = this.wantedAnnotations(claim, resolved);
+    if (!Object.keys(want).length) return;
+    const first = this.firstObserved.get(claim.metadata.uid!);
+    const out = await this.client.patch<ClaimObj>(
+      SandboxClaims,
+      claim.metadata.namespace,
+      claim.metadata.name!,
+      { metadata: { annotations: want } },
+      'merge',
+    );
+    this.written.set(claim.metadata.uid!, out);
+    if (first) this.firstObserved.delete(claim.metadata.uid!);
+  }
+
+  private wantedAnnotations(claim: ClaimObj, resolved: Resolved | undefined): Record<string, string | null> {
     const have = claim.metadata.annotations ?? {};
     const want: Record<string, string | null> = {};
     const first = this.firstObserved.get(claim.metadata.uid!);
@@ -85,15 +105,6 @@ export class ClaimWrites {
       if (recorded && !this.bindings.view(claim.metadata.namespace!, recorded, claim.metadata.uid!))
         want[AnnotationKeys.sandboxName] = null;
     }
-    if (!Object.keys(want).length) return;
-    const out = await this.client.patch<ClaimObj>(
-      SandboxClaims,
-      claim.metadata.namespace,
-      claim.metadata.name!,
-      { metadata: { annotations: want } },
-      'merge',
-    );
-    this.written.set(claim.metadata.uid!, out);
-    if (first) this.firstObserved.delete(claim.metadata.uid!);
+    return want;
   }
 }

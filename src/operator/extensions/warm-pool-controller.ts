@@ -5,17 +5,11 @@
  * drifted or stuck ones, or to scale down.
  */
 import { CocoonAnnotationKeys } from '../../api/keys.js';
-import {
-  AnnotationKeys,
-  EXTENSIONS_GROUP,
-  fnv1a32,
-  LabelKeys,
-  type Sandbox,
-  type SandboxWarmPoolStatus,
-} from '../../api/index.js';
+import { EXTENSIONS_GROUP, fnv1a32, LabelKeys, type Sandbox, type SandboxWarmPoolStatus } from '../../api/index.js';
 import {
   controllerOf,
   controllerRef,
+  isAlreadyExists,
   isConflict,
   isNotFound,
   keyOf,
@@ -32,21 +26,18 @@ import {
 import type { Logger } from '../../log/logger.js';
 import { registerController, type ControllerContext } from '../build.js';
 import type { OperatorConfig } from '../options.js';
-import { blueprintHash, matchesTemplate, sandboxSpecFromTemplate } from './blueprint.js';
+import { foregroundOf } from '../foreground.js';
+import { blueprintHash, matchesTemplate } from './blueprint.js';
 import { extensionMetrics, type ExtensionMetrics } from './metrics.js';
 import { memberOf, PoolMembership, poolHash } from './pool-members.js';
 import { EventRecorder, isSandboxReady, newest, type PoolObj, type SandboxObj, type TemplateObj } from './support.js';
+import { buildWarmMember } from './warm-member.js';
+import { RefillPolicy } from './warm-pool-refill.js';
+
+export { buildWarmMember } from './warm-member.js';
 
 export const POOL_BY_TEMPLATE_INDEX = 'ext:pool-by-template';
 const ORPHAN_INDEX = 'ext:warm-orphans';
-/**
- * Refills (members left, e.g. adopted by claims) are debounced: each departure pushes the refill REFILL_COALESCE_MS
- * out, up to REFILL_MAX_DELAY_MS after the first, so a burst of claims is refilled in one batch after it instead of
- * the refill's writes competing with the claims' own. Below half the desired size the pool refills at once. The
- * initial fill and scale-ups are not delayed.
- */
-export const REFILL_COALESCE_MS = 100;
-export const REFILL_MAX_DELAY_MS = 1_000;
 /** Re-check while expectations are pending, in case a watch event is lost. */
 const EXPECTATIONS_RECHECK_MS = 30_000;
 
@@ -80,69 +71,19 @@ function isUnschedulable(sb: Sandbox): boolean {
   return !!ready && ready.status !== 'True' && /unschedulable/i.test(`${ready.reason} ${ready.message}`);
 }
 
-/** Token bucket for `--sandbox-warm-pool-max-refill-rate` (creates per second; 0 = unpaced). */
-class RefillPacer {
-  private tokens: number;
-  private last = Date.now();
-  constructor(private readonly rate: number) {
-    this.tokens = Math.max(1, rate);
-  }
-  /** How many of `want` may go now, and when to come back for the rest. */
-  take(want: number): { granted: number; retryMs: number } {
-    if (this.rate <= 0) return { granted: want, retryMs: 0 };
-    const now = Date.now();
-    this.tokens = Math.min(Math.max(1, this.rate), this.tokens + ((now - this.last) / 1000) * this.rate);
-    this.last = now;
-    const granted = Math.min(want, Math.floor(this.tokens));
-    this.tokens -= granted;
-    return { granted, retryMs: granted < want ? Math.ceil(((1 - (this.tokens % 1)) / this.rate) * 1000) : 0 };
-  }
-}
-
-/** Build a warm member (docs/extensions.md "Warm pool"). */
-export function buildWarmMember(pool: PoolObj, template: TemplateObj, bpHash: string, eviction: boolean): Sandbox {
-  const poolName = pool.metadata.name!;
-  const tplName = template.metadata.name!;
-  const hashLabels = {
-    [LabelKeys.warmPoolSandbox]: poolHash(poolName),
-    [LabelKeys.sandboxTemplateRefHash]: fnv1a32(tplName),
-    [LabelKeys.sandboxTemplateHash]: bpHash,
-  };
-  const spec = sandboxSpecFromTemplate(template);
-  const pt = spec.podTemplate;
-  pt.metadata = { ...pt.metadata, labels: { ...pt.metadata?.labels, ...hashLabels } };
-  if (eviction && pt.metadata.annotations?.[AnnotationKeys.safeToEvict] === undefined)
-    pt.metadata.annotations = { ...pt.metadata.annotations, [AnnotationKeys.safeToEvict]: 'true' };
-  return {
-    apiVersion: `${Sandboxes.group}/${Sandboxes.version}`,
-    kind: Sandboxes.kind,
-    metadata: {
-      generateName: `${poolName}-`,
-      namespace: pool.metadata.namespace,
-      labels: { ...hashLabels, [LabelKeys.launchType]: 'warm', [LabelKeys.createdBy]: 'controller' },
-      annotations: { [AnnotationKeys.sandboxTemplateRef]: tplName },
-      ownerReferences: [controllerRef(pool, SandboxWarmPools)],
-    },
-    spec,
-  };
-}
-
 export class WarmPoolReconciler {
   readonly membership = new PoolMembership();
   private readonly metrics: ExtensionMetrics;
   private readonly events: EventRecorder;
-  private readonly pacers = new Map<string, RefillPacer>();
+  private readonly refill: RefillPolicy;
   private readonly lastStatus = new Map<string, PoolObj>();
   private readonly holding = new Map<string, boolean>();
-  /** Pool UID -> the pending refill (debounce state); absent while the pool is full. */
-  private readonly refillAt = new Map<string, { first: number; at: number; last: number }>();
-  /** Pool UIDs that have been full at least once (their shortfalls are refills). */
-  private readonly filled = new Set<string>();
   private readonly hashCache = new WeakMap<TemplateObj, string>();
 
   constructor(private readonly d: WarmPoolDeps) {
     this.metrics = extensionMetrics(d.manager.registry);
     this.events = new EventRecorder(d.manager.client, d.log);
+    this.refill = new RefillPolicy(d.config.warmPoolMaxRefillRate, foregroundOf(d.manager));
     d.sandboxes.addHandler({
       onAdd: (sb) => this.membership.observe(undefined, sb),
       onUpdate: (o, n) => this.membership.observe(o, n),
@@ -158,11 +99,9 @@ export class WarmPoolReconciler {
   private forget(pool: PoolObj): void {
     const uid = pool.metadata.uid ?? '';
     this.membership.forgetPool(uid);
-    this.pacers.delete(uid);
+    this.refill.forget(uid);
     this.lastStatus.delete(uid);
     this.holding.delete(uid);
-    this.refillAt.delete(uid);
-    this.filled.delete(uid);
   }
 
   private templateHash(t: TemplateObj): string {
@@ -239,21 +178,17 @@ export class WarmPoolReconciler {
 
       const desired = pool.spec.replicas ?? 1;
       const current = stats.members.size - [...removed].filter((n) => stats.members.has(n)).length;
-      if (current >= desired) {
-        this.filled.add(uid);
-        this.refillAt.delete(uid);
-      }
-      const refillWait = current < desired && this.filled.has(uid) ? this.refillDelay(uid, current, desired) : 0;
+      const refillWait = this.refill.wait(uid, current, desired);
       if (!this.membership.satisfied(uid)) requeue(EXPECTATIONS_RECHECK_MS);
       else if (refillWait > 0) {
         refillPending = true;
         requeue(refillWait);
       } else if (current < desired && template && bpHash) {
-        let pacer = this.pacers.get(uid);
-        if (!pacer) this.pacers.set(uid, (pacer = new RefillPacer(config.warmPoolMaxRefillRate)));
         const want = Math.min(desired - current, config.warmPoolMaxBatchSize);
-        const { granted, retryMs } = pacer.take(want);
-        if (granted > 0) await this.createMembers(pool, template, bpHash, granted);
+        const { granted, retryMs } = this.refill.take(uid, want);
+        // A refill that started while no claim was arriving stops between waves when claims start to arrive.
+        const yieldToClaims = current * 2 >= desired && !this.refill.claimsArriving;
+        if (granted > 0 && !(await this.createMembers(pool, template, bpHash, granted, yieldToClaims))) requeue(1);
         if (retryMs > 0) requeue(retryMs);
       } else if (current > desired) {
         const victims = [...stats.members]
@@ -272,26 +207,16 @@ export class WarmPoolReconciler {
     }
 
     // While a refill waits, its pass will write the status: no pool write lands in the adopting claim's window.
-    if (refillPending) return { requeueAfterMs: requeueMs ?? REFILL_COALESCE_MS };
-    await this.writeStatus(pool, {
+    if (refillPending) return { requeueAfterMs: requeueMs ?? 1 };
+    const status = {
       replicas: config.warmPoolDisableCrManagement ? this.countAll(pool) : stats.members.size,
       readyReplicas: stats.ready.size,
       selector: `${LabelKeys.warmPoolSandbox}=${poolHash(pool.metadata.name!)}`,
       observedGeneration: pool.metadata.generation ?? 0,
-    });
+    };
+    const statusWait = await this.writeStatus(pool, status);
+    if (statusWait > 0) requeue(statusWait);
     return requeueMs === undefined ? undefined : { requeueAfterMs: requeueMs };
-  }
-
-  private refillDelay(uid: string, current: number, desired: number): number {
-    const now = Date.now();
-    let st = this.refillAt.get(uid);
-    if (!st) this.refillAt.set(uid, (st = { first: now, at: now + REFILL_COALESCE_MS, last: current }));
-    else if (current < st.last) st.at = Math.min(now + REFILL_COALESCE_MS, st.first + REFILL_MAX_DELAY_MS);
-    st.last = current;
-    if (current * 2 < desired) return 0;
-    const wait = Math.max(0, st.at - now);
-    if (wait === 0) this.refillAt.set(uid, { first: now, at: now, last: current }); // this pass refills; the next burst debounces anew
-    return wait;
   }
 
   /** Status-only mode counts every labelled member, owned or not (`--sandbox-warm-pool-disable-cr-management`). */
@@ -323,7 +248,8 @@ export class WarmPoolReconciler {
     this.holding.set(uid, held > 0);
   }
 
-  private async writeStatus(pool: PoolObj, want: Required<SandboxWarmPoolStatus>): Promise<void> {
+  /** Patch the status if it changed, unless one was written moments ago: then the ms to wait (0 when written). */
+  private async writeStatus(pool: PoolObj, want: Required<SandboxWarmPoolStatus>): Promise<number> {
     const seen = newest(pool, this.lastStatus.get(pool.metadata.uid!)) ?? pool;
     const have = seen.status ?? {};
     const patch = mergePatch(
@@ -335,7 +261,13 @@ export class WarmPoolReconciler {
       },
       want,
     );
-    if (patch === undefined) return;
+    if (patch === undefined) return 0;
+    const desired = pool.spec.replicas ?? 1;
+    const wait = this.refill.statusDelay(
+      pool.metadata.uid!,
+      want.replicas === desired && want.readyReplicas === desired,
+    );
+    if (wait > 0) return wait;
     const out = await this.d.manager.client.patch<PoolObj>(
       SandboxWarmPools,
       pool.metadata.namespace,
@@ -347,23 +279,33 @@ export class WarmPoolReconciler {
       },
     );
     this.lastStatus.set(pool.metadata.uid!, out);
+    this.refill.statusWritten(pool.metadata.uid!);
+    return 0;
   }
 
-  private async createMembers(pool: PoolObj, template: TemplateObj, bpHash: string, n: number): Promise<void> {
+  /**
+   * Create `n` members in slow-start waves (1, 2, 4, ...). With `yieldToClaims`, stop before a wave when claims
+   * have started arriving; returns false when it stopped early (the rest is the next pass's).
+   */
+  private async createMembers(
+    pool: PoolObj,
+    template: TemplateObj,
+    bpHash: string,
+    n: number,
+    yieldToClaims: boolean,
+  ): Promise<boolean> {
     const uid = pool.metadata.uid!;
-    const client = this.d.manager.client;
     this.membership.expect(uid, 'adds', n);
     let left = n;
     for (let wave = 1; left > 0; wave *= 2) {
+      if (yieldToClaims && wave > 1 && this.refill.claimsArriving) {
+        this.membership.lower(uid, 'adds', left);
+        return false;
+      }
       const size = Math.min(wave, left);
       left -= size;
       const results = await Promise.allSettled(
-        Array.from({ length: size }, () =>
-          client.create(
-            Sandboxes,
-            buildWarmMember(pool, template, bpHash, this.d.config.enableWarmPoolEviction) as SandboxObj,
-          ),
-        ),
+        Array.from({ length: size }, () => this.createMember(pool, template, bpHash)),
       );
       const failed = results.filter((r) => r.status === 'rejected');
       this.metrics.warmCreated.inc(
@@ -373,6 +315,20 @@ export class WarmPoolReconciler {
       if (failed.length) {
         this.membership.lower(uid, 'adds', failed.length + left);
         throw (failed[0] as PromiseRejectedResult).reason;
+      }
+    }
+    return true;
+  }
+
+  /** One member under a name of our own; a name already taken (one in 27^5 per existing member) gets another. */
+  private async createMember(pool: PoolObj, template: TemplateObj, bpHash: string): Promise<void> {
+    const eviction = this.d.config.enableWarmPoolEviction;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.d.manager.client.create(Sandboxes, buildWarmMember(pool, template, bpHash, eviction) as SandboxObj);
+        return;
+      } catch (err) {
+        if (!isAlreadyExists(err) || attempt >= 3) throw err;
       }
     }
   }

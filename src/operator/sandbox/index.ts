@@ -5,6 +5,7 @@
 import { AnnotationKeys, LabelKeys, parseApiVersion, EXTENSIONS_GROUP, AGENTS_GROUP } from '../../api/index.js';
 import { controllerOf, PersistentVolumeClaims, Pods, Sandboxes, Services, type Manager } from '../../kube/index.js';
 import { registerController } from '../build.js';
+import { foregroundOf } from '../foreground.js';
 import { sandboxCreationLatency, sandboxesGauge, type SandboxesGaugeLabels } from '../metrics.js';
 import type { OperatorConfig } from '../options.js';
 import { ConditionTypes, findCondition, ReadyReasons } from './conditions.js';
@@ -39,6 +40,7 @@ export function setupSandboxController(manager: Manager, config: OperatorConfig)
   });
 
   const latency = sandboxCreationLatency(manager.registry);
+  const foreground = foregroundOf(manager);
   const reconciler = new SandboxReconciler({
     client: manager.client,
     sandboxes,
@@ -48,9 +50,15 @@ export function setupSandboxController(manager: Manager, config: OperatorConfig)
     defaultRuntime: config.defaultRuntime,
     clusterDomain: config.clusterDomain,
     onReady: (sb, ms) => latency.observe(creationLatencyLabels(sb), ms),
+    hold: (uid) => foreground.hold(`sandbox:${uid}`),
   });
   pods.addHandler({ onDelete: (p) => reconciler.podDeleted(p) });
-  sandboxes.addHandler({ onDelete: (sb) => reconciler.sandboxDeleted(sb) });
+  sandboxes.addHandler({
+    onDelete: (sb) => {
+      reconciler.sandboxDeleted(sb);
+      foreground.release(`sandbox:${sb.metadata.uid}`);
+    },
+  });
   sandboxesGauge(manager.registry, () => sandboxes.list().map(gaugeLabels));
 
   // Unowned pods carrying the label are mapped to the Sandbox of the same name (adoption, PodNotOwned recovery).

@@ -15,6 +15,8 @@ export interface Pass {
   errors: string[];
   /** How many of them are refusals (ownership, adoption, runtime conflicts) that retrying cannot fix. */
   refusals: number;
+  /** Set when a write of the pass was held back for claims: look again after this long. */
+  heldMs?: number;
   log: Logger;
 }
 

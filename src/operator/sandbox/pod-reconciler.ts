@@ -44,6 +44,9 @@ export interface PodOutcome {
 /** Sets (or with undefined, removes) the Sandbox's pod-name annotation, only if it differs. */
 export type PodNameAnnotator = (pass: Pass, podName: string | undefined) => Promise<void>;
 
+/** How long a write that can wait (keyed by Sandbox UID) should wait for claims in flight; 0 = now. */
+export type Hold = (key: string) => number;
+
 /** Its overlay is keyed by Sandbox UID: the Pods we created or adopted, until the pod cache has them. */
 export class PodReconciler extends ChildReconciler<Pod> {
   constructor(
@@ -51,6 +54,7 @@ export class PodReconciler extends ChildReconciler<Pod> {
     pods: Informer<Pod>,
     private readonly defaultRuntime: RuntimeName,
     private readonly setPodNameAnnotation: PodNameAnnotator,
+    private readonly hold: Hold = () => 0,
   ) {
     super(client, pods);
   }
@@ -150,6 +154,15 @@ export class PodReconciler extends ChildReconciler<Pod> {
       { labels: want.labels, annotations: want.annotations },
     ) as Record<string, unknown> | undefined;
     if (!diff && !adopt) return pod;
+    if (!adopt) {
+      // A metadata re-sync of an existing Pod (after a claim adopted its Sandbox, typically) changes nothing the Pod
+      // runs with: it waits while claims are in flight, so it does not compete with their writes.
+      const held = this.hold(sb.metadata.uid ?? '');
+      if (held > 0) {
+        pass.heldMs = Math.min(pass.heldMs ?? Infinity, held);
+        return pod;
+      }
+    }
     const metadata: Record<string, unknown> = { ...(diff ?? {}) };
     if (adopt) {
       // The list replaces the one we read, so the write is guarded by the version we read: an owner set since then

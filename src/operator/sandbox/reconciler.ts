@@ -7,7 +7,13 @@
  * see). Every write is preceded by a diff: metadata and status are merge-patched only when they changed, so a
  * resync of Ready Sandboxes writes nothing.
  */
-import { AnnotationKeys, SANDBOX_FIELD_OWNER, type SandboxStatus } from '../../api/index.js';
+import {
+  AnnotationKeys,
+  EXTENSIONS_GROUP,
+  parseApiVersion,
+  SANDBOX_FIELD_OWNER,
+  type SandboxStatus,
+} from '../../api/index.js';
 import {
   controllerOf,
   isNotFound,
@@ -36,7 +42,7 @@ import {
 import { selectorOf } from './desired.js';
 import { Overlay } from './overlay.js';
 import { deleteChild, type Pass } from './pass.js';
-import { PodReconciler } from './pod-reconciler.js';
+import { PodReconciler, type Hold } from './pod-reconciler.js';
 import { PvcReconciler } from './pvc-reconciler.js';
 import { ServiceReconciler } from './service-reconciler.js';
 import type { PersistentVolumeClaim, Pod, SandboxObject, Service } from './types.js';
@@ -51,11 +57,20 @@ export interface SandboxReconcilerDeps {
   clusterDomain: string;
   /** Called once per Ready False→True transition with the creation-to-Ready latency. */
   onReady?(sb: SandboxObject, latencyMs: number): void;
+  /** Writes that can wait ask this first (claims in flight): ms to wait, 0 = now. */
+  hold?: Hold;
   now?(): number;
 }
 
 /** How often a Sandbox whose children were refused is looked at again (events re-trigger it sooner). */
 const REFUSAL_RECHECK_MS = 30_000;
+/**
+ * A warm pool member's status is written once its Pod is Ready, or this long after the member was created,
+ * whichever comes first: nobody waits on a member's way there (the pool counts Ready members and times its
+ * readiness grace from the creation time), and each step (Pod created, scheduled, Ready) was one more write per
+ * refill, on the claims' cores.
+ */
+export const WARM_MEMBER_STATUS_SETTLE_MS = 2_000;
 
 export class SandboxReconciler {
   private readonly sandboxOverlay = new Overlay<SandboxObject>();
@@ -67,8 +82,12 @@ export class SandboxReconciler {
   constructor(private readonly deps: SandboxReconcilerDeps) {
     this.now = deps.now ?? Date.now;
     this.pvcs = new PvcReconciler(deps.client, deps.pvcs);
-    this.pods = new PodReconciler(deps.client, deps.pods, deps.defaultRuntime, (pass, podName) =>
-      this.setPodNameAnnotation(pass, podName),
+    this.pods = new PodReconciler(
+      deps.client,
+      deps.pods,
+      deps.defaultRuntime,
+      (pass, podName) => this.setPodNameAnnotation(pass, podName),
+      deps.hold,
     );
     this.services = new ServiceReconciler(deps.client, deps.services);
   }
@@ -120,10 +139,14 @@ export class SandboxReconciler {
     const service = pod.multiple ? undefined : await this.services.reconcile(pass);
 
     const prev = pass.sb.status;
+    // A held Pod sync leaves the Pod as the previous generation made it: the status says so.
+    const observed = pass.heldMs
+      ? (findCondition(prev?.conditions, ConditionTypes.ready)?.observedGeneration ?? generation)
+      : generation;
     let next = computeStatus(
       prev,
       {
-        generation,
+        generation: observed,
         suspended: sb.spec.operatingMode === 'Suspended',
         pod: pod.pod,
         podOwned: pod.owned,
@@ -146,7 +169,8 @@ export class SandboxReconciler {
       },
       new Date(now).toISOString(),
     );
-    let requeueAfterMs = pod.requeueAfterMs;
+    let requeueAfterMs =
+      pass.heldMs === undefined ? pod.requeueAfterMs : Math.min(pod.requeueAfterMs ?? Infinity, pass.heldMs);
     if (shutdownAt !== undefined) {
       const after = this.now();
       if (after >= shutdownAt) {
@@ -157,11 +181,23 @@ export class SandboxReconciler {
         requeueAfterMs = 1;
       } else requeueAfterMs = Math.min(requeueAfterMs ?? Infinity, shutdownAt - after + 10);
     }
+    const settling = this.warmMemberSettling(pass, next, pod.pod);
+    if (settling > 0) return { requeueAfterMs: Math.min(requeueAfterMs ?? Infinity, settling) };
     await this.writeStatus(pass, next);
     if (pass.errors.length > pass.refusals) throw new SandboxError('sandbox.children', pass.errors.join('; '));
     if (pass.refusals) requeueAfterMs = Math.min(requeueAfterMs ?? Infinity, REFUSAL_RECHECK_MS);
     return requeueAfterMs === undefined ? undefined : { requeueAfterMs };
   };
+
+  /** How long a warm member's not-yet-Ready status may stay unwritten (0: write it now). */
+  private warmMemberSettling(pass: Pass, next: SandboxStatus, pod: Pod | undefined): number {
+    const { sb } = pass;
+    const owner = controllerOf(sb);
+    if (owner?.kind !== 'SandboxWarmPool' || parseApiVersion(owner.apiVersion).group !== EXTENSIONS_GROUP) return 0;
+    if (!pod || pass.errors.length || findCondition(next.conditions, ConditionTypes.ready)?.status === 'True') return 0;
+    const age = this.now() - Date.parse(sb.metadata.creationTimestamp ?? '');
+    return Number.isFinite(age) ? Math.max(0, Math.ceil(WARM_MEMBER_STATUS_SETTLE_MS - age)) : 0;
+  }
 
   // ---- expiry ------------------------------------------------------------------------------------------------
 

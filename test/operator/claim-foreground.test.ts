@@ -1,0 +1,126 @@
+/**
+ * Claims before refills on the real control plane (docs/extensions.md "Claim: the L1 fast path", step 6): while
+ * claims keep arriving, the pool's refill waits (src/operator/foreground.ts); once they stop, it starts within
+ * QUIET_MS and a pass or two, and the pool is full again soon after.
+ *
+ * The claims are started on a fixed schedule (one every PACE_MS, not waiting for each other), so they keep
+ * arriving however slow each create is. The stream is longer than the refill's debounce (REFILL_MAX_DELAY_MS: without
+ * the gating the refill starts about then, while claims still arrive) and shorter than the debounce plus
+ * MAX_HOLD_MS (after which the refill would go regardless, so a refill that merely waited for that bound is late).
+ */
+import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { after, before, describe, it } from 'node:test';
+import { fnv1a32, LabelKeys } from '../../src/api/index.js';
+import { SandboxClaims, Sandboxes } from '../../src/kube/index.js';
+import { REFILL_MAX_DELAY_MS } from '../../src/operator/extensions/warm-pool-refill.js';
+import type { SandboxObj } from '../../src/operator/extensions/support.js';
+import { MAX_HOLD_MS, QUIET_MS } from '../../src/operator/foreground.js';
+import { eventually } from '../support/eventually.js';
+import {
+  claimManifest,
+  cond,
+  createAll,
+  poolManifest,
+  setupEnv,
+  templateManifest,
+  waitClaim,
+  waitPoolReady,
+  type Env,
+} from './claim-support.js';
+
+const POOL = 64;
+const PACE_MS = 60;
+const STREAM_MS = REFILL_MAX_DELAY_MS + 600;
+/** Fewer than half the pool: below half, a refill goes at once by design (the pool must not run dry). */
+const CLAIMS = Math.min(Math.floor(STREAM_MS / PACE_MS) + 1, POOL / 2 - 2);
+/** From the last claim's create answered to the first refill member seen: QUIET_MS, the last claims' passes, a pool pass. */
+const START_BOUND_MS = QUIET_MS + 1_000;
+/** The issue's acceptance: the pool is full again within 5 s of the last claim. */
+const REFILL_BOUND_MS = 5_000;
+
+describe('claims before refills (foreground gating)', () => {
+  let env: Env;
+  before(async () => {
+    env = await setupEnv('claim-fg');
+    await createAll(env.client, templateManifest(env.ns, 'tpl'), poolManifest(env.ns, 'pool', 'tpl', POOL));
+    await waitPoolReady(env.ns, 'pool', POOL, 180_000);
+  });
+  after(() => env?.stop());
+
+  it('a refill does not start while claims keep arriving, and starts within its bound once they stop', async (t) => {
+    assert.ok(STREAM_MS < REFILL_MAX_DELAY_MS + MAX_HOLD_MS - QUIET_MS, 'the stream ends before the hold bound');
+    const selector = `${LabelKeys.warmPoolSandbox}=${fnv1a32('pool')}`;
+    const list = await env.client.list<SandboxObj>(Sandboxes, env.ns, { labelSelector: selector });
+    const warm = new Set(list.items.map((s) => s.metadata.name!));
+    assert.equal(warm.size, POOL);
+
+    // Every member the pool creates from now on, stamped when its watch event arrives, and when the last of the
+    // claims' replacements was Ready (the pool's status is not written while its refill waits, so it cannot say).
+    const created: number[] = [];
+    const ready = new Set<string>();
+    let refilled = Infinity;
+    const ctrl = new AbortController();
+    const watching = env.client
+      .watch<SandboxObj>(
+        Sandboxes,
+        env.ns,
+        { resourceVersion: list.metadata.resourceVersion, labelSelector: selector },
+        (ev) => {
+          const name = ev.object.metadata.name!;
+          if (warm.has(name)) return;
+          if (ev.type === 'ADDED') created.push(performance.now());
+          if (ev.type !== 'DELETED' && cond(ev.object)?.status === 'True' && !ready.has(name)) {
+            ready.add(name);
+            if (ready.size === CLAIMS) refilled = performance.now();
+          }
+        },
+        ctrl.signal,
+      )
+      .catch((err: unknown) => {
+        if (!ctrl.signal.aborted) throw err;
+      });
+
+    const t0 = performance.now();
+    const started: number[] = [];
+    const answered: number[] = [];
+    await Promise.all(
+      Array.from({ length: CLAIMS }, async (_, i) => {
+        await sleep(Math.max(0, t0 + i * PACE_MS - performance.now()));
+        started.push(performance.now());
+        await env.client.create(SandboxClaims, claimManifest(env.ns, `c${i}`, 'pool'));
+        answered.push(performance.now());
+      }),
+    );
+    const lastStart = Math.max(...started);
+    const lastAnswer = Math.max(...answered);
+    started.sort((a, b) => a - b);
+    const gap = Math.max(...started.slice(1).map((t, i) => t - started[i]!));
+    // If the test itself stalled, claims were not arriving and the refill could rightly go: say so, not "gating broke".
+    assert.ok(gap < QUIET_MS, `claims did not keep arriving: a ${gap.toFixed(0)} ms gap between two creates`);
+    assert.ok(lastStart - t0 > REFILL_MAX_DELAY_MS, 'the stream outlasts the refill debounce');
+
+    for (let i = 0; i < CLAIMS; i++) await waitClaim(env.ns, `c${i}`);
+    const full = performance.now();
+    await eventually(() => ready.size, { until: (n) => n >= CLAIMS, timeoutMs: 60_000, what: 'the refill Ready' });
+    const pool = await waitPoolReady(env.ns, 'pool', POOL, 30_000);
+    ctrl.abort();
+    await watching;
+
+    assert.ok(created.length > 0, 'the pool refilled');
+    const first = Math.min(...created);
+    const at = (t: number) => `${(t - t0).toFixed(0)} ms`;
+    const timeline = `claims ${CLAIMS} from 0 to ${at(lastStart)} (last answered ${at(lastAnswer)}), all Ready by ${at(full)}; first refill member ${at(first)}`;
+    assert.ok(first > lastStart, `a refill member was created while claims were arriving: ${timeline}`);
+    assert.ok(
+      first - lastAnswer <= START_BOUND_MS,
+      `the refill started ${(first - lastAnswer).toFixed(0)} ms after the last claim (bound ${START_BOUND_MS}): ${timeline}`,
+    );
+    assert.ok(
+      refilled - lastAnswer <= REFILL_BOUND_MS,
+      `the pool was full ${(refilled - lastAnswer).toFixed(0)} ms after the last claim (bound ${REFILL_BOUND_MS})`,
+    );
+    assert.equal(pool.status?.readyReplicas, POOL);
+    t.diagnostic(`${timeline}; pool full ${at(refilled)}`);
+  });
+});
