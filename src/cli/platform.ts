@@ -39,6 +39,11 @@ export interface PlatformOptions {
   pools?: string;
   /** Extra sandboxd flags (benchmarks: e.g. `--refill-delay=60000` to keep refills off a measured burst). */
   sandboxdArgs?: string[];
+  /**
+   * The sandboxd nodes (by name, e.g. `node-2`) that pull a checkpoint they lack from a peer and serve it
+   * (docs/placement.md); the others redirect to an owner. Nodes find each other through their NodeInventory.
+   */
+  checkpointPeerHeal?: readonly string[];
   etcdFsync: boolean;
   logger: Logger;
   progress: (line: string) => void;
@@ -57,6 +62,8 @@ export interface SandboxdNode {
   claimAddress: string | undefined;
   tokenFile: string;
   vmRunRoot: string;
+  /** Whether it pulls checkpoints it lacks from peers (PlatformOptions.checkpointPeerHeal). */
+  peerHeal: boolean;
 }
 
 export interface Platform {
@@ -199,6 +206,7 @@ async function startSandboxdNodes(
         : opts.warm > 0
           ? [`--pools=${opts.template ?? 'sandbox/base'}=${opts.warm}`]
           : []),
+      ...(opts.checkpointPeerHeal?.includes(node) ? ['--checkpoint-peer-heal', '--checkpoint-ttl-hours=24'] : []),
       ...(opts.sandboxdArgs ?? []),
       '--destroy-on-exit',
     ]);
@@ -208,6 +216,7 @@ async function startSandboxdNodes(
       claimAddress,
       tokenFile,
       vmRunRoot: defaultRunRoot(join(dir, 'data')),
+      peerHeal: opts.checkpointPeerHeal?.includes(node) ?? false,
     });
     waits.push(components.waitReady(d, `http://${host}:${port}/healthz`, 30 * 60_000));
   }
