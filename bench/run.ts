@@ -10,13 +10,15 @@ import { fileURLToPath } from 'node:url';
 const BENCH = dirname(fileURLToPath(import.meta.url));
 /** Modules the benchmarks share; not benchmarks themselves. */
 const HELPERS = new Set(['run', 'claim-driver', 'machine', 'sandbox-operator']);
+/** Folders of shared modules (bench/support), not benchmarks. */
+const HELPER_DIRS = new Set(['support']);
 
 function benches(): Array<{ name: string; file: string }> {
   const out: Array<{ name: string; file: string }> = [];
   for (const e of readdirSync(BENCH, { withFileTypes: true }).sort((a, b) => a.name.localeCompare(b.name))) {
     if (e.isFile() && e.name.endsWith('.ts') && !HELPERS.has(e.name.slice(0, -3)))
       out.push({ name: e.name.slice(0, -3), file: join(BENCH, e.name) });
-    if (e.isDirectory()) {
+    if (e.isDirectory() && !HELPER_DIRS.has(e.name)) {
       for (const f of readdirSync(join(BENCH, e.name))
         .filter((f) => f.endsWith('.ts'))
         .sort())

@@ -15,7 +15,7 @@
 import { freePort } from '../src/net/free-port.js';
 import { spawn } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { Agent, createServer, request } from 'node:http';
+import { Agent, createServer } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -26,6 +26,7 @@ import { installCrds } from '../test/support/crds.js';
 import { claimGatewayFixture } from '../test/support/claim-gateway.js';
 import { startFaultProxy, type FaultProxy } from '../test/support/fault-proxy.js';
 import { machineIdleSettings, processCpuMs, socketFloorMs } from './machine.js';
+import { callJson } from './support/http-json.js';
 
 const args = process.argv.slice(2);
 const flag = (name: string, def: number) => {
@@ -58,38 +59,7 @@ function callAs(
   body: unknown,
   token: string,
 ): Promise<{ status: number; json: Record<string, unknown> }> {
-  const payload = body === undefined ? undefined : JSON.stringify(body);
-  return new Promise((resolve, reject) => {
-    const req = request(
-      {
-        host: '127.0.0.1',
-        port,
-        method,
-        path,
-        agent,
-        headers: {
-          authorization: `Bearer ${token}`,
-          ...(payload ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } : {}),
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString();
-          let json: Record<string, unknown> = {};
-          try {
-            json = text ? (JSON.parse(text) as Record<string, unknown>) : {};
-          } catch {
-            json = { text };
-          }
-          resolve({ status: res.statusCode ?? 0, json });
-        });
-      },
-    );
-    req.on('error', reject);
-    req.end(payload);
-  });
+  return callJson({ host: '127.0.0.1', port, agent, token }, method, path, body);
 }
 
 /**

@@ -122,6 +122,17 @@ export const ERROR_CODES = {
   'sandboxd.unreachable': { status: 503, meaning: 'a sandboxd node did not answer a call' },
   'sandboxd.warm-miss': { status: 429, meaning: 'a warm_only claim found no warm sandbox' },
 
+  // Checkpoint placement across sandboxd nodes (src/sandboxd/placement, docs/placement.md).
+  'placement.bad-record': {
+    status: 502,
+    meaning: 'a peer served a checkpoint record this node refuses (nothing kept)',
+  },
+  'placement.busy': { status: 503, meaning: "the node's concurrent checkpoint pulls are at their cap (Retry-After)" },
+  'placement.changed': { status: 500, meaning: 'a checkpoint file changed while this node served it to a peer' },
+  'placement.deleted': { status: 404, meaning: 'the checkpoint was deleted while this node was pulling it' },
+  'placement.heal-failed': { status: 502, meaning: 'no owner served the checkpoint whole within the heal budget' },
+  'placement.truncated': { status: 502, meaning: 'a checkpoint record stream broke off mid-transfer (nothing kept)' },
+
   // The virtual kubelet's kubelet API (src/sandboxd/vk/kubelet-server.ts).
   'kubelet.bad-request': { status: 400, meaning: 'the kubelet API request is malformed or not served' },
   'kubelet.forbidden': { status: 403, meaning: 'the client certificate may not use the kubelet API' },

@@ -44,6 +44,11 @@ export interface PlatformOptions {
    * when `template` is not already sandbox/base. @default 0
    */
   e2bWarm?: number;
+  /**
+   * The sandboxd nodes (by name, e.g. `node-2`) that pull a checkpoint they lack from a peer and serve it
+   * (docs/placement.md); the others redirect to an owner. Nodes find each other through their NodeInventory.
+   */
+  checkpointPeerHeal?: readonly string[];
   etcdFsync: boolean;
   logger: Logger;
   progress: (line: string) => void;
@@ -64,6 +69,8 @@ export interface SandboxdNode {
   claimAddress: string | undefined;
   tokenFile: string;
   vmRunRoot: string;
+  /** Whether it pulls checkpoints it lacks from peers (PlatformOptions.checkpointPeerHeal). */
+  peerHeal: boolean;
 }
 
 export interface Platform {
@@ -217,6 +224,7 @@ async function startSandboxdNodes(
       ...(claimAddress ? [`--claim-listen=${claimAddress}`] : []),
       ...vk,
       ...poolsFlag(opts),
+      ...(opts.checkpointPeerHeal?.includes(node) ? ['--checkpoint-peer-heal', '--checkpoint-ttl-hours=24'] : []),
       ...(opts.sandboxdArgs ?? []),
       '--destroy-on-exit',
     ]);
@@ -227,6 +235,7 @@ async function startSandboxdNodes(
       claimAddress,
       tokenFile,
       vmRunRoot: defaultRunRoot(join(dir, 'data')),
+      peerHeal: opts.checkpointPeerHeal?.includes(node) ?? false,
     });
     waits.push(components.waitReady(d, `http://${host}:${port}/healthz`, 30 * 60_000));
   }

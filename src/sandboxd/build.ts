@@ -7,6 +7,10 @@ import { SandboxdApi } from './http-api.js';
 import { InventoryPublisher } from './inventory.js';
 import type { SandboxdConfig } from './options.js';
 import { PeerDirectory } from './peers.js';
+import { Healer } from './placement/heal.js';
+import { InventoryPeers } from './placement/inventory-peers.js';
+import { OwnerDirectory } from './placement/owners.js';
+import { PeerClient } from './placement/peer-client.js';
 import { startVirtualNodes, type VirtualNodes } from './vk/index.js';
 import { selfSignedKubeletCert } from './vk/serving-cert.js';
 import { vmMemoryGauge } from './vm-metrics.js';
@@ -15,7 +19,8 @@ import { SandboxError } from '../errors.js';
 import { EnvdServer } from './envd/server.js';
 import { SIMULATION_NOTE, SimulatedMicrovmDriver } from '../vmm/index.js';
 
-/** sandboxd's composition root: engine, HTTP API, claim gateway, peers, NodeInventory publisher (and virtual nodes). */
+/** sandboxd's composition root: engine, HTTP API, claim gateway, peers and checkpoint placement, NodeInventory
+ * publisher (and virtual nodes). */
 export interface Sandboxd {
   engine: NodeEngine;
   api: SandboxdApi;
@@ -48,11 +53,21 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
     // Priming runs a command in each warm VM; a simulated one has no guest to run it in.
     primeWarmVms: sim ? false : config.primeWarmVms,
     defaultTtlSeconds: config.defaultTtlSeconds,
+    checkpointTtlMs: config.checkpointTtlHours * 3_600_000,
     logger: log.child({ component: 'engine' }),
   });
   await engine.start();
   if (config.pools.length) engine.setTargets(config.pools.map((p) => ({ key: p.key, warm: p.warm })));
-  const peers = new PeerDirectory(config.peers, config.rootToken, log);
+  const client = config.kubeconfig
+    ? await KubeClient.fromKubeconfig(config.kubeconfig, { userAgent: 'sandboxd' })
+    : undefined;
+  const inventoryPeers = client ? new InventoryPeers(client, config.nodeName, log) : undefined;
+  const peers = new PeerDirectory(config.peers, config.rootToken, log, {
+    discovered: inventoryPeers && (() => inventoryPeers.addresses()),
+    self: () => engine.advertiseAddr,
+  });
+  const peerClient = new PeerClient(config.rootToken);
+  const placementLog = log.child({ component: 'placement' });
   const api = new SandboxdApi({
     engine,
     peers,
@@ -60,10 +75,27 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
     auth: { rootToken: config.rootToken, tenants: config.tenants, allowAnonymous: config.allowAnonymous },
     pauseMode: config.pauseMode,
     logger: log.child({ component: 'api' }),
+    placement: {
+      owners: new OwnerDirectory(() => peers.addresses(), peerClient, { logger: placementLog }),
+      healer: config.checkpointPeerHeal
+        ? new Healer({
+            store: engine.checkpointStore,
+            driver: engine.driver,
+            client: peerClient,
+            maxConcurrent: config.checkpointHealConcurrency,
+            budgetMs: config.checkpointHealTimeoutMs,
+            maxRecordBytes: config.checkpointMaxBytes,
+            logger: placementLog,
+          })
+        : undefined,
+      client: peerClient,
+      peers: () => peers.addresses(),
+    },
   });
   vmMemoryGauge(api.registry, engine);
   const bound = await api.listen(config.listenHost, config.listenPort);
   const address = `${bound.address}:${bound.port}`;
+  if (!config.advertiseExplicit && config.listenPort === 0) engine.advertiseAddr = address;
   log.info({ address, node: config.nodeName }, 'sandboxd API listening');
   let envd: EnvdServer | undefined;
   if (config.envdListen) {
@@ -75,9 +107,6 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
     const e = await envd.listen(config.envdListen.host, config.envdListen.port);
     log.info({ address: `${e.address}:${e.port}` }, 'data plane (envd) listening');
   }
-  const client = config.kubeconfig
-    ? await KubeClient.fromKubeconfig(config.kubeconfig, { userAgent: 'sandboxd' })
-    : undefined;
   let gateway: ClaimGateway | undefined;
   let kubeGateway: KubeClaimGateway | undefined;
   if (config.claimListen) {
@@ -137,12 +166,13 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
     run: async (signal) => {
       peers.start();
       const tasks: Promise<unknown>[] = [];
+      if (inventoryPeers) tasks.push(inventoryPeers.run(signal));
       if (client && config.publishInventory) {
         const publisher = new InventoryPublisher({
           client,
           engine,
           nodeName: config.nodeName,
-          address: config.advertiseAddr,
+          address: engine.advertiseAddr,
           intervalMs: config.publishIntervalMs,
           logger: log,
         });
@@ -156,6 +186,7 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
       await gateway?.close();
       await envd?.close();
       await api.close();
+      peerClient.close();
       await engine.close({ destroyVms: config.destroyOnExit });
       client?.close();
     },

@@ -1,16 +1,20 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
-import { cp, rename, rm } from 'node:fs/promises';
+import { cp, mkdtemp, open, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import { SandboxError } from '../errors.js';
 import type { Logger } from '../log/logger.js';
 import type { MicrovmDriver, Template } from '../vmm/index.js';
+import { CHECKPOINT_ID, digestRecord, type FileDigest } from './placement/record.js';
 import type { PoolKey } from './pool-key.js';
 
 /**
  * Checkpoints taken of claimed sandboxes: each is a template (the VM's RAM and device state at the time) that new
  * claims clone from, listed newest first. The driver writes a checkpoint's template into its shared template cache;
  * this node moves it to `<dataDir>/checkpoints/<id>/` at once, so everything in that directory is this node's and
- * a start can remove what no saved record accounts for (a crash between the move and the state write).
+ * a start can remove what no saved record accounts for (a crash between the move and the state write). A record
+ * pulled from a peer (docs/placement.md) is unpacked into a staging directory beside them (`.staging-*`, never a
+ * checkpoint id, so a start removes one a crash left) and renamed into place whole.
  */
 
 export interface CheckpointRecord {
@@ -20,12 +24,20 @@ export interface CheckpointRecord {
   key: PoolKey;
   createdAt: string;
   template: Template;
+  /** Size and SHA-256 of each file in the directory, taken when the record was made here (sent in meta.json). */
+  files?: FileDigest[];
+  /** The node that took the checkpoint; absent when this one did. */
+  origin?: string;
+  /** The peers it was pulled from on its way here, oldest first. */
+  via?: string[];
 }
 
-const CHECKPOINT_ID = /^ck_[0-9a-f]{16}$/;
+/** How long a deleted id stays known, so a pull that started before the delete does not publish it again. */
+const TOMBSTONE_MS = 60 * 60_000;
 
 export class Checkpoints {
   private readonly checkpoints = new Map<string, CheckpointRecord>();
+  private readonly deleted = new Map<string, number>();
 
   constructor(
     private readonly driver: MicrovmDriver,
@@ -47,16 +59,62 @@ export class Checkpoints {
       for (const d of [dir, `${dir}.tmp`]) rmSync(d, { recursive: true, force: true });
       throw err;
     }
+    let files: FileDigest[];
+    try {
+      files = await digestRecord(dir);
+    } catch (err) {
+      rmSync(dir, { recursive: true, force: true });
+      throw err;
+    }
     const ck: CheckpointRecord = {
       id,
       sandboxId,
       key,
       createdAt: new Date().toISOString(),
       template: this.driver.loadTemplate(dir),
+      files,
       ...(name ? { name } : {}),
     };
     this.checkpoints.set(ck.id, ck);
     return ck;
+  }
+
+  /** A fresh, empty staging directory on the store's filesystem (so publishing is one rename). */
+  stagingDir(): Promise<string> {
+    return mkdtemp(join(this.root, '.staging-'));
+  }
+
+  /**
+   * Publish a record pulled from a peer: `exportDir` (checked, in a staging directory) becomes the checkpoint's
+   * directory in one rename, and the record is added. Refused when the id is here already or was deleted after
+   * `since` (the pull started before a delete that the fleet was told of).
+   */
+  async publish(rec: Omit<CheckpointRecord, 'template'>, exportDir: string, since: number): Promise<CheckpointRecord> {
+    if (!CHECKPOINT_ID.test(rec.id))
+      throw new SandboxError('sandboxd.bad-request', `checkpoint id ${rec.id} is malformed`);
+    if (this.checkpoints.has(rec.id)) return this.checkpoints.get(rec.id)!;
+    const deletedAt = this.deleted.get(rec.id);
+    if (deletedAt !== undefined && deletedAt >= since)
+      throw new SandboxError('placement.deleted', `checkpoint ${rec.id} was deleted while it was being pulled`);
+    const dir = join(this.root, rec.id);
+    await rename(exportDir, dir);
+    await fsyncDir(this.root);
+    const ck: CheckpointRecord = { ...rec, template: this.driver.loadTemplate(dir) };
+    this.checkpoints.set(ck.id, ck);
+    return ck;
+  }
+
+  /** The record's file digests, taken now for a record saved before they were kept (and kept from then on). */
+  async digests(ck: CheckpointRecord): Promise<FileDigest[]> {
+    ck.files ??= await digestRecord(ck.template.dir);
+    return ck.files;
+  }
+
+  /** Delete the checkpoints created more than `ttlMs` ago; their ids. */
+  expire(ttlMs: number, now = Date.now()): string[] {
+    const old = [...this.checkpoints.values()].filter((ck) => Date.parse(ck.createdAt) + ttlMs <= now);
+    for (const ck of old) this.delete(ck.id);
+    return old.map((ck) => ck.id);
   }
 
   /**
@@ -97,6 +155,9 @@ export class Checkpoints {
 
   /** Forget the checkpoint and remove its template's files; false when there is none. */
   delete(id: string): boolean {
+    const now = Date.now();
+    this.deleted.set(id, now);
+    for (const [k, at] of this.deleted) if (at + TOMBSTONE_MS < now) this.deleted.delete(k);
     const ck = this.checkpoints.get(id);
     if (!ck) return false;
     this.checkpoints.delete(id);
@@ -105,8 +166,18 @@ export class Checkpoints {
   }
 }
 
+/** A rename into a directory is durable once the directory itself is synced. */
+async function fsyncDir(dir: string): Promise<void> {
+  const fh = await open(dir, 'r');
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}
+
 /** rename(2), or copy and remove when `to` is on another filesystem than the template cache. */
-async function moveDir(from: string, to: string): Promise<void> {
+export async function moveDir(from: string, to: string): Promise<void> {
   try {
     await rename(from, to);
   } catch (err) {

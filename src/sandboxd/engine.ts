@@ -8,6 +8,7 @@ import { QemuMicrovmDriver, type MicrovmDriver, type MicrovmHandle, type Templat
 import { Checkpoints, type CheckpointRecord } from './checkpoints.js';
 import { ClaimRecords, type ClaimOptions, type SandboxRecord } from './claims.js';
 import { keyString, type PoolKey } from './pool-key.js';
+import { PromotedTemplates, type PromotedTemplate } from './promoted.js';
 import { StateFile } from './state-file.js';
 import { LABEL_NODE, WarmPools, type PoolStatus } from './warm-pools.js';
 
@@ -45,6 +46,8 @@ export interface EngineOptions {
   primeWarmVms?: boolean;
   defaultTtlSeconds?: number;
   maxTtlSeconds?: number;
+  /** Checkpoints older than this are deleted (0: kept until deleted). */
+  checkpointTtlMs?: number;
   logger?: Logger;
   /** VM run dirs (sockets, logs). Default: under /run when root (QEMU drops to an unprivileged user that must
    * reach them, and unix socket paths are short there), else `<dataDir>/vms`. */
@@ -95,6 +98,7 @@ export class NodeEngine extends EventEmitter {
   private readonly pools: WarmPools;
   private readonly claims: ClaimRecords;
   private readonly checkpoints: Checkpoints;
+  private readonly promoted: PromotedTemplates;
   private readonly state: StateFile;
   private readonly log: Logger;
   private readonly opts: Required<Omit<EngineOptions, 'driver' | 'logger' | 'runRoot'>>;
@@ -116,13 +120,16 @@ export class NodeEngine extends EventEmitter {
       primeWarmVms: opts.primeWarmVms ?? true,
       defaultTtlSeconds: opts.defaultTtlSeconds ?? 300,
       maxTtlSeconds: opts.maxTtlSeconds ?? 86_400,
+      checkpointTtlMs: opts.checkpointTtlMs ?? 0,
     };
     this.log = opts.logger ?? silentLogger;
     mkdirSync(this.opts.dataDir, { recursive: true });
     this.runRoot = opts.runRoot ?? defaultRunRoot(this.opts.dataDir);
     this.driver =
       opts.driver ?? new QemuMicrovmDriver({ runRoot: this.runRoot, logger: this.log, spareVmms: this.opts.spareVmms });
+    this.promoted = new PromotedTemplates(this.driver, join(this.opts.dataDir, 'templates'), this.log);
     this.pools = new WarmPools({
+      local: this.promoted,
       driver: this.driver,
       nodeName: this.opts.nodeName,
       log: this.log,
@@ -145,6 +152,11 @@ export class NodeEngine extends EventEmitter {
 
   get advertiseAddr(): string {
     return this.opts.advertiseAddr;
+  }
+
+  /** Set once the API has bound, when the address to advertise was not given (a `--listen` port of 0). */
+  set advertiseAddr(addr: string) {
+    this.opts.advertiseAddr = addr;
   }
 
   /** Re-attach to VMs a previous daemon left running; reap the ones nothing accounts for. */
@@ -182,12 +194,14 @@ export class NodeEngine extends EventEmitter {
       }
     }
     const checkpoints = this.checkpoints.restore(saved.checkpoints);
+    const promoted = this.promoted.restore(saved.promoted);
     for (const target of saved.targets) this.pools.ensurePool(target.key, target.warm, target.owner);
     this.reaper = setInterval(() => void this.reapExpired(), 1000);
     this.reaper.unref();
     this.state.schedule();
     this.pools.refillAll();
     this.log.info({ adopted, reaped, claims: this.claims.size, checkpoints }, 'engine started');
+    if (promoted) this.log.info({ promoted }, 'promoted templates restored');
     return { adopted, reaped };
   }
 
@@ -379,6 +393,13 @@ export class NodeEngine extends EventEmitter {
 
   private async reapExpired(): Promise<void> {
     const now = Date.now();
+    if (this.opts.checkpointTtlMs > 0) {
+      const expired = this.checkpoints.expire(this.opts.checkpointTtlMs, now);
+      if (expired.length) {
+        this.log.info({ checkpoints: expired }, 'checkpoints past --checkpoint-ttl-hours; deleted');
+        this.state.schedule();
+      }
+    }
     for (const rec of this.claims.all()) {
       if (Date.parse(rec.deadline) <= now) {
         if (rec.onExpiry === 'hibernate' && !rec.hibernated) {
@@ -495,6 +516,16 @@ export class NodeEngine extends EventEmitter {
     return this.checkpoints.list();
   }
 
+  /** The checkpoint store itself, for placement (serving records to peers, publishing pulled ones). */
+  get checkpointStore(): Checkpoints {
+    return this.checkpoints;
+  }
+
+  /** Write the state file now (after publishing a pulled checkpoint: answered claims must find it after a crash). */
+  saveState(): Promise<void> {
+    return this.state.flush();
+  }
+
   deleteCheckpoint(id: string): boolean {
     if (!this.checkpoints.delete(id)) return false;
     this.state.schedule();
@@ -517,6 +548,17 @@ export class NodeEngine extends EventEmitter {
     return this.record(vm, ck.key, 'checkpoint', { ttlSeconds, fromCheckpoint: id, ...identity });
   }
 
+  /** Publish the sandbox's current state as a node-local template (PromotedTemplates) named `name`. */
+  async promote(id: string, name: string): Promise<PromotedTemplate> {
+    const rec = this.mustGet(id);
+    this.assertNotEgress(rec, 'promote');
+    const key = PromotedTemplates.keyFor(name, rec.key);
+    const p = await this.promoted.add(key, id, await this.vm(id).checkpoint(`${key.template}@${id}`));
+    await this.state.flush();
+    this.log.info({ sandbox: id, key }, 'sandbox promoted to a node-local template');
+    return p;
+  }
+
   private assertNotEgress(rec: SandboxRecord, verb: string): void {
     if (rec.key.net === 'egress')
       throw new SandboxError('sandboxd.conflict', `${verb} is not supported on the egress lane (sandbox ${rec.id})`);
@@ -528,6 +570,7 @@ export class NodeEngine extends EventEmitter {
       claims: this.claims.all(),
       targets: this.pools.targets(),
       checkpoints: this.checkpoints.list(),
+      promoted: this.promoted.list(),
     });
   }
 }

@@ -5,11 +5,12 @@ import { httpErrorOf } from '../error-http.js';
 import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
 import { identify, isOperator, mayAccessSandbox, tenantOf, type AuthConfig, type Principal } from './auth.js';
-import type { CheckpointRecord, NodeEngine, SandboxRecord } from './engine.js';
+import type { NodeEngine, SandboxRecord } from './engine.js';
 import { collectBody } from '../net/body.js';
 import { ChangeFeed, sandboxRow } from './change-feed.js';
 import { registerLifecycleRoutes, type PauseMode } from './lifecycle-routes.js';
 import type { PeerDirectory } from './peers.js';
+import { checkpointRow, registerCheckpointRoutes, type PlacementOptions } from './placement/routes.js';
 import { parsePoolKey } from './pool-key.js';
 import { vmMetrics } from './sandbox-metrics.js';
 import { engineKind } from '../vmm/index.js';
@@ -38,6 +39,8 @@ export interface ApiServerOptions {
   peers?: PeerDirectory;
   /** Where this node's data plane (envd) is reached, reported in GET /v1/info for the e2b router. */
   envdAddr?: string;
+  /** Checkpoint placement across nodes (owner probes, peer heal); without it checkpoints are served locally only. */
+  placement?: PlacementOptions;
   logger?: Logger;
   registry?: Registry;
 }
@@ -132,6 +135,7 @@ export class SandboxdApi {
       },
     });
     this.defineRoutes();
+    registerCheckpointRoutes(this, this.engine, this.registry, this.log, opts.placement);
     this.server = createServer({ keepAliveTimeout: 90_000 }, (req, res) => void this.handle(req, res));
   }
 
@@ -393,15 +397,6 @@ export class SandboxdApi {
       });
     });
 
-    this.route('GET', '/v1/checkpoints', async (_q, res, who) => {
-      requireOperator(who);
-      json(res, 200, { checkpoints: e.listCheckpoints().map(checkpointRow) });
-    });
-    this.route('DELETE', '/v1/checkpoints/{id}', async (_q, res, who, [id]) => {
-      requireOperator(who);
-      if (!e.deleteCheckpoint(id!)) throw new SandboxError('sandboxd.not-found', `checkpoint ${id} not found`);
-      res.writeHead(204).end();
-    });
     registerLifecycleRoutes(this, e, this.opts.pauseMode);
   }
 
@@ -482,16 +477,6 @@ export function storedObject(v: unknown, claimRef: string | undefined): unknown 
   if (Buffer.byteLength(JSON.stringify(v)) > MAX_OBJECT_BYTES)
     throw new SandboxError('sandboxd.bad-request', `object: larger than ${MAX_OBJECT_BYTES} bytes`);
   return v;
-}
-
-export function checkpointRow(ck: CheckpointRecord) {
-  return {
-    id: ck.id,
-    ...(ck.name ? { name: ck.name } : {}),
-    sandbox_id: ck.sandboxId,
-    key: ck.key,
-    created_at: ck.createdAt,
-  };
 }
 
 export function json(res: ServerResponse, status: number, body: unknown): void {

@@ -1,7 +1,7 @@
 /**
- * sandboxd's lifecycle routes (docs/sandboxd-api.md "Sandboxes", "Checkpoints"): pause and resume
- * in the mode the node chooses, fork into children that may carry their own Kubernetes objects, and a claim from a
- * checkpoint that may carry one. Each answer includes the rows of the sandboxes it changed or made, so a caller
+ * sandboxd's lifecycle routes (docs/sandboxd-api.md "Sandboxes"): pause and resume in the mode the node chooses,
+ * and fork into children that may carry their own Kubernetes objects (a claim from a checkpoint, which may carry
+ * one too, is placement/routes.ts). Each answer includes the rows of the sandboxes it changed or made, so a caller
  * (sandbox-apiserver) indexes the result without waiting for the change feed.
  */
 import { SandboxError } from '../errors.js';
@@ -13,14 +13,14 @@ import {
   optionalInt,
   optionalString,
   readJson,
-  requireOperator,
   storedObject,
   type SandboxdApi,
 } from './http-api.js';
 
 export type PauseMode = 'memory' | 'hibernate';
 
-function answer(rec: SandboxRecord, ownerAddr: string) {
+/** A claim answer with the sandbox's row (also the checkpoint claim's, placement/routes.ts). */
+export function claimAnswer(rec: SandboxRecord, ownerAddr: string) {
   return { ...claimResponse(rec, ownerAddr), sandbox: sandboxRow(rec) };
 }
 
@@ -53,19 +53,6 @@ export function registerLifecycleRoutes(api: SandboxdApi, e: NodeEngine, pauseMo
       });
     }
     const children = await e.fork(rec.id, count, ttl, objects);
-    json(res, 200, { children: children.map((c) => answer(c, e.advertiseAddr)) });
-  });
-
-  api.route('POST', '/v1/checkpoints/{id}/claim', async (req, res, who, [id]) => {
-    requireOperator(who);
-    const body = await readJson(req);
-    const claimRef = optionalString(body.claim_ref, 'claim_ref');
-    const object = storedObject(body.object, claimRef);
-    const rec = await e.claimCheckpoint(
-      id!,
-      optionalInt(body.ttl_seconds, 'ttl_seconds', 0),
-      object !== undefined ? { claimRef: claimRef!, object } : undefined,
-    );
-    json(res, 200, answer(rec, e.advertiseAddr));
+    json(res, 200, { children: children.map((c) => claimAnswer(c, e.advertiseAddr)) });
   });
 }

@@ -18,4 +18,8 @@ try {
   process.exitCode = 1;
 } finally {
   clearInterval(keepAlive);
+  // Shutdown is done (state written; VMs left running unless --destroy-on-exit). The VMs' QMP and agent sockets
+  // are still open and would keep the process alive for as long as those VMs run: a SIGTERM never ended a daemon
+  // that had live VMs.
+  process.exit();
 }

@@ -23,6 +23,8 @@ export interface SandboxdConfig {
   readonly envdListen: { host: string; port: number } | undefined;
   readonly envdAdvertiseAddr: string | undefined;
   readonly envdMaxUploadBytes: number;
+  /** Whether --advertise-addr was given (else a `--listen` port of 0 is replaced by the bound one). */
+  readonly advertiseExplicit: boolean;
   readonly dataDir: string;
   readonly rootToken: string | undefined;
   readonly tenants: ReadonlyMap<string, string>;
@@ -39,6 +41,12 @@ export interface SandboxdConfig {
   readonly defaultTtlSeconds: number;
   readonly pauseMode: 'memory' | 'hibernate';
   readonly peers: readonly string[];
+  /** Checkpoint placement (docs/placement.md). */
+  readonly checkpointPeerHeal: boolean;
+  readonly checkpointTtlHours: number;
+  readonly checkpointHealConcurrency: number;
+  readonly checkpointHealTimeoutMs: number;
+  readonly checkpointMaxBytes: number;
   readonly pools: ReadonlyArray<{ key: PoolKey; warm: number }>;
   readonly kubeconfig: string | undefined;
   readonly publishInventory: boolean;
@@ -149,7 +157,28 @@ export function sandboxdCommand(): Command {
         .default('memory'),
     )
     .option('--default-ttl-seconds <n>', 'lease of a claim that asks for none', Number, 300)
-    .option('--peers <list>', 'comma-separated peer sandboxd addresses (redirect hints)', '')
+    .option(
+      '--peers <list>',
+      'comma-separated peer sandboxd addresses (with --kubeconfig, peers are also learned from NodeInventory)',
+      '',
+    )
+    .addOption(
+      new Option(
+        '--checkpoint-peer-heal [bool]',
+        'a checkpoint claim that misses here pulls the checkpoint from an owner once and serves it locally (needs --token-file and --checkpoint-ttl-hours)',
+      )
+        .default(false)
+        .argParser(bool),
+    )
+    .option(
+      '--checkpoint-ttl-hours <n>',
+      'delete checkpoints this many hours after they were taken (0: never)',
+      Number,
+      0,
+    )
+    .option('--checkpoint-heal-concurrency <n>', 'checkpoint pulls at once (beyond: 503 with Retry-After)', Number, 2)
+    .option('--checkpoint-heal-timeout <seconds>', 'time budget of one heal, over all owners tried', Number, 1800)
+    .option('--checkpoint-max-gib <n>', "most GiB a pulled checkpoint's files may declare together", Number, 64)
     .option('--pools <list>', 'initial warm targets: template[:net[:size]]=N, comma separated', '')
     .option('--kubeconfig <path>', 'enables NodeInventory publishing and virtual-kubelet nodes')
     .addOption(
@@ -250,10 +279,25 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
   if (o.simCloneMs !== undefined && engine !== 'sim') errors.push('--sim-clone-ms: only with --engine=sim');
   if (o.simCloneMs !== undefined && !(Number(o.simCloneMs) >= 0))
     errors.push(`--sim-clone-ms: must be a number >= 0 (got ${String(o.simCloneMs)})`);
+  const heal = Boolean(o.checkpointPeerHeal);
+  const ttlHours = Number(o.checkpointTtlHours);
+  if (!(ttlHours >= 0)) errors.push(`--checkpoint-ttl-hours: must be >= 0 (got ${String(o.checkpointTtlHours)})`);
+  for (const [flag, v] of [
+    ['--checkpoint-heal-concurrency', o.checkpointHealConcurrency],
+    ['--checkpoint-heal-timeout', o.checkpointHealTimeout],
+    ['--checkpoint-max-gib', o.checkpointMaxGib],
+  ] as const)
+    if (!(Number(v) > 0)) errors.push(`${flag}: must be a positive number (got ${String(v)})`);
+  // As the reference requires: peers authenticate pulls with the fleet token, and a delete that an offline peer
+  // missed must age out there, or heal would bring the checkpoint back to every node that claims it.
+  if (heal && !rootToken) errors.push('--checkpoint-peer-heal needs --token-file (peers pull with the fleet token)');
+  if (heal && !(ttlHours > 0))
+    errors.push('--checkpoint-peer-heal needs --checkpoint-ttl-hours > 0 (a delete a peer missed ages out there)');
   if (errors.length || !listen)
     throw new SandboxError('sandboxd.flags', errors.join('; '), { hint: 'see sandboxd --help' });
   const { host: listenHost, port: listenPort } = listen;
-  const advertiseAddr = (o.advertiseAddr as string | undefined) ?? `${listenHost}:${listenPort}`;
+  const advertiseExplicit = typeof o.advertiseAddr === 'string';
+  const advertiseAddr = advertiseExplicit ? String(o.advertiseAddr) : `${listenHost}:${listenPort}`;
   return {
     nodeName: String(o.nodeName),
     listenHost,
@@ -268,6 +312,7 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
     envdAdvertiseAddr:
       (o.envdAdvertiseAddr as string | undefined) ?? (envdListen ? `${envdListen.host}:${envdListen.port}` : undefined),
     envdMaxUploadBytes,
+    advertiseExplicit,
     dataDir: String(o.dataDir),
     rootToken,
     tenants,
@@ -285,6 +330,11 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
       .split(',')
       .map((s) => s.trim())
       .filter(Boolean),
+    checkpointPeerHeal: heal,
+    checkpointTtlHours: ttlHours,
+    checkpointHealConcurrency: Number(o.checkpointHealConcurrency),
+    checkpointHealTimeoutMs: Number(o.checkpointHealTimeout) * 1000,
+    checkpointMaxBytes: Number(o.checkpointMaxGib) * 2 ** 30,
     pools,
     kubeconfig: o.kubeconfig as string | undefined,
     publishInventory: Boolean(o.publishInventory),

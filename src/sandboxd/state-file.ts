@@ -5,6 +5,7 @@ import type { Logger } from '../log/logger.js';
 import type { CheckpointRecord } from './checkpoints.js';
 import type { SandboxRecord } from './claims.js';
 import type { PoolKey } from './pool-key.js';
+import type { PromotedTemplate } from './promoted.js';
 
 /**
  * The engine's state on disk (`<dataDir>/state.json`, 0600): the claim table, the warm targets and the checkpoints,
@@ -15,6 +16,7 @@ export interface SavedState {
   claims: SandboxRecord[];
   targets: Array<{ key: PoolKey; warm: number; owner?: string }>;
   checkpoints: CheckpointRecord[];
+  promoted: PromotedTemplate[];
 }
 
 /**
@@ -59,8 +61,13 @@ export class StateFile {
       this.path,
       'it is written whole (tmp + rename), so something else changed it; move it aside to start with no claims or checkpoints (their VMs and snapshots are then removed)',
     );
-    if (!s) return { claims: [], targets: [], checkpoints: [] };
-    return { claims: s.claims ?? [], targets: s.targets ?? [], checkpoints: s.checkpoints ?? [] };
+    if (!s) return { claims: [], targets: [], checkpoints: [], promoted: [] };
+    return {
+      claims: s.claims ?? [],
+      targets: s.targets ?? [],
+      checkpoints: s.checkpoints ?? [],
+      promoted: s.promoted ?? [],
+    };
   }
 
   /**

@@ -46,6 +46,8 @@ export interface WarmPoolsOptions {
   primeWarmVms: boolean;
   /** A pool gained a warm VM. */
   onWarm: (key: PoolKey) => void;
+  /** Node-local templates (promoted sandboxes) by key, and whether a name is one; they win over built-in ones. */
+  local?: { get(key: PoolKey): Template | undefined; has(name: string): boolean };
 }
 
 export class WarmPools {
@@ -83,7 +85,7 @@ export class WarmPools {
   }
 
   assertKnownTemplate(template: string): void {
-    if (!GUEST_TEMPLATES[template])
+    if (!GUEST_TEMPLATES[template] && !this.opts.local?.has(template))
       throw new SandboxError('sandboxd.bad-request', `template: unknown template "${template}"`, {
         hint: `known templates: ${this.knownTemplates().join(', ')}`,
       });
@@ -91,6 +93,18 @@ export class WarmPools {
 
   /** The snapshot every clone of this key starts from (built once, cached on disk by content hash). */
   template(key: PoolKey): Promise<Template> {
+    const local = this.opts.local?.get(key);
+    if (local) return Promise.resolve(local);
+    if (!GUEST_TEMPLATES[key.template] && this.opts.local?.has(key.template))
+      return Promise.reject(
+        new SandboxError(
+          'sandboxd.bad-request',
+          `template: ${key.template} is promoted on this node for another net/size`,
+          {
+            hint: 'claim it with the net and size of the sandbox it was promoted from',
+          },
+        ),
+      );
     const k = keyString(key);
     let t = this.templates.get(k);
     if (!t) {

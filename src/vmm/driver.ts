@@ -3,7 +3,7 @@
  * real QEMU microVMs (QemuMicrovmDriver) or on a simulation of them (SimulatedMicrovmDriver, `sandboxd
  * --engine=sim`, for fleet-scale benchmarks this machine cannot boot).
  */
-import type { CloneOptions, Template, TemplateSpec, VmRecord } from './types.js';
+import type { CloneOptions, NetworkLane, Template, TemplateSpec, VmRecord } from './types.js';
 import type { Progress } from '../guest/index.js';
 import type { Vm } from './vm.js';
 
@@ -49,9 +49,13 @@ export interface MicrovmDriver {
   readonly simulation?: SimulationInfo;
   createTemplate(spec: TemplateSpec, opts?: { progress?: Progress; bootTimeoutMs?: number }): Promise<Template>;
   loadTemplate(dir: string): Template;
+  /** The kernel command line a template of this image and lane boots with (a healed checkpoint records it). */
+  kernelCmdline(spec: { image: Template['image']; network: NetworkLane }, accel: 'kvm' | 'tcg'): string;
   deleteTemplate(t: Template): void;
   clone(template: Template, opts?: CloneOptions): Promise<MicrovmHandle>;
   get(id: string): MicrovmHandle | undefined;
+  /** The VMs this driver object manages (spare VMMs not included). */
+  running(): MicrovmHandle[];
   /** VMs an earlier process left (run records), with liveness checked. */
   list(): (VmRecord & { alive: boolean })[];
   adopt(id: string): Promise<MicrovmHandle>;

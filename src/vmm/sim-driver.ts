@@ -296,6 +296,16 @@ export class SimulatedMicrovmDriver implements MicrovmDriver {
     return this.vms.get(id);
   }
 
+  /** Nothing boots: a simulated template's command line is empty, as its createTemplate records it. */
+  kernelCmdline(): string {
+    return '';
+  }
+
+  /** Its VMs have no process: their stats carry no host memory (sandboxd_vm_memory_bytes is 0 on a simulated node). */
+  running(): MicrovmHandle[] {
+    return [...this.vms.values()];
+  }
+
   /** @internal */
   forget(id: string): void {
     this.vms.delete(id);

@@ -7,8 +7,18 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { defaultRunRoot } from '../../src/sandboxd/engine.js';
+import { killRecorded, readRecords } from '../../src/vmm/run-records.js';
 
 const BIN = fileURLToPath(new URL('../../bin/sandboxd.mjs', import.meta.url));
+/** How long an ordinary stop may take before remove() kills the daemon. */
+const STOP_GRACE_MS = 30_000;
+
+/** Daemons of this test process still running: killed if the process exits with them up (a failed or cut run). */
+const live = new Set<ChildProcess>();
+process.once('exit', () => {
+  for (const child of live) child.kill('SIGKILL');
+});
 
 /** One API call: status and JSON body (`{ raw }` when the body is not JSON). `token` null sends no header. */
 export async function call(
@@ -44,15 +54,20 @@ export class SandboxdProcess {
     private readonly args: string[],
   ) {}
 
-  /** A daemon named `nodeName` with root token `rootToken` and `tenants` (name -> token); not started yet. */
+  /**
+   * A daemon named `nodeName` with root token `rootToken` and `tenants` (name -> token); not started yet. `port`
+   * keeps its address across restarts (peers that know it find it again); default: one the daemon picks each start.
+   */
   static async create(
     nodeName: string,
     rootToken: string,
     tenants: Record<string, string> = {},
+    opts: { port?: number } = {},
   ): Promise<SandboxdProcess> {
     const dir = await mkdtemp(join(tmpdir(), `sbxd-${nodeName}-`));
     await writeFile(join(dir, 'token'), rootToken);
-    const args = ['--node-name', nodeName, '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'data')];
+    const listen = `127.0.0.1:${opts.port ?? 0}`;
+    const args = ['--node-name', nodeName, '--listen', listen, '--data-dir', join(dir, 'data')];
     args.push('--token-file', join(dir, 'token'), '--log-level', 'warn');
     if (Object.keys(tenants).length) {
       const lines = Object.entries(tenants).map(([name, token]) => `${name} ${token}\n`);
@@ -70,6 +85,8 @@ export class SandboxdProcess {
   async start(extra: string[] = []): Promise<void> {
     const child = spawn(process.execPath, [BIN, ...this.args, ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
     this.child = child;
+    live.add(child);
+    child.once('exit', () => live.delete(child));
     child.stderr.on('data', (d: Buffer) => this.logs.push(d.toString()));
     this.base = await new Promise<string>((resolve, reject) => {
       let out = '';
@@ -94,17 +111,33 @@ export class SandboxdProcess {
     return this.signal('SIGTERM');
   }
 
-  private async signal(sig: NodeJS.Signals): Promise<void> {
+  /** Send `sig` and wait for the exit; after `graceMs`, SIGKILL (a daemon stopped by SIGSTOP is continued first). */
+  private async signal(sig: NodeJS.Signals, graceMs?: number): Promise<void> {
     const child = this.child;
     if (!child || child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise((r) => child.once('exit', r));
     child.kill(sig);
-    await exited;
+    if (graceMs === undefined) return void (await exited);
+    const timer = setTimeout(() => {
+      child.kill('SIGCONT');
+      child.kill('SIGKILL');
+    }, graceMs);
+    try {
+      await exited;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
-  /** Stop it and remove its directory. */
+  /**
+   * Stop it (SIGKILL if it does not exit in time), kill every VM it or an earlier run of it left (the daemons run
+   * without --destroy-on-exit, so their VMs outlive them, as they would a restart), and remove its directories.
+   */
   async remove(): Promise<void> {
-    await this.stop();
+    await this.signal('SIGTERM', STOP_GRACE_MS);
+    const runRoot = defaultRunRoot(this.dataDir);
+    for (const rec of readRecords(runRoot)) await killRecorded(rec, runRoot);
+    await rm(runRoot, { recursive: true, force: true });
     await rm(this.dir, { recursive: true, force: true });
   }
 }

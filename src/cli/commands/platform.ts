@@ -34,6 +34,7 @@ interface UpOptions {
   simulatedNodes: string;
   fsync: boolean;
   logLevel: string;
+  checkpointPeerHeal?: string | boolean;
 }
 
 const SBX_BIN = fileURLToPath(new URL('../../../bin/sbx.mjs', import.meta.url));
@@ -59,6 +60,10 @@ export function register(program: Command): void {
     .option('--warm <n>', 'warm sandbox/base microVMs each sandboxd keeps ready', '2')
     .option('--simulated-nodes <n>', 'simulated (kwok) standard nodes', '2')
     .option('--no-fsync', 'run etcd without fsync (faster; figures measured so are labelled)')
+    .option(
+      '--checkpoint-peer-heal [nodes]',
+      'sandboxd nodes that pull a checkpoint they lack from a peer (comma-separated names such as node-2; no value: all); the others redirect to an owner',
+    )
     .option('--log-level <level>', 'log level', 'info')
     .addOption(new Option('--supervise', 'internal: run as the detached supervisor').hideHelp())
     .action(async (opts: UpOptions) => {
@@ -101,6 +106,19 @@ function platformOptions(opts: UpOptions) {
   const nodes = int('simulated-nodes', opts.simulatedNodes, 100);
   const sandboxdNodes = int('nodes', opts.nodes, 16);
   const warm = int('warm', opts.warm, 200);
+  const names = Array.from({ length: sandboxdNodes }, (_, i) => `node-${i}`);
+  const heal =
+    opts.checkpointPeerHeal === undefined || opts.checkpointPeerHeal === false
+      ? []
+      : opts.checkpointPeerHeal === true
+        ? names
+        : opts.checkpointPeerHeal.split(',').map((s) => s.trim());
+  for (const n of heal)
+    if (!names.includes(n))
+      throw new SandboxError(
+        'cli.usage',
+        `--checkpoint-peer-heal: no sandboxd node "${n}" (nodes: ${names.join(', ')})`,
+      );
   return {
     env,
     logger,
@@ -112,6 +130,7 @@ function platformOptions(opts: UpOptions) {
       simulatedNodes: nodes,
       sandboxdNodes,
       warm,
+      checkpointPeerHeal: heal,
       etcdFsync: opts.fsync,
       logger,
       progress: (line: string) => process.stderr.write(`${line}\n`),
@@ -185,7 +204,7 @@ async function upForeground(opts: UpOptions): Promise<void> {
       `  layout:       ${platform.layout}${platform.apiserver ? ` (sandboxes served by sandbox-apiserver at https://${platform.apiserver.address}; APIService Available in ${(platform.apiserver.apiServiceAvailableMs / 1000).toFixed(1)} s)` : ' (Sandboxes are CRs)'}`,
       ...platform.sandboxd.map(
         (d) =>
-          `  sandboxd:     ${d.node} at http://${d.address} (token: ${d.tokenFile})${platform.layout === 'crd' ? `; microVM nodes ${d.node}-vk, ${d.node}-sandboxd` : ''}`,
+          `  sandboxd:     ${d.node} at http://${d.address} (token: ${d.tokenFile})${platform.layout === 'crd' ? `; microVM nodes ${d.node}-vk, ${d.node}-sandboxd` : ''}${d.peerHeal ? '; heals checkpoints from peers' : ''}`,
       ),
       ...(platform.e2b
         ? [
@@ -229,6 +248,8 @@ async function upDetached(opts: UpOptions): Promise<void> {
     opts.logLevel,
   ];
   if (!opts.fsync) args.push('--no-fsync');
+  if (opts.checkpointPeerHeal === true) args.push('--checkpoint-peer-heal');
+  else if (typeof opts.checkpointPeerHeal === 'string') args.push(`--checkpoint-peer-heal=${opts.checkpointPeerHeal}`);
   const child = spawn(process.execPath, args, { detached: true, stdio: ['ignore', out, out] });
   child.unref();
   process.stderr.write(`starting the platform in the background (pid ${child.pid}, log ${logPath})\n`);

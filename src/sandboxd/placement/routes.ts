@@ -1,0 +1,216 @@
+import type { ServerResponse } from 'node:http';
+import { Counter, type Registry } from 'prom-client';
+import { SandboxError } from '../../errors.js';
+import type { Logger } from '../../log/logger.js';
+import type { CheckpointRecord, NodeEngine } from '../engine.js';
+import {
+  json,
+  optionalInt,
+  optionalString,
+  readJson,
+  requireOperator,
+  storedObject,
+  type SandboxdApi,
+} from '../http-api.js';
+import { claimAnswer } from '../lifecycle-routes.js';
+import { packRecord } from './blob.js';
+import type { Healer } from './heal.js';
+import type { OwnerDirectory } from './owners.js';
+import type { PeerClient } from './peer-client.js';
+import { contentDigest, META_FORMAT, type RecordMeta } from './record.js';
+
+/**
+ * The checkpoint routes (docs/placement.md), registered by SandboxdApi: list, delete (and tell the peers),
+ * claim with its three tiers (local hit, redirect to owners, peer heal), the record stream peers pull, and promote.
+ * Without `peers` (a node on its own) a claim is served from the local store or is a 404.
+ */
+export interface PlacementOptions {
+  /** Finds the peers that hold a checkpoint (owner probes). */
+  owners?: OwnerDirectory;
+  /** Present when --checkpoint-peer-heal is on. */
+  healer?: Healer;
+  /** For forwarded deletes. */
+  client?: PeerClient;
+  peers?: () => string[];
+  /** Retry-After of a 503 when the node's heal slots are full. Default 2 s. */
+  retryAfterSeconds?: number;
+}
+
+/** Which tier answered a checkpoint claim, in the `x-sandboxd-checkpoint-tier` header and the metrics. */
+export type ClaimTier = 'local' | 'redirect' | 'heal';
+
+export function registerCheckpointRoutes(
+  api: SandboxdApi,
+  engine: NodeEngine,
+  registry: Registry,
+  log: Logger,
+  p: PlacementOptions = {},
+): void {
+  const r = [registry];
+  const claims = new Counter({
+    name: 'sandboxd_checkpoint_claims_total',
+    help: 'Checkpoint claims by the tier that answered (local|redirect|heal|miss)',
+    labelNames: ['tier'],
+    registers: r,
+  });
+  const heals = new Counter({
+    name: 'sandboxd_checkpoint_heals_total',
+    help: 'Checkpoint pulls from peers by result (ok|failed|busy)',
+    labelNames: ['result'],
+    registers: r,
+  });
+  const served = new Counter({
+    name: 'sandboxd_checkpoint_blob_bytes_total',
+    help: 'Bytes of checkpoint records served to peers',
+    registers: r,
+  });
+
+  api.route('GET', '/v1/checkpoints', async (_q, res, who) => {
+    requireOperator(who);
+    json(res, 200, { checkpoints: engine.listCheckpoints().map(checkpointRow) });
+  });
+
+  api.route('DELETE', '/v1/checkpoints/{id}', async (_q, res, who, [id], url) => {
+    requireOperator(who);
+    const local = engine.deleteCheckpoint(id!);
+    p.owners?.forget(id!);
+    let remote = false;
+    const forwarded = url.searchParams.get('no_forward') === '1';
+    if (!forwarded && p.client && p.peers) {
+      // Best effort: a peer that is down keeps its copy until --checkpoint-ttl-hours ages it out.
+      const path = `/v1/checkpoints/${encodeURIComponent(id!)}?no_forward=1`;
+      const answers = await Promise.all(
+        p.peers().map((peer) =>
+          p.client!.status(peer, 'DELETE', path, 2000).catch((err: unknown) => {
+            log.warn({ err, peer, checkpoint: id }, 'could not forward a checkpoint delete; that peer keeps its copy');
+            return 0;
+          }),
+        ),
+      );
+      remote = answers.includes(204);
+    }
+    if (!local && !remote) throw new SandboxError('sandboxd.not-found', `checkpoint ${id} not found`);
+    res.writeHead(204).end();
+  });
+
+  api.route('POST', '/v1/checkpoints/{id}/claim', async (req, res, who, [id]) => {
+    requireOperator(who);
+    const body = await readJson(req);
+    const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 0);
+    const claimRef = optionalString(body.claim_ref, 'claim_ref');
+    const object = storedObject(body.object, claimRef);
+    const identity = object !== undefined ? { claimRef: claimRef!, object } : undefined;
+    const noRedirect = body.no_redirect === true;
+    const answer = (tier: ClaimTier, status: number, payload: unknown) => {
+      claims.inc({ tier });
+      res.setHeader('x-sandboxd-checkpoint-tier', tier);
+      json(res, status, payload);
+    };
+    if (engine.checkpointStore.get(id!)) {
+      const rec = await engine.claimCheckpoint(id!, ttl, identity);
+      return answer('local', 200, claimAnswer(rec, engine.advertiseAddr));
+    }
+    if (!engine.hasRoom())
+      throw new SandboxError('sandboxd.at-capacity', `node at capacity (${engine.maxClaims} claims)`);
+    const { owners: directory } = p;
+    const owners = directory && (p.healer || !noRedirect) ? await directory.owners(id!) : [];
+    if (!p.healer && !noRedirect && owners.length) return answer('redirect', 200, { redirect: owners });
+    if (!p.healer || !owners.length) {
+      claims.inc({ tier: 'miss' });
+      throw new SandboxError(
+        'sandboxd.not-found',
+        `checkpoint ${id} not found${p.owners ? (noRedirect && !p.healer ? ' on this node' : ' on this node or its peers') : ''}`,
+      );
+    }
+    try {
+      const healed = await p.healer.heal(id!, owners);
+      heals.inc({ result: 'ok' });
+      // What the pull cost (bytes of files, ms from the first request to the rename), for callers and benchmarks.
+      res.setHeader('x-sandboxd-heal-bytes', String(healed.bytes));
+      res.setHeader('x-sandboxd-heal-ms', healed.ms.toFixed(1));
+    } catch (err) {
+      if (err instanceof SandboxError && err.code === 'placement.busy') {
+        heals.inc({ result: 'busy' });
+        res.setHeader('retry-after', String(p.retryAfterSeconds ?? 2));
+        throw err;
+      }
+      heals.inc({ result: 'failed' });
+      directory?.forget(id!);
+      if (err instanceof SandboxError) throw err;
+      throw new SandboxError('placement.heal-failed', `checkpoint ${id} could not be published: ${String(err)}`, {
+        cause: err,
+        hint: 'no partial record was kept; retry the claim, or claim on an owner',
+      });
+    }
+    await engine.saveState();
+    const rec = await engine.claimCheckpoint(id!, ttl, identity);
+    return answer('heal', 200, claimAnswer(rec, engine.advertiseAddr));
+  });
+
+  const blob = async (res: ServerResponse, id: string, head: boolean) => {
+    const ck = engine.checkpointStore.get(id);
+    if (!ck) throw new SandboxError('sandboxd.not-found', `checkpoint ${id} not found on this node`);
+    if (head) return void res.writeHead(200, { 'content-type': 'application/x-tar' }).end();
+    const meta = recordMeta(ck, engine.nodeName, await engine.checkpointStore.digests(ck));
+    res.writeHead(200, { 'content-type': 'application/x-tar' });
+    const stream = packRecord(meta, ck.template.dir);
+    stream.on('data', (c: Buffer) => served.inc(c.length));
+    await new Promise<void>((resolve) => {
+      // A record that cannot be read whole (deleted mid-stream, a disk error) ends the connection without the
+      // tar's end, so the puller sees a broken transfer rather than a short record.
+      stream.on('error', (err) => {
+        log.warn({ err, checkpoint: id }, 'serving a checkpoint record failed');
+        res.destroy(err);
+      });
+      res.on('close', () => {
+        stream.destroy();
+        resolve();
+      });
+      stream.pipe(res);
+    });
+  };
+  api.route('HEAD', '/v1/checkpoints/{id}/blob', async (_q, res, who, [id]) => {
+    requireOperator(who);
+    await blob(res, id!, true);
+  });
+  api.route('GET', '/v1/checkpoints/{id}/blob', async (_q, res, who, [id]) => {
+    requireOperator(who);
+    await blob(res, id!, false);
+  });
+
+  api.route('POST', '/v1/sandboxes/{id}/promote', async (req, res, who, [id]) => {
+    const body = await readJson(req);
+    const rec = api.authorizedSandbox(who, id!, optionalString(body.token, 'token'));
+    const template = optionalString(body.template, 'template');
+    if (!template)
+      throw new SandboxError('sandboxd.bad-request', 'template: required (the name later claims use, e.g. myproj:v1)');
+    const promoted = await engine.promote(rec.id, template);
+    json(res, 200, { key: promoted.key, content_digest: contentDigest(promoted.files) });
+  });
+}
+
+/** meta.json of a record this node serves (pool key and lineage, and the checksums: docs/placement.md). */
+export function recordMeta(ck: CheckpointRecord, nodeName: string, files: RecordMeta['files']): RecordMeta {
+  return {
+    format: META_FORMAT,
+    id: ck.id,
+    ...(ck.name ? { name: ck.name } : {}),
+    sandbox_id: ck.sandboxId,
+    key: ck.key,
+    created_at: ck.createdAt,
+    origin: ck.origin ?? nodeName,
+    via: ck.via ?? [],
+    files,
+  };
+}
+
+export function checkpointRow(ck: CheckpointRecord) {
+  return {
+    id: ck.id,
+    ...(ck.name ? { name: ck.name } : {}),
+    sandbox_id: ck.sandboxId,
+    key: ck.key,
+    created_at: ck.createdAt,
+    ...(ck.origin ? { origin: ck.origin, via: ck.via ?? [] } : {}),
+  };
+}
