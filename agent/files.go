@@ -40,6 +40,9 @@ func fileType(m os.FileMode) string {
 func statInfo(p string, fi os.FileInfo) map[string]any {
 	m := map[string]any{"path": p, "name": fi.Name(), "type": fileType(fi.Mode()), "size": fi.Size(),
 		"mode": uint32(fi.Mode().Perm()), "mtimeMs": fi.ModTime().UnixMilli()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		m["uid"], m["gid"] = st.Uid, st.Gid
+	}
 	if fi.Mode()&os.ModeSymlink != 0 {
 		if t, err := os.Readlink(p); err == nil {
 			m["target"] = t
@@ -97,17 +100,38 @@ func fileList(p string, depth int) (map[string]any, error) {
 	return map[string]any{"entries": entries, "truncated": truncated}, nil
 }
 
-func fileMkdir(p string, parents bool, mode uint32) error {
+func fileMkdir(p string, parents bool, mode uint32, uid, gid *int) error {
 	if err := checkPath(p); err != nil {
 		return err
 	}
 	if mode == 0 {
 		mode = 0o755
 	}
+	var err error
 	if parents {
-		return os.MkdirAll(p, os.FileMode(mode))
+		err = os.MkdirAll(p, os.FileMode(mode))
+	} else {
+		err = os.Mkdir(p, os.FileMode(mode))
 	}
-	return os.Mkdir(p, os.FileMode(mode))
+	if err != nil {
+		return err
+	}
+	return chownFor(p, uid, gid)
+}
+
+// chownFor gives a file or directory the host's requested owner (a sandbox user's upload or mkdir); -1 keeps a side.
+func chownFor(p string, uid, gid *int) error {
+	if uid == nil && gid == nil {
+		return nil
+	}
+	u, g := -1, -1
+	if uid != nil {
+		u = *uid
+	}
+	if gid != nil {
+		g = *gid
+	}
+	return os.Lchown(p, u, g)
 }
 
 func fileMove(from, to string) error {
@@ -231,6 +255,11 @@ func (s *session) fileWrite(id uint32, req *Request) {
 		flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
 	}
 	f, err := os.OpenFile(req.Path, flags, mode)
+	if err == nil {
+		if err = chownFor(req.Path, req.UID, req.GID); err != nil {
+			f.Close()
+		}
+	}
 	if err != nil {
 		s.reply(id, nil, err)
 		return
@@ -478,10 +507,18 @@ func health() map[string]any {
 					res["memTotalKiB"], _ = strconv.Atoi(fields[1])
 				case "MemAvailable:":
 					res["memAvailableKiB"], _ = strconv.Atoi(fields[1])
+				case "Cached:":
+					res["memCachedKiB"], _ = strconv.Atoi(fields[1])
 				}
 			}
 		}
 		f.Close()
+	}
+	// The root filesystem as the guest's processes see it (the copy-on-write layer over the read-only image).
+	var fs syscall.Statfs_t
+	if syscall.Statfs("/", &fs) == nil {
+		res["diskTotalKiB"] = fs.Blocks * uint64(fs.Bsize) / 1024
+		res["diskFreeKiB"] = fs.Bavail * uint64(fs.Bsize) / 1024
 	}
 	return res
 }

@@ -29,7 +29,7 @@ func TestPathsMustBeAbsolute(t *testing.T) {
 		if _, err := fileStat(p); opCode(err) != "EINVAL" {
 			t.Errorf("fileStat(%q): %v", p, err)
 		}
-		if err := fileMkdir(p, true, 0); opCode(err) != "EINVAL" {
+		if err := fileMkdir(p, true, 0, nil, nil); opCode(err) != "EINVAL" {
 			t.Errorf("fileMkdir(%q): %v", p, err)
 		}
 		if err := fileRemove(p, true); opCode(err) != "EINVAL" {
@@ -56,13 +56,13 @@ func TestRemoveRefusesRootAndReportsMissing(t *testing.T) {
 
 func TestFileOpsOnATree(t *testing.T) {
 	dir := t.TempDir()
-	if err := fileMkdir(filepath.Join(dir, "a/b"), false, 0); opCode(err) != "ENOENT" {
+	if err := fileMkdir(filepath.Join(dir, "a/b"), false, 0, nil, nil); opCode(err) != "ENOENT" {
 		t.Fatalf("mkdir without parents: %v", err)
 	}
-	if err := fileMkdir(filepath.Join(dir, "a/b"), true, 0o700); err != nil {
+	if err := fileMkdir(filepath.Join(dir, "a/b"), true, 0o700, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := fileMkdir(filepath.Join(dir, "a"), false, 0); opCode(err) != "EEXIST" {
+	if err := fileMkdir(filepath.Join(dir, "a"), false, 0, nil, nil); opCode(err) != "EEXIST" {
 		t.Fatalf("mkdir of an existing dir: %v", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "a/b/f"), []byte("data"), 0o600); err != nil {

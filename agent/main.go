@@ -441,7 +441,7 @@ func (s *session) handleRequest(f Frame) {
 	case "file.list":
 		go func() { res, err := fileList(req.Path, req.Depth); s.reply(id, res, err) }()
 	case "file.mkdir":
-		go func() { s.reply(id, nil, fileMkdir(req.Path, req.Parents, req.Mode)) }()
+		go func() { s.reply(id, nil, fileMkdir(req.Path, req.Parents, req.Mode, req.UID, req.GID)) }()
 	case "file.move":
 		go func() { s.reply(id, nil, fileMove(req.Path, req.To)) }()
 	case "file.remove":

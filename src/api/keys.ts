@@ -77,6 +77,8 @@ export const CocoonAnnotationKeys = {
   deadline: 'sandbox.cocoonstack.io/deadline',
   net: 'sandbox.cocoonstack.io/net',
   ttlSeconds: 'sandbox.cocoonstack.io/ttl-seconds',
+  /** What the node does when the lease ends: `release` (default) or `hibernate` (pause; the e2b API's autoPause). */
+  onExpiry: 'sandbox.cocoonstack.io/on-expiry',
   node: 'sandbox.cocoonstack.io/node',
   phase: 'sandbox.cocoonstack.io/phase',
   claim: 'sandbox.cocoonstack.io/claim',

@@ -38,9 +38,14 @@ import { SandboxStorage } from './sandboxes/storage.js';
 import { SandboxStore } from './sandboxes/store.js';
 import { ApiServer } from './server.js';
 import { ServingCertificate } from './serving-cert.js';
+import { ApiKeys } from './e2b/api-keys.js';
+import { SandboxRouter } from './e2b/router.js';
+import { E2bApi } from './e2b/server.js';
 
 export interface SandboxApiServer {
   address: AddressInfo;
+  /** The e2b control plane and data-plane entry point, when configured. */
+  e2b: { api: AddressInfo | undefined; sandbox: AddressInfo | undefined };
   /** The CA of a self-managed serving certificate (the APIService caBundle); undefined with given files. */
   caPem: string | undefined;
   store: SandboxStore;
@@ -230,8 +235,34 @@ export async function buildApiServer(
 
   const address = await server.listen(config.bindAddress, config.securePort);
   log.info({ address: `${address.address}:${address.port}` }, 'sandbox-apiserver listening');
+  const e2bLog = log.child({ component: 'e2b' });
+  let e2bApi: E2bApi | undefined;
+  let e2bApiAddr: AddressInfo | undefined;
+  if (config.e2b.listen) {
+    e2bApi = new E2bApi({
+      storage: sandboxes,
+      store,
+      fleet,
+      client: sandboxd,
+      keys: new ApiKeys(config.e2b.apiKeys, config.e2b.allowAnonymous),
+      templates: config.e2b.templates,
+      namespace: config.e2b.namespace,
+      domain: config.e2b.domain,
+      logger: e2bLog,
+    });
+    e2bApiAddr = await e2bApi.listen(config.e2b.listen.host, config.e2b.listen.port);
+    e2bLog.info({ address: `${e2bApiAddr.address}:${e2bApiAddr.port}` }, 'e2b API listening');
+  }
+  let router: SandboxRouter | undefined;
+  let routerAddr: AddressInfo | undefined;
+  if (config.e2b.sandboxListen) {
+    router = new SandboxRouter({ store, client: sandboxd, namespace: config.e2b.namespace, logger: e2bLog });
+    routerAddr = await router.listen(config.e2b.sandboxListen.host, config.e2b.sandboxListen.port);
+    e2bLog.info({ address: `${routerAddr.address}:${routerAddr.port}` }, 'e2b sandbox router listening');
+  }
   return {
     address,
+    e2b: { api: e2bApiAddr, sandbox: routerAddr },
     caPem: cert.caPem(),
     store,
     fleet,
@@ -251,6 +282,8 @@ export async function buildApiServer(
       );
       cert.stop();
       fleet.stop();
+      await e2bApi?.close();
+      await router?.close();
       await server.close();
       await Promise.allSettled(tasks);
       sandboxd.close();

@@ -6,6 +6,8 @@
 import { readFileSync } from 'node:fs';
 import { Command, Option } from 'commander';
 import { SandboxError } from '../errors.js';
+import { readApiKeys } from './e2b/api-keys.js';
+import { readTemplateAliases, type TemplateAlias } from './e2b/templates.js';
 
 export interface ApiServerConfig {
   readonly bindAddress: string;
@@ -28,6 +30,16 @@ export interface ApiServerConfig {
   readonly enableWarmPoolDriver: boolean;
   readonly warmPoolSyncIntervalMs: number;
   readonly logLevel: string;
+  /** The e2b-compatible API (docs/e2b.md); undefined listens mean off. */
+  readonly e2b: {
+    readonly listen: { host: string; port: number } | undefined;
+    readonly sandboxListen: { host: string; port: number } | undefined;
+    readonly apiKeys: readonly string[];
+    readonly allowAnonymous: boolean;
+    readonly namespace: string;
+    readonly domain: string | undefined;
+    readonly templates: readonly TemplateAlias[];
+  };
 }
 
 const seconds = (flag: string) => (v: string) => {
@@ -116,7 +128,24 @@ export function apiServerCommand(): Command {
       seconds('warm-pool-sync-interval'),
       5000,
     )
-    .option('--log-level <level>', 'log level (debug, info, warn, error)', 'info');
+    .option('--log-level <level>', 'log level (debug, info, warn, error)', 'info')
+    .option('--e2b-listen <host:port>', 'serve the e2b-compatible control plane (E2B_API_URL) here; off by default')
+    .option(
+      '--e2b-sandbox-listen <host:port>',
+      "serve the e2b data plane's entry point (E2B_SANDBOX_URL, <port>-<id>.<domain> hosts) here; off by default",
+    )
+    .option('--e2b-api-key-file <path>', 'e2b API keys, one per line (# comments)')
+    .addOption(
+      new Option('--e2b-allow-anonymous [bool]', 'serve the e2b API without API keys (development only)')
+        .default(false)
+        .argParser(bool),
+    )
+    .option('--e2b-namespace <ns>', 'the namespace whose sandboxes the e2b API creates and serves', 'e2b')
+    .option('--e2b-domain <domain>', 'the sandbox domain returned to SDKs (<port>-<id>.<domain> hosts)')
+    .option(
+      '--e2b-templates-file <path>',
+      'the e2b template alias table (YAML/JSON {templates: {<id>: {template, size?, net?}}}; default: base -> sandbox/base)',
+    );
 }
 
 interface RawOptions {
@@ -140,6 +169,23 @@ interface RawOptions {
   enableWarmPoolDriver: boolean;
   warmPoolSyncInterval: number;
   logLevel: string;
+  e2bListen?: string;
+  e2bSandboxListen?: string;
+  e2bApiKeyFile?: string;
+  e2bAllowAnonymous: boolean;
+  e2bNamespace: string;
+  e2bDomain?: string;
+  e2bTemplatesFile?: string;
+}
+
+function hostPort(flag: string, v: string | undefined, problems: string[]): { host: string; port: number } | undefined {
+  if (v === undefined || v === '') return undefined;
+  const m = /^(.*):(\d{1,5})$/.exec(v.trim());
+  if (!m || Number(m[2]) > 65535) {
+    problems.push(`${flag}: "${v}" is not host:port`);
+    return undefined;
+  }
+  return { host: m[1] || '0.0.0.0', port: Number(m[2]) };
 }
 
 /** Validated configuration; every problem is reported at once, with what to do. */
@@ -158,6 +204,18 @@ export function toApiServerConfig(o: RawOptions): ApiServerConfig {
       problems.push(`--sandboxd-token-file: ${(err as Error).message}`);
     }
   }
+  const e2bListen = hostPort('--e2b-listen', o.e2bListen, problems);
+  const e2bSandboxListen = hostPort('--e2b-sandbox-listen', o.e2bSandboxListen, problems);
+  let apiKeys: string[] = [];
+  let templates: TemplateAlias[] = [];
+  try {
+    if (o.e2bApiKeyFile) apiKeys = readApiKeys(o.e2bApiKeyFile);
+    templates = readTemplateAliases(o.e2bTemplatesFile);
+  } catch (err) {
+    problems.push((err as Error).message);
+  }
+  if (e2bListen && apiKeys.length === 0 && !o.e2bAllowAnonymous)
+    problems.push('--e2b-listen needs --e2b-api-key-file with at least one key (or --e2b-allow-anonymous)');
   if (problems.length)
     throw new SandboxError('apiserver.flags', problems.join('; '), { hint: 'run sandbox-apiserver --help' });
   return {
@@ -184,6 +242,15 @@ export function toApiServerConfig(o: RawOptions): ApiServerConfig {
     enableWarmPoolDriver: o.enableWarmPoolDriver,
     warmPoolSyncIntervalMs: o.warmPoolSyncInterval,
     logLevel: o.logLevel,
+    e2b: {
+      listen: e2bListen,
+      sandboxListen: e2bSandboxListen,
+      apiKeys,
+      allowAnonymous: o.e2bAllowAnonymous,
+      namespace: o.e2bNamespace,
+      domain: o.e2bDomain || undefined,
+      templates,
+    },
   };
 }
 

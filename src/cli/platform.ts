@@ -40,6 +40,11 @@ export interface PlatformOptions {
   /** Extra sandboxd flags (benchmarks: e.g. `--refill-delay=60000` to keep refills off a measured burst). */
   sandboxdArgs?: string[];
   /**
+   * Warm VMs per node for the e2b API's templates (aggregated layout; its alias table's `base` is sandbox/base),
+   * when `template` is not already sandbox/base. @default 0
+   */
+  e2bWarm?: number;
+  /**
    * The sandboxd nodes (by name, e.g. `node-2`) that pull a checkpoint they lack from a peer and serve it
    * (docs/placement.md); the others redirect to an owner. Nodes find each other through their NodeInventory.
    */
@@ -58,6 +63,8 @@ export interface ComponentProcess {
 export interface SandboxdNode {
   node: string;
   address: string;
+  /** The node's data plane (envd), aggregated layout only. */
+  envdAddress: string | undefined;
   /** The claim gateway (aggregated layout: claims by Kubernetes identity, docs/claim-gateway.md). */
   claimAddress: string | undefined;
   tokenFile: string;
@@ -74,11 +81,24 @@ export interface Platform {
   operatorHealth: string | undefined;
   /** The aggregated layout's server: where it listens and the CA that signs its certificate. */
   apiserver: { address: string; caFile: string; apiServiceAvailableMs: number } | undefined;
+  /** The e2b API of the aggregated layout: what E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY are set to. */
+  e2b: E2bEndpoints | undefined;
   /** A dir with `kubectl-sandbox` (the kubectl plugin), to put on PATH. */
   pluginDir: string;
   pids(): number[];
   stop(): Promise<void>;
 }
+
+export interface E2bEndpoints {
+  apiUrl: string;
+  sandboxUrl: string;
+  apiKey: string;
+  apiKeyFile: string;
+  namespace: string;
+}
+
+/** The namespace the local platform's e2b API serves. */
+export const E2B_NAMESPACE = 'e2b';
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -116,7 +136,7 @@ export async function startPlatform(opts: PlatformOptions): Promise<Platform> {
       waits.push(started.ready);
     }
     const sandboxd = await startSandboxdNodes(cluster, components, opts, tokenFile, waits);
-    const apiserver = aggregated ? await startApiServer(cluster, components, opts, tokenFile) : undefined;
+    const started = aggregated ? await startApiServer(cluster, components, opts, tokenFile) : undefined;
     await Promise.all(waits);
     const pluginDir = join(opts.dataDir, 'bin');
     await mkdir(pluginDir, { recursive: true });
@@ -127,7 +147,8 @@ export async function startPlatform(opts: PlatformOptions): Promise<Platform> {
       layout: opts.layout,
       sandboxd,
       operatorHealth,
-      apiserver,
+      apiserver: started?.apiserver,
+      e2b: started?.e2b,
       components: components.list.map((c) => ({ name: c.name, pid: c.child.pid ?? -1, logPath: c.logPath })),
       pids: () => [...cluster.processes().map((p) => p.pid), ...components.pids()],
       stop,
@@ -174,7 +195,8 @@ async function startSandboxdNodes(
     const port = await freePort(host);
     const claimAddress = aggregated ? `${host}:${await freePort(host)}` : undefined;
     const vk: string[] = [];
-    if (aggregated) vk.push('--vk-nodes=');
+    const envdAddress = aggregated ? `${host}:${await freePort(host)}` : undefined;
+    if (aggregated) vk.push('--vk-nodes=', `--envd-listen=${envdAddress}`);
     else {
       const kubelet = await issueCert(dir, cluster.pki.ca, {
         name: 'kubelet',
@@ -201,11 +223,7 @@ async function startSandboxdNodes(
       `--kubeconfig=${cluster.kubeconfigPath}`,
       ...(claimAddress ? [`--claim-listen=${claimAddress}`] : []),
       ...vk,
-      ...(opts.pools
-        ? [`--pools=${opts.pools}`]
-        : opts.warm > 0
-          ? [`--pools=${opts.template ?? 'sandbox/base'}=${opts.warm}`]
-          : []),
+      ...poolsFlag(opts),
       ...(opts.checkpointPeerHeal?.includes(node) ? ['--checkpoint-peer-heal', '--checkpoint-ttl-hours=24'] : []),
       ...(opts.sandboxdArgs ?? []),
       '--destroy-on-exit',
@@ -213,6 +231,7 @@ async function startSandboxdNodes(
     nodes.push({
       node,
       address: `${host}:${port}`,
+      envdAddress,
       claimAddress,
       tokenFile,
       vmRunRoot: defaultRunRoot(join(dir, 'data')),
@@ -232,9 +251,15 @@ async function startApiServer(
   components: Components,
   opts: PlatformOptions,
   tokenFile: string,
-): Promise<NonNullable<Platform['apiserver']>> {
+): Promise<{ apiserver: NonNullable<Platform['apiserver']>; e2b: E2bEndpoints }> {
   const host = cluster.hostAddress;
   await applyAggregatedRbac(cluster.kubectl);
+  await cluster.kubectl(['create', 'namespace', E2B_NAMESPACE]);
+  const apiKey = `e2b_${randomBytes(20).toString('hex')}`;
+  const apiKeyFile = join(opts.dataDir, 'e2b-api-keys');
+  await writeFile(apiKeyFile, `# e2b API keys of the local platform (sbx up)\n${apiKey}\n`, { mode: 0o600 });
+  const e2bPort = await freePort(host);
+  const routerPort = await freePort(host);
   const kubeconfig = await serviceAccountKubeconfig(cluster.kubectl, {
     path: join(opts.dataDir, 'sandbox-apiserver.kubeconfig'),
     server: cluster.server,
@@ -253,6 +278,10 @@ async function startApiServer(
     `--tls-sans=${host}`,
     `--cluster-domain=${cluster.clusterDomain}`,
     `--sandboxd-token-file=${tokenFile}`,
+    `--e2b-listen=${host}:${e2bPort}`,
+    `--e2b-sandbox-listen=${host}:${routerPort}`,
+    `--e2b-api-key-file=${apiKeyFile}`,
+    `--e2b-namespace=${E2B_NAMESPACE}`,
   ]);
   const caFile = join(certDir, 'ca.crt');
   await components.waitFile(c, caFile, 60_000);
@@ -260,7 +289,25 @@ async function startApiServer(
   await components.waitReady(c, `https://${host}:${port}/readyz`, 120_000, caPem);
   opts.progress(`registering APIService ${APISERVICE_NAME}`);
   const availableMs = await registerAggregatedApi(cluster.kubectl, { address: host, port, caPem });
-  return { address: `${host}:${port}`, caFile, apiServiceAvailableMs: availableMs };
+  return {
+    apiserver: { address: `${host}:${port}`, caFile, apiServiceAvailableMs: availableMs },
+    e2b: {
+      apiUrl: `http://${host}:${e2bPort}`,
+      sandboxUrl: `http://${host}:${routerPort}`,
+      apiKey,
+      apiKeyFile,
+      namespace: E2B_NAMESPACE,
+    },
+  };
+}
+
+/** sandboxd's --pools: the layout's template, plus the e2b API's sandbox/base where that is another one. */
+function poolsFlag(opts: PlatformOptions): string[] {
+  const template = opts.template ?? 'sandbox/base';
+  const pools: string[] = opts.pools ? [opts.pools] : opts.warm > 0 ? [`${template}=${opts.warm}`] : [];
+  if (opts.layout === 'aggregated' && (opts.e2bWarm ?? 0) > 0 && template !== 'sandbox/base')
+    pools.push(`sandbox/base=${opts.e2bWarm}`);
+  return pools.length ? [`--pools=${pools.join(',')}`] : [];
 }
 
 /** What a detached platform leaves behind so `sbx down` can stop exactly what it started. */
@@ -277,6 +324,8 @@ export interface PlatformState {
   pids?: number[];
   /** sandboxd VM run roots: `sbx down` kills any QEMU left under them (if sandboxd itself was killed). */
   vmRunRoots?: string[];
+  /** The e2b API (aggregated layout): for the export line of `sbx up --detach`. */
+  e2b?: { apiUrl: string; sandboxUrl: string; apiKeyFile: string };
   readyMs?: number;
 }
 

@@ -40,6 +40,10 @@ export interface AgentHealth {
   processes?: number;
   memTotalKiB?: number;
   memAvailableKiB?: number;
+  memCachedKiB?: number;
+  /** The guest's root filesystem (statfs of /). */
+  diskTotalKiB?: number;
+  diskFreeKiB?: number;
 }
 
 export interface AgentConnectOptions {

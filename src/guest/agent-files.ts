@@ -12,12 +12,26 @@ export interface FileStat {
   size: number;
   mode: number;
   mtimeMs: number;
+  /** Owner (agents that report it). */
+  uid?: number;
+  gid?: number;
   target?: string;
 }
 
 export interface WatchEvent {
   op: 'create' | 'write' | 'remove' | 'rename' | 'chmod';
   path: string;
+}
+
+export interface WriteOptions {
+  mode?: number;
+  append?: boolean;
+  parents?: boolean;
+  /** Owner of the file (agents that take it; older ones leave it root's). */
+  uid?: number;
+  gid?: number;
+  timeoutMs?: number;
+  signal?: AbortSignal;
 }
 
 export class AgentFiles {
@@ -55,26 +69,54 @@ export class AgentFiles {
     return (await this.read(path)).toString('utf8');
   }
 
-  async write(
-    path: string,
-    data: Buffer | string,
-    opts: { mode?: number; append?: boolean; parents?: boolean; timeoutMs?: number } = {},
-  ): Promise<number> {
+  async write(path: string, data: Buffer | string, opts: WriteOptions = {}): Promise<number> {
     const b = typeof data === 'string' ? Buffer.from(data) : data;
+    const step = 256 << 10;
+    async function* chunks() {
+      for (let off = 0; off < b.length; off += step) yield b.subarray(off, off + step);
+    }
+    return this.writeStream(path, chunks(), opts);
+  }
+
+  /**
+   * Write a file from chunks as they come (an upload streamed from a client): each chunk is sent within the
+   * stream's credit, so a slow guest holds the source back instead of buffering it here.
+   */
+  async writeStream(path: string, source: AsyncIterable<Buffer>, opts: WriteOptions = {}): Promise<number> {
     const { id, done } = this.client.start(
       'file.write',
-      { path, mode: opts.mode, append: opts.append, parents: opts.parents },
-      { timeoutMs: opts.timeoutMs },
+      { path, mode: opts.mode, append: opts.append, parents: opts.parents, uid: opts.uid, gid: opts.gid },
+      { timeoutMs: opts.timeoutMs, signal: opts.signal },
     );
+    done.catch(() => undefined);
     const input = this.client.streamInput(id);
     const step = 256 << 10;
-    for (let off = 0; off < b.length; off += step) {
-      this.client.assertOpen();
-      if (!input.write(b.subarray(off, off + step))) await Promise.race([input.drained(), done]);
+    for await (const chunk of source) {
+      for (let off = 0; off < chunk.length; off += step) {
+        this.client.assertOpen();
+        if (!input.write(chunk.subarray(off, off + step))) await Promise.race([input.drained(), done]);
+      }
     }
     this.client.assertOpen();
     input.end();
     const res = await done;
+    return Number(res.size ?? 0);
+  }
+
+  /**
+   * Read a file as it comes: `onChunk` gets each chunk, and a promise it returns holds the guest back until it
+   * settles (a download to a slow client). Resolves with the file's size.
+   */
+  async readStream(
+    path: string,
+    onChunk: (b: Buffer) => unknown,
+    opts: { offset?: number; length?: number; timeoutMs?: number; signal?: AbortSignal } = {},
+  ): Promise<number> {
+    const res = await this.client.request(
+      'file.read',
+      { path, offset: opts.offset, length: opts.length },
+      { timeoutMs: opts.timeoutMs, signal: opts.signal, onOut: onChunk },
+    );
     return Number(res.size ?? 0);
   }
 
@@ -97,8 +139,17 @@ export class AgentFiles {
     return { entries: res.entries as FileStat[], truncated: Boolean(res.truncated) };
   }
 
-  async mkdir(path: string, opts: { parents?: boolean; mode?: number } = {}): Promise<void> {
-    await this.client.request('file.mkdir', { path, parents: opts.parents, mode: opts.mode });
+  async mkdir(
+    path: string,
+    opts: { parents?: boolean; mode?: number; uid?: number; gid?: number } = {},
+  ): Promise<void> {
+    await this.client.request('file.mkdir', {
+      path,
+      parents: opts.parents,
+      mode: opts.mode,
+      uid: opts.uid,
+      gid: opts.gid,
+    });
   }
 
   async move(from: string, to: string): Promise<void> {

@@ -16,6 +16,7 @@ import { selfSignedKubeletCert } from './vk/serving-cert.js';
 import { vmMemoryGauge } from './vm-metrics.js';
 import { join } from 'node:path';
 import { SandboxError } from '../errors.js';
+import { EnvdServer } from './envd/server.js';
 import { SIMULATION_NOTE, SimulatedMicrovmDriver } from '../vmm/index.js';
 
 /** sandboxd's composition root: engine, HTTP API, claim gateway, peers and checkpoint placement, NodeInventory
@@ -70,6 +71,7 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
   const api = new SandboxdApi({
     engine,
     peers,
+    envdAddr: config.envdAdvertiseAddr,
     auth: { rootToken: config.rootToken, tenants: config.tenants, allowAnonymous: config.allowAnonymous },
     pauseMode: config.pauseMode,
     logger: log.child({ component: 'api' }),
@@ -95,6 +97,16 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
   const address = `${bound.address}:${bound.port}`;
   if (!config.advertiseExplicit && config.listenPort === 0) engine.advertiseAddr = address;
   log.info({ address, node: config.nodeName }, 'sandboxd API listening');
+  let envd: EnvdServer | undefined;
+  if (config.envdListen) {
+    envd = new EnvdServer({
+      engine,
+      maxUploadBytes: config.envdMaxUploadBytes,
+      logger: log.child({ component: 'envd' }),
+    });
+    const e = await envd.listen(config.envdListen.host, config.envdListen.port);
+    log.info({ address: `${e.address}:${e.port}` }, 'data plane (envd) listening');
+  }
   let gateway: ClaimGateway | undefined;
   let kubeGateway: KubeClaimGateway | undefined;
   if (config.claimListen) {
@@ -172,6 +184,7 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
       await vk?.stop({ deleteNodes: config.destroyOnExit });
       await Promise.allSettled(tasks);
       await gateway?.close();
+      await envd?.close();
       await api.close();
       peerClient.close();
       await engine.close({ destroyVms: config.destroyOnExit });

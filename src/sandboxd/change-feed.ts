@@ -28,6 +28,8 @@ export function sandboxRow(rec: SandboxRecord) {
     ...(rec.fromCheckpoint ? { from_checkpoint: rec.fromCheckpoint } : {}),
     ...(rec.claimRef ? { claim_ref: rec.claimRef } : {}),
     ...(rec.object ? { object: rec.object } : {}),
+    ...(rec.vcpus ? { vcpus: rec.vcpus } : {}),
+    ...(rec.memoryMiB ? { memory_mib: rec.memoryMiB } : {}),
   };
 }
 

@@ -29,6 +29,11 @@ export interface SandboxRecord {
   object?: unknown;
   /** The node's change counter at this record's last change (docs/sandboxd-api.md "Change feed"). */
   rv?: number;
+  /** At the lease's end: hibernate instead of release (then kept hibernated for the longest lease). */
+  onExpiry?: 'hibernate';
+  /** The VM's size as the node gave it (vCPUs, memory), for readers that report it (the e2b API). */
+  vcpus?: number;
+  memoryMiB?: number;
   /** When the record last changed (its phase, its lease). */
   updatedAt?: string;
 }
@@ -40,6 +45,10 @@ export interface ClaimOptions {
   tenant?: string;
   /** The Kubernetes object the claim is (sandbox-apiserver's creates); stored and returned in rows. */
   object?: unknown;
+  onExpiry?: 'hibernate';
+  /** The claimed VM's size. */
+  vcpus?: number;
+  memoryMiB?: number;
   /** The checkpoint the VM was cloned from. */
   fromCheckpoint?: string;
 }
@@ -94,6 +103,9 @@ export class ClaimRecords {
       ...(claimRef ? { claimRef } : {}),
       ...(tenant ? { tenant } : {}),
       ...(opts.object !== undefined ? { object: opts.object } : {}),
+      ...(opts.onExpiry ? { onExpiry: opts.onExpiry } : {}),
+      ...(opts.vcpus ? { vcpus: opts.vcpus } : {}),
+      ...(opts.memoryMiB ? { memoryMiB: opts.memoryMiB } : {}),
       ...(opts.fromCheckpoint ? { fromCheckpoint: opts.fromCheckpoint } : {}),
     };
     this.touch(rec);

@@ -73,6 +73,8 @@ export interface ClaimRequest {
   provisionOnMiss?: boolean;
   /** The Kubernetes object the claim is (sandbox-apiserver's creates); stored and returned in rows. */
   object?: unknown;
+  /** At the lease's end, hibernate instead of release. */
+  onExpiry?: 'hibernate';
   /**
    * Prime a provisioned VM after handing it out (see EngineOptions.primeWarmVms), for holders that keep a VM idle
    * until someone else uses it, like a virtual-kubelet pod in a warm pool. Off for API tenants, who would see a
@@ -319,7 +321,11 @@ export class NodeEngine extends EventEmitter {
   }
 
   private record(vm: MicrovmHandle, key: PoolKey, source: SandboxRecord['source'], opts: ClaimOptions): SandboxRecord {
-    const rec = this.claims.add(vm.id, key, source, opts);
+    const rec = this.claims.add(vm.id, key, source, {
+      ...opts,
+      vcpus: vm.record.vcpus,
+      memoryMiB: vm.record.memoryMiB,
+    });
     this.counters.claims++;
     this.state.schedule();
     this.emit('claimed', rec);
@@ -396,6 +402,13 @@ export class NodeEngine extends EventEmitter {
     }
     for (const rec of this.claims.all()) {
       if (Date.parse(rec.deadline) <= now) {
+        if (rec.onExpiry === 'hibernate' && !rec.hibernated) {
+          // Paused, not gone: kept for the longest lease, then released like any other.
+          this.log.info({ sandbox: rec.id, claimRef: rec.claimRef }, 'lease expired; hibernating (on-expiry)');
+          this.renew(rec.id, this.opts.maxTtlSeconds);
+          await this.hibernate(rec.id).catch((err: unknown) => this.log.warn({ err }, 'hibernate at expiry failed'));
+          continue;
+        }
         this.counters.reaps++;
         this.log.info({ sandbox: rec.id, claimRef: rec.claimRef }, 'lease expired; releasing');
         await this.release(rec.id).catch((err: unknown) => this.log.warn({ err }, 'reaping failed'));

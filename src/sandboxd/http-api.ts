@@ -12,6 +12,7 @@ import { registerLifecycleRoutes, type PauseMode } from './lifecycle-routes.js';
 import type { PeerDirectory } from './peers.js';
 import { checkpointRow, registerCheckpointRoutes, type PlacementOptions } from './placement/routes.js';
 import { parsePoolKey } from './pool-key.js';
+import { vmMetrics } from './sandbox-metrics.js';
 import { engineKind } from '../vmm/index.js';
 
 /**
@@ -36,6 +37,8 @@ export interface ApiServerOptions {
   engine: NodeEngine;
   auth: AuthConfig;
   peers?: PeerDirectory;
+  /** Where this node's data plane (envd) is reached, reported in GET /v1/info for the e2b router. */
+  envdAddr?: string;
   /** Checkpoint placement across nodes (owner probes, peer heal); without it checkpoints are served locally only. */
   placement?: PlacementOptions;
   logger?: Logger;
@@ -208,6 +211,9 @@ export class SandboxdApi {
     const key = parsePoolKey(body);
     const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 0);
     const claimRef = optionalString(body.claim_ref, 'claim_ref');
+    const onExpiry = optionalString(body.on_expiry, 'on_expiry');
+    if (onExpiry !== undefined && onExpiry !== 'release' && onExpiry !== 'hibernate')
+      throw new SandboxError('sandboxd.bad-request', 'on_expiry: must be release or hibernate');
     const noRedirect = body.no_redirect === true;
     const object = storedObject(body.object, claimRef);
     e.assertKnownTemplate(key.template);
@@ -229,6 +235,7 @@ export class SandboxdApi {
       claimRef,
       tenant: tenantOf(who),
       object,
+      ...(onExpiry === 'hibernate' ? { onExpiry: 'hibernate' as const } : {}),
       provisionOnMiss: body.warm_only !== true,
     };
     const warm = e.claimWarm(req);
@@ -325,6 +332,11 @@ export class SandboxdApi {
       });
     });
 
+    this.route('GET', '/v1/sandboxes/{id}/metrics', async (_q, res, who, [id]) => {
+      requireOperator(who);
+      json(res, 200, await vmMetrics(e, this.sandbox(id!)));
+    });
+
     this.route('POST', '/v1/sandboxes/{id}/release', async (_q, res, who, [id]) => {
       const rec = e.get(id!);
       if (!rec || !mayAccessSandbox(who, rec.token))
@@ -409,6 +421,7 @@ export class SandboxdApi {
       archived: 0,
       ...(!e.hasRoom() ? { at_capacity: true, at_capacity_reason: `max_claims ${e.maxClaims} reached` } : {}),
       peers: this.opts.peers?.addresses() ?? [],
+      ...(this.opts.envdAddr ? { envd_addr: this.opts.envdAddr } : {}),
     };
   }
 

@@ -19,6 +19,10 @@ export interface SandboxdConfig {
   readonly gatewayAuthStaleMs: number;
   readonly gatewayAdoptionIntervalMs: number;
   readonly advertiseAddr: string;
+  /** The data plane (envd for e2b SDKs, src/sandboxd/envd): where it listens, and the address routers use. */
+  readonly envdListen: { host: string; port: number } | undefined;
+  readonly envdAdvertiseAddr: string | undefined;
+  readonly envdMaxUploadBytes: number;
   /** Whether --advertise-addr was given (else a `--listen` port of 0 is replaced by the bound one). */
   readonly advertiseExplicit: boolean;
   readonly dataDir: string;
@@ -94,6 +98,15 @@ export function sandboxdCommand(): Command {
       10,
     )
     .option('--advertise-addr <host:port>', 'address peers and the control plane use for this node (default: --listen)')
+    .option(
+      '--envd-listen <host:port>',
+      'serve the data plane (envd, for e2b SDKs through the e2b router; docs/e2b.md) on this address; off by default',
+    )
+    .option(
+      '--envd-advertise-addr <host:port>',
+      'address the e2b router uses for the data plane (default: --envd-listen)',
+    )
+    .option('--envd-max-upload-bytes <n>', 'largest file upload through envd /files, per file', String(1 << 30))
     .option('--data-dir <dir>', 'state and VM run dirs', join('/var/lib', 'sandboxd'))
     .option('--token-file <path>', 'file holding the root (operator) API token')
     .option('--tenant-tokens-file <path>', 'file of `<tenant> <token>` lines')
@@ -228,6 +241,13 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
   const listen = listenAddress('--listen', String(o.listen), errors, 7777);
   const claimListen =
     o.claimListen === undefined ? undefined : listenAddress('--claim-listen', String(o.claimListen), errors);
+  const envdListen =
+    o.envdListen === undefined || o.envdListen === ''
+      ? undefined
+      : listenAddress('--envd-listen', String(o.envdListen), errors);
+  const envdMaxUploadBytes = Number(o.envdMaxUploadBytes);
+  if (!Number.isInteger(envdMaxUploadBytes) || envdMaxUploadBytes < 1)
+    errors.push(`--envd-max-upload-bytes: "${String(o.envdMaxUploadBytes)}" is not a positive integer`);
   const rootToken = o.tokenFile ? readFileSync(String(o.tokenFile), 'utf8').trim() : undefined;
   const tenants = new Map<string, string>();
   if (o.tenantTokensFile) {
@@ -288,6 +308,10 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
     gatewayAuthStaleMs: Number(o.gatewayAuthStale) * 1000,
     gatewayAdoptionIntervalMs: Number(o.gatewayAdoptionInterval) * 1000,
     advertiseAddr,
+    envdListen,
+    envdAdvertiseAddr:
+      (o.envdAdvertiseAddr as string | undefined) ?? (envdListen ? `${envdListen.host}:${envdListen.port}` : undefined),
+    envdMaxUploadBytes,
     advertiseExplicit,
     dataDir: String(o.dataDir),
     rootToken,

@@ -19,11 +19,14 @@ export const AGGREGATED_ENV = 'SBX_TEST_AGGREGATED';
 export const TEST_TEMPLATE = 'sandbox/minimal';
 /** Warm VMs per node: enough for the tests' bursts (they retry a create while the pools refill), few enough that refill churn stays small beside the other suites. */
 export const TEST_WARM = 8;
+/** Warm sandbox/base VMs per node for the e2b tests (test/aggregated/e2b-*.test.ts). */
+export const TEST_E2B_WARM = 3;
 
 export interface AggregatedInfo {
   cluster: ClusterInfo;
   pluginDir: string;
   apiserver: NonNullable<Platform['apiserver']>;
+  e2b: NonNullable<Platform['e2b']>;
   sandboxd: SandboxdNode[];
 }
 
@@ -46,6 +49,7 @@ export async function startAggregatedForTests(
     sandboxdNodes: 2,
     warm: TEST_WARM,
     template: TEST_TEMPLATE,
+    e2bWarm: TEST_E2B_WARM,
     // An egress-lane pool too: the verbs it refuses (pause, fork) are part of the contract.
     pools: `${TEST_TEMPLATE}=${TEST_WARM},${TEST_TEMPLATE}:egress=1`,
     etcdFsync: true,
@@ -54,7 +58,13 @@ export async function startAggregatedForTests(
   });
   const { kubectl: _k, processes: _p, stop: _s, ...cluster } = platform.cluster;
   return {
-    info: { cluster, pluginDir: platform.pluginDir, apiserver: platform.apiserver!, sandboxd: platform.sandboxd },
+    info: {
+      cluster,
+      pluginDir: platform.pluginDir,
+      apiserver: platform.apiserver!,
+      e2b: platform.e2b!,
+      sandboxd: platform.sandboxd,
+    },
     stop: () => platform.stop(),
     pids: () => platform.pids(),
   };

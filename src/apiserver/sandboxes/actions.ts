@@ -99,6 +99,12 @@ export const SANDBOX_ACTIONS: readonly ActionSubresource[] = [
   ),
 ];
 
+/**
+ * The bound on a node's fork, snapshot or exec: they take seconds (guest memory written out; a command), far more
+ * on a loaded machine, where the node's default call timeout would give up on a fork that is still being made.
+ */
+export const SLOW_VERB_TIMEOUT_MS = 60_000;
+
 const SCHEMAS = new Map(SANDBOX_ACTIONS.map((a) => [a.name, toOpenApiV3Schema(a.requestSchema)]));
 const GENERATE_CHARS = 'bcdfghjklmnpqrstvwxz2456789';
 
@@ -169,8 +175,7 @@ export class SandboxActions {
     return body;
   }
 
-  /** Fork, snapshot and exec take seconds (a snapshot of guest memory; a command); pause and resume milliseconds. */
-  private call(e: SandboxEntry, verb: string, body?: unknown, timeoutMs = 60_000) {
+  private call(e: SandboxEntry, verb: string, body?: unknown, timeoutMs = SLOW_VERB_TIMEOUT_MS) {
     const path = `/v1/sandboxes/${encodeURIComponent(e.claimId)}/${verb}`;
     return this.client.call(e.node, e.address, 'POST', path, body, timeoutMs);
   }

@@ -124,7 +124,13 @@ export class SandboxCreator {
   ) {}
 
   /** Parse and check everything that does not depend on the fleet; throws the Status to answer. */
-  validate(req: CreateRequest): { obj: Sandbox; name: string; key: PoolKeyOf; ttl: number } {
+  validate(req: CreateRequest): {
+    obj: Sandbox;
+    name: string;
+    key: PoolKeyOf;
+    ttl: number;
+    onExpiry: 'hibernate' | undefined;
+  } {
     const body = req.body;
     if (typeof body !== 'object' || body === null || Array.isArray(body))
       throw badRequest('the request body must be a JSON object (a Sandbox)');
@@ -177,11 +183,20 @@ export class SandboxCreator {
     if (key && !key.ok) causes.push({ reason: 'FieldValueInvalid', field: key.field, message: key.message });
     if (causes.length || !key || !key.ok) throw invalid('Sandbox', SANDBOXES.group, name, causes);
     const ttl = leaseSeconds(obj);
-    return { obj, name, key: key.key, ttl };
+    const expiry = meta.annotations?.[CocoonAnnotationKeys.onExpiry];
+    if (expiry !== undefined && expiry !== 'release' && expiry !== 'hibernate')
+      throw badRequest(`annotation ${CocoonAnnotationKeys.onExpiry}="${expiry}" must be release or hibernate`, [
+        {
+          reason: 'FieldValueNotSupported',
+          field: `metadata.annotations[${CocoonAnnotationKeys.onExpiry}]`,
+          message: 'supported values: "release", "hibernate"',
+        },
+      ]);
+    return { obj, name, key: key.key, ttl, onExpiry: expiry === 'hibernate' ? 'hibernate' : undefined };
   }
 
   async create(req: CreateRequest): Promise<Created> {
-    const { obj, name, key, ttl } = this.validate(req);
+    const { obj, name, key, ttl, onExpiry } = this.validate(req);
     const ns = req.namespace;
     const phase = this.namespaces.phase(ns);
     if (phase === 'missing') throw notFound({ group: '', resource: 'namespaces' }, ns);
@@ -230,7 +245,7 @@ export class SandboxCreator {
     }
     this.inFlight.add(k);
     try {
-      return await this.claim(k, key, ttl, stored);
+      return await this.claim(k, key, ttl, stored, onExpiry);
     } finally {
       this.inFlight.delete(k);
     }
@@ -297,7 +312,13 @@ export class SandboxCreator {
     return { object, entry };
   }
 
-  private async claim(k: string, key: PoolKeyOf, ttl: number, stored: StoredObject): Promise<Created> {
+  private async claim(
+    k: string,
+    key: PoolKeyOf,
+    ttl: number,
+    stored: StoredObject,
+    onExpiry: 'hibernate' | undefined,
+  ): Promise<Created> {
     const candidates = this.fleet.candidates(key);
     for (;;) {
       const c = this.fleet.pick(candidates);
@@ -308,6 +329,7 @@ export class SandboxCreator {
           net: key.net,
           size: key.size,
           ...(ttl ? { ttl_seconds: ttl } : {}),
+          ...(onExpiry ? { on_expiry: onExpiry } : {}),
           claim_ref: k,
           no_redirect: true,
           warm_only: true,

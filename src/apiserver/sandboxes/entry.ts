@@ -36,6 +36,9 @@ export interface NodeRow {
   /** The node's change counter at this row's last change (monotonic per node, across restarts). */
   rv: number;
   object?: StoredObject;
+  /** The VM's size (nodes that report it). */
+  vcpus?: number;
+  memory_mib?: number;
 }
 
 export interface SandboxEntry {
@@ -55,6 +58,9 @@ export interface SandboxEntry {
   readonly fromCheckpoint: string | undefined;
   readonly object: StoredObject;
   readonly nodeRv: number;
+  /** The VM's vCPUs and memory as its node reports them (undefined from older nodes). */
+  readonly vcpus: number | undefined;
+  readonly memoryMiB: number | undefined;
   /** This server's resourceVersion of the entry (set when the change is applied). */
   readonly rv: string;
 }
@@ -81,6 +87,8 @@ export function entryFromRow(row: NodeRow, node: string, address: string, rv: st
     fromCheckpoint: row.from_checkpoint,
     object: o,
     nodeRv: row.rv,
+    vcpus: row.vcpus,
+    memoryMiB: row.memory_mib,
     rv,
   };
 }

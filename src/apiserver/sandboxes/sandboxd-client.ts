@@ -12,6 +12,8 @@ export interface ClaimBody {
   net: string;
   size: string;
   ttl_seconds?: number;
+  /** At the lease's end: release (default) or hibernate. */
+  on_expiry?: 'hibernate';
   claim_ref: string;
   /** Answer only for this node: no redirect to peers. */
   no_redirect: true;

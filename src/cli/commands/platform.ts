@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { openSync } from 'node:fs';
-import { mkdir, rm } from 'node:fs/promises';
+import { mkdir, readFile, rm } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
@@ -14,7 +14,16 @@ import {
 } from '../../cluster/index.js';
 import { SandboxError, errorMessage } from '../../errors.js';
 import { createLogger } from '../../log/logger.js';
-import { readState, startPlatform, statePath, writeState, type Layout, type Platform } from '../platform.js';
+import { parseApiKeys } from '../../apiserver/e2b/api-keys.js';
+import {
+  readState,
+  startPlatform,
+  statePath,
+  writeState,
+  type Layout,
+  type Platform,
+  type PlatformState,
+} from '../platform.js';
 
 interface UpOptions {
   detach?: boolean;
@@ -174,6 +183,15 @@ async function upForeground(opts: UpOptions): Promise<void> {
     pids: platform.pids(),
     vmRunRoots: platform.sandboxd.map((d) => d.vmRunRoot),
     readyMs: c.readyMs,
+    ...(platform.e2b
+      ? {
+          e2b: {
+            apiUrl: platform.e2b.apiUrl,
+            sandboxUrl: platform.e2b.sandboxUrl,
+            apiKeyFile: platform.e2b.apiKeyFile,
+          },
+        }
+      : {}),
   });
   if (stopping) return;
   const kubectl = `KUBECONFIG=${c.kubeconfigPath} PATH=${platform.pluginDir}:$PATH ${join(c.binDir, 'kubectl')}`;
@@ -188,6 +206,13 @@ async function upForeground(opts: UpOptions): Promise<void> {
         (d) =>
           `  sandboxd:     ${d.node} at http://${d.address} (token: ${d.tokenFile})${platform.layout === 'crd' ? `; microVM nodes ${d.node}-vk, ${d.node}-sandboxd` : ''}${d.peerHeal ? '; heals checkpoints from peers' : ''}`,
       ),
+      ...(platform.e2b
+        ? [
+            `  e2b API:      ${platform.e2b.apiUrl} (sandboxes in namespace ${platform.e2b.namespace}; key in ${platform.e2b.apiKeyFile})`,
+            `  e2b sandbox:  ${platform.e2b.sandboxUrl} (E2B_SANDBOX_URL)`,
+            `  e2b SDK:      E2B_API_URL=${platform.e2b.apiUrl} E2B_SANDBOX_URL=${platform.e2b.sandboxUrl} E2B_API_KEY=${platform.e2b.apiKey}`,
+          ]
+        : []),
       ...platform.components.map((p) => `  ${(p.name + ':').padEnd(13)} pid ${p.pid}, log ${p.logPath}`),
       `  try:          ${kubectl} get nodes`,
       platform.layout === 'crd'
@@ -233,8 +258,7 @@ async function upDetached(opts: UpOptions): Promise<void> {
     const state = await readState(env.stateDir);
     if (state?.status === 'ready' && state.kubeconfigPath && state.binDir) {
       process.stderr.write(`platform ready; stop it with \`sbx down\`\n`);
-      const path = [state.binDir, state.pluginDir].filter((d): d is string => !!d).map((d) => resolve(d));
-      process.stdout.write(`export KUBECONFIG=${resolve(state.kubeconfigPath)} PATH=${path.join(':')}:$PATH\n`);
+      process.stdout.write(`${await exportLine(state)}\n`);
       return;
     }
     if (state?.status === 'failed')
@@ -280,4 +304,20 @@ async function killVmsUnder(runRoots: string[]): Promise<void> {
     if (p.cmd.startsWith('qemu-system') && runRoots.some((r) => p.cmd.includes(`${r}/`)))
       process.kill(p.pid, 'SIGKILL');
   for (const r of runRoots) await rm(r, { recursive: true, force: true });
+}
+
+/**
+ * The line `sbx up --detach` prints last, for `eval`: KUBECONFIG, PATH (kubectl and the kubectl plugin) and, in the
+ * aggregated layout, E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY (the first key of its 0600 file), so an e2b SDK
+ * needs nothing else.
+ */
+export async function exportLine(state: PlatformState): Promise<string> {
+  const path = [state.binDir, state.pluginDir].filter((d): d is string => !!d).map((d) => resolve(d));
+  let line = `export KUBECONFIG=${resolve(state.kubeconfigPath ?? '')} PATH=${path.join(':')}:$PATH`;
+  if (state.e2b) {
+    const [key] = parseApiKeys(await readFile(state.e2b.apiKeyFile, 'utf8'));
+    line += ` E2B_API_URL=${state.e2b.apiUrl} E2B_SANDBOX_URL=${state.e2b.sandboxUrl}`;
+    if (key) line += ` E2B_API_KEY=${key}`;
+  }
+  return line;
 }

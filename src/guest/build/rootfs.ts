@@ -17,6 +17,7 @@ import {
   appendFileSync,
   statSync,
   lstatSync,
+  chownSync,
 } from 'node:fs';
 import { join } from 'node:path';
 import { SandboxError } from '../../errors.js';
@@ -220,6 +221,12 @@ function fixups(root: string): void {
     p('etc/group'),
     existsSync(groupMaster) ? readFileSync(groupMaster) : 'root:x:0:\ntty:x:5:\nnogroup:x:65534:\n',
   );
+  // The e2b API (src/sandboxd/envd) runs commands as `root` or `user` (its default), as e2b's own templates do; both
+  // must exist in every template its alias table names, with their homes.
+  appendFileSync(p('etc/passwd'), 'user:x:1000:1000:user:/home/user:/bin/bash\n');
+  appendFileSync(p('etc/group'), 'user:x:1000:\n');
+  mkdirSync(p('home/user'), { recursive: true, mode: 0o755 });
+  chownSync(p('home/user'), 1000, 1000);
   writeFileSync(p('etc/hostname'), 'sandbox\n');
   writeFileSync(p('etc/hosts'), '127.0.0.1 localhost sandbox\n');
   // ca-certificates: build the bundle update-ca-certificates would have written.

@@ -1,0 +1,205 @@
+/**
+ * bench/e2b — the e2b SDK's create-to-first-command against what the platform does underneath, in one run:
+ *
+ *   node --import tsx bench/e2b.ts [--samples 20] [--rounds 2] [--warm 10] [--file-mib 64]
+ *
+ * On the aggregated platform exactly as `sbx up --layout aggregated` starts it (one sandboxd node, real QEMU
+ * microVMs, template sandbox/base through the e2b alias `base`, primed warm pools):
+ * - SDK: `Sandbox.create('base')` → `commands.run('true')` done (the unmodified SDK: control plane, router, envd),
+ *   the sandbox killed afterwards (not timed);
+ * - direct: the aggregated create (`POST .../sandboxes` through kube-apiserver, 201) plus a warm exec of `true` on
+ *   that sandbox timed on its own (sandboxd `POST /v1/sandboxes/{id}/exec`): the sum is the floor the SDK path
+ *   adds envd and the e2b API to.
+ * Serial and at concurrency 8, interleaved in rounds. Then 64 MiB written and read back through the SDK
+ * (`files.write` / `files.read`) against the agent's own file transfer to a VM of an in-process engine
+ * (`AgentFiles.write` / `read`), same run.
+ * Targets (issue 18): SDK p50 ≤ 1.5× direct p50; SDK file throughput ≥ 50 % of the agent's.
+ */
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Sandbox } from 'e2b';
+import { readClusterEnvironment } from '../src/cluster/index.js';
+import { startPlatform } from '../src/cli/platform.js';
+import { KubeClient, Sandboxes } from '../src/kube/index.js';
+import { createLogger } from '../src/log/logger.js';
+import { NodeEngine } from '../src/sandboxd/engine.js';
+import { percentile } from './claim-driver.js';
+
+const { values } = parseArgs({
+  options: {
+    samples: { type: 'string', default: '20' },
+    rounds: { type: 'string', default: '2' },
+    warm: { type: 'string', default: '10' },
+    'file-mib': { type: 'string', default: '64' },
+  },
+});
+const SAMPLES = Number(values.samples);
+const ROUNDS = Number(values.rounds);
+const WARM = Number(values.warm);
+const FILE_MIB = Number(values['file-mib']);
+const say = (s: string) => process.stderr.write(`[bench/e2b] ${s}\n`);
+const stats = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return { p50: percentile(s, 50), p95: percentile(s, 95), n: s.length };
+};
+const fmt = (s: ReturnType<typeof stats>) => `p50 ${s.p50.toFixed(1)}  p95 ${s.p95.toFixed(1)} ms (n=${s.n})`;
+
+async function main(): Promise<void> {
+  const env = readClusterEnvironment();
+  const dataDir = await mkdtemp(join(tmpdir(), 'bench-e2b-'));
+  say('starting the aggregated platform (1 sandboxd node, sandbox/base)');
+  const platform = await startPlatform({
+    cacheDir: env.cacheDir,
+    binDir: env.binDir,
+    dataDir,
+    layout: 'aggregated',
+    simulatedNodes: 0,
+    sandboxdNodes: 1,
+    warm: WARM,
+    template: 'sandbox/base',
+    etcdFsync: true,
+    logger: createLogger({ level: 'warn', name: 'bench' }),
+    progress: say,
+  });
+  const engineDir = await mkdtemp(join(tmpdir(), 'bench-e2b-agent-'));
+  let engine: NodeEngine | undefined;
+  try {
+    const e2b = platform.e2b!;
+    const node = platform.sandboxd[0]!;
+    const nodeToken = (await readFile(node.tokenFile, 'utf8')).trim();
+    const opts = { apiUrl: e2b.apiUrl, sandboxUrl: e2b.sandboxUrl, apiKey: e2b.apiKey, requestTimeoutMs: 60_000 };
+    const kube = await KubeClient.fromKubeconfig(platform.cluster.kubeconfigPath, { qps: -1 });
+    await platform.cluster.kubectl(['create', 'namespace', 'bench-e2b']);
+
+    const waitWarm = async () => {
+      for (;;) {
+        const r = await fetch(`http://${node.address}/v1/info`, { headers: { authorization: `Bearer ${nodeToken}` } });
+        const info = (await r.json()) as {
+          pools: Array<{ key: { template: string }; primed: number; target: number }>;
+        };
+        const p = info.pools.find((x) => x.key.template === 'sandbox/base');
+        if (p && p.primed >= p.target) return;
+        await sleep(250);
+      }
+    };
+    const sdkSample = async () => {
+      const t0 = performance.now();
+      const s = await Sandbox.create('base', opts);
+      await s.commands.run('true');
+      const ms = performance.now() - t0;
+      await s.kill();
+      return ms;
+    };
+    let seq = 0;
+    const directSample = async () => {
+      const name = `b${seq++}-${Date.now().toString(36)}`;
+      const t0 = performance.now();
+      const obj = (await kube.create(Sandboxes, {
+        apiVersion: 'agents.x-k8s.io/v1beta1',
+        kind: 'Sandbox',
+        metadata: { name, namespace: 'bench-e2b' },
+        spec: { podTemplate: { spec: { containers: [{ name: 'main', image: 'sandbox/base' }] } } },
+      })) as unknown as { metadata: { annotations: Record<string, string> } };
+      const createMs = performance.now() - t0;
+      const claim = obj.metadata.annotations['sandbox.cocoonstack.io/claim-id']!;
+      const t1 = performance.now();
+      const r = await fetch(`http://${node.address}/v1/sandboxes/${claim}/exec`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${nodeToken}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ argv: ['true'] }),
+      });
+      if (r.status !== 200) throw new Error(`exec: ${r.status} ${await r.text()}`);
+      const execMs = performance.now() - t1;
+      await kube.delete(Sandboxes, 'bench-e2b', name);
+      return createMs + execMs;
+    };
+    const run = async (f: () => Promise<number>, n: number, conc: number) => {
+      const out: number[] = [];
+      let next = 0;
+      await Promise.all(
+        Array.from({ length: conc }, async () => {
+          while (next < n) {
+            next++;
+            out.push(await f());
+          }
+        }),
+      );
+      return out;
+    };
+    await waitWarm();
+    // One of each untimed: first-use costs (connections, code paths) are not what is measured.
+    await sdkSample();
+    await directSample();
+    const res = { sdk1: [] as number[], dir1: [] as number[], sdk8: [] as number[], dir8: [] as number[] };
+    for (let round = 0; round < ROUNDS; round++) {
+      const per = Math.ceil(SAMPLES / ROUNDS);
+      for (const [key, f, conc] of [
+        ['sdk1', sdkSample, 1],
+        ['dir1', directSample, 1],
+        ['sdk8', sdkSample, 8],
+        ['dir8', directSample, 8],
+      ] as const) {
+        await waitWarm();
+        const batch = conc === 1 ? per : Math.min(per, WARM);
+        res[key].push(...(await run(f, batch, conc)));
+      }
+      say(`round ${round + 1}/${ROUNDS} done`);
+    }
+    const s = { sdk1: stats(res.sdk1), dir1: stats(res.dir1), sdk8: stats(res.sdk8), dir8: stats(res.dir8) };
+
+    // Files: the SDK through router and envd, against the agent's own transfer on an in-process engine's VM.
+    const blob = Buffer.alloc(FILE_MIB << 20);
+    for (let i = 0; i < blob.length; i += 4) blob.writeUInt32LE((i * 2654435761) >>> 0, i);
+    await waitWarm();
+    const sbx = await Sandbox.create('base', { ...opts, timeoutMs: 600_000 });
+    const ab = blob.buffer.slice(blob.byteOffset, blob.byteOffset + blob.length);
+    let t = performance.now();
+    await sbx.files.write('/tmp/big', ab);
+    const sdkWrite = performance.now() - t;
+    t = performance.now();
+    const back = Buffer.from(await sbx.files.read('/tmp/big', { format: 'bytes' }));
+    const sdkRead = performance.now() - t;
+    if (!back.equals(blob)) throw new Error('SDK read back different bytes');
+    await sbx.kill();
+    engine = new NodeEngine({ dataDir: engineDir, nodeName: 'bench-agent', advertiseAddr: '127.0.0.1:1' });
+    await engine.start();
+    const rec = await engine.claim({ key: { template: 'sandbox/base', net: 'none', size: 'small' }, ttlSeconds: 600 });
+    const agent = engine.vm(rec.id).agent;
+    t = performance.now();
+    await agent.files.write('/tmp/big', blob, { timeoutMs: 0 });
+    const rawWrite = performance.now() - t;
+    t = performance.now();
+    const rawBack = await agent.files.read('/tmp/big', { maxBytes: blob.length, timeoutMs: 0 });
+    const rawRead = performance.now() - t;
+    if (!rawBack.equals(blob)) throw new Error('agent read back different bytes');
+    const mibs = (ms: number) => FILE_MIB / (ms / 1000);
+
+    const lines = [
+      `e2b SDK create → first commands.run('true') vs aggregated create + warm exec (1 node, sandbox/base, TCG)`,
+      `  serial   SDK    ${fmt(s.sdk1)}`,
+      `  serial   direct ${fmt(s.dir1)}   ratio p50 ${(s.sdk1.p50 / s.dir1.p50).toFixed(2)} (target ≤ 1.5)`,
+      `  conc 8   SDK    ${fmt(s.sdk8)}`,
+      `  conc 8   direct ${fmt(s.dir8)}   ratio p50 ${(s.sdk8.p50 / s.dir8.p50).toFixed(2)}`,
+      `files, ${FILE_MIB} MiB: SDK write ${mibs(sdkWrite).toFixed(1)} MiB/s, read ${mibs(sdkRead).toFixed(1)} MiB/s; agent write ${mibs(rawWrite).toFixed(1)} MiB/s, read ${mibs(rawRead).toFixed(1)} MiB/s`,
+      `  SDK/agent: write ${((rawWrite / sdkWrite) * 100).toFixed(0)} %, read ${((rawRead / sdkRead) * 100).toFixed(0)} % (target ≥ 50 %)`,
+    ];
+    process.stdout.write(`${lines.join('\n')}\n`);
+    kube.close();
+  } finally {
+    await engine?.close({ destroyVms: true });
+    await platform.stop();
+    await rm(engineDir, { recursive: true, force: true });
+    await rm(dataDir, { recursive: true, force: true });
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    process.stderr.write(`bench/e2b failed: ${String((err as Error).stack ?? err)}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,21 @@
+/**
+ * The contract between the e2b control plane (sandbox-apiserver, src/apiserver/e2b) and the data plane each node
+ * serves (sandboxd, src/sandboxd/envd): the port envd answers on, the envd version whose SDK gates are implemented,
+ * and how a sandbox's envd access token is derived from its sandboxd token. Both sides compute the token, so it is
+ * never stored or sent between them, and it grants envd only (the sandboxd token also drives release, fork, ...).
+ */
+import { createHmac } from 'node:crypto';
+
+/** The in-sandbox port of envd (E2b-Sandbox-Port, the `49983-<id>.<domain>` host). */
+export const ENVD_PORT = 49983;
+
+/**
+ * The envd version reported to SDKs: every gate up to it is implemented (docs/e2b.md lists them). 0.6.2 (file
+ * metadata) is not, so this stays below it.
+ */
+export const ENVD_VERSION = '0.5.7';
+
+/** The envd access token of a sandbox whose sandboxd token is `sandboxToken`. */
+export function envdAccessToken(sandboxToken: string): string {
+  return createHmac('sha256', sandboxToken).update('sandbox-operator envd access token v1').digest('base64url');
+}

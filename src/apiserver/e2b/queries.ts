@@ -1,0 +1,150 @@
+/**
+ * The e2b API's collection reads: sandboxes (state and metadata filters, `limit`, and `X-Next-Token` pages that
+ * name the last sandbox served, so a page survives creates and kills in between), snapshots (every node's
+ * checkpoints of this namespace's sandboxes), and the template alias table.
+ */
+import type { Fleet } from '../sandboxes/fleet.js';
+import type { SandboxdClient } from '../sandboxes/sandboxd-client.js';
+import type { SandboxStore } from '../sandboxes/store.js';
+import type { SandboxEntry } from '../sandboxes/entry.js';
+import { ENVD_VERSION } from '../../api/envd.js';
+import { badRequest, metadataFilter } from './http.js';
+import type { TemplateAlias } from './templates.js';
+import { listedView, metadataOf, stateOf, templateIdOf } from './views.js';
+
+const DEFAULT_LIMIT = 100;
+const MAX_LIMIT = 1000;
+
+const encodeToken = (key: string) => Buffer.from(key).toString('base64url');
+function decodeToken(t: string, namespace: string): string {
+  const key = Buffer.from(t, 'base64url').toString('utf8');
+  if (!key.startsWith(`${namespace}/`)) throw badRequest('nextToken: not a token this server gave');
+  return key;
+}
+
+export function listSandboxes(
+  store: SandboxStore,
+  namespace: string,
+  q: URLSearchParams,
+): { items: ReturnType<typeof listedView>[]; nextToken: string | undefined } {
+  const states = (q.get('state') ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+  for (const s of states)
+    if (s !== 'running' && s !== 'paused') throw badRequest(`state: "${s}" is not running or paused`);
+  const metadata = metadataFilter(q.get('metadata'));
+  const template = q.get('template');
+  const startedAfter = q.get('startedAfter');
+  const after = startedAfter ? Date.parse(startedAfter) : undefined;
+  if (after !== undefined && !Number.isFinite(after)) throw badRequest('startedAfter: not an ISO time');
+  const rawLimit = q.get('limit');
+  const limit = rawLimit === null ? DEFAULT_LIMIT : Number(rawLimit);
+  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LIMIT)
+    throw badRequest(`limit: an integer from 1 to ${MAX_LIMIT}`);
+  const token = q.get('nextToken');
+  const matches = (e: SandboxEntry) => {
+    if (states.length && !states.includes(stateOf(e))) return false;
+    if (template && templateIdOf(e) !== template) return false;
+    if (after !== undefined && Date.parse(e.object.metadata.creationTimestamp) <= after) return false;
+    const md = metadataOf(e);
+    return Object.entries(metadata).every(([k, v]) => md[k] === v);
+  };
+  const items: ReturnType<typeof listedView>[] = [];
+  let last: string | undefined;
+  let more = false;
+  for (const key of store.keysFrom(namespace, token ? decodeToken(token, namespace) : undefined)) {
+    const e = store.get(key);
+    if (!e || !matches(e)) continue;
+    if (items.length === limit) {
+      more = true;
+      break;
+    }
+    items.push(listedView(e));
+    last = key;
+  }
+  if (q.get('order') === 'desc') items.reverse();
+  return { items, nextToken: more && last ? encodeToken(last) : undefined };
+}
+
+interface CheckpointRow {
+  id: string;
+  name?: string;
+  sandbox_id: string;
+  created_at: string;
+}
+
+/** Every node's checkpoints whose sandbox is (or was) one of this namespace's; unreachable nodes are skipped. */
+export async function listSnapshots(
+  fleet: Fleet,
+  client: SandboxdClient,
+  store: SandboxStore,
+  namespace: string,
+  q: URLSearchParams,
+): Promise<Array<{ snapshotID: string; names: string[]; sandboxID?: string; createdAt: string }>> {
+  const want = q.get('sandboxID');
+  const name = q.get('name');
+  const out: Array<{ snapshotID: string; names: string[]; sandboxID?: string; createdAt: string }> = [];
+  await Promise.all(
+    fleet.nodeNames().map(async (node) => {
+      const address = fleet.address(node);
+      if (!address) return;
+      const r = (await client.call(node, address, 'GET', '/v1/checkpoints').catch(() => undefined)) as
+        { checkpoints?: CheckpointRow[] } | undefined;
+      for (const ck of r?.checkpoints ?? []) {
+        const owner = store.getByClaim(ck.sandbox_id);
+        if (owner && owner.namespace !== namespace) continue;
+        const sandboxID = owner?.name;
+        if (want && sandboxID !== want) continue;
+        if (name && ck.name !== name) continue;
+        out.push({
+          snapshotID: ck.id,
+          names: ck.name ? [ck.name] : [],
+          ...(sandboxID ? { sandboxID } : {}),
+          createdAt: ck.created_at,
+        });
+      }
+    }),
+  );
+  return out.sort((a, b) => b.createdAt.localeCompare(a.createdAt));
+}
+
+/** Delete a snapshot wherever it is; false when no node has it. */
+export async function deleteSnapshot(fleet: Fleet, client: SandboxdClient, id: string): Promise<boolean> {
+  let found = false;
+  await Promise.all(
+    fleet.nodeNames().map(async (node) => {
+      const address = fleet.address(node);
+      if (!address) return;
+      await client.call(node, address, 'DELETE', `/v1/checkpoints/${encodeURIComponent(id)}`).then(
+        () => (found = true),
+        () => undefined,
+      );
+    }),
+  );
+  return found;
+}
+
+/** The alias table as e2b's Template list; sizes from a live sandbox of the template when there is one. */
+export function listTemplates(store: SandboxStore, namespace: string, aliases: readonly TemplateAlias[]) {
+  const live = new Map<string, SandboxEntry>();
+  for (const key of store.keysFrom(namespace)) {
+    const e = store.get(key);
+    if (e && !live.has(templateIdOf(e))) live.set(templateIdOf(e), e);
+  }
+  return aliases.map((a) => {
+    const e = live.get(a.id);
+    return {
+      templateID: a.id,
+      buildID: a.template,
+      aliases: [a.id],
+      names: [a.id],
+      public: true,
+      buildStatus: 'ready',
+      envdVersion: ENVD_VERSION,
+      ...(e
+        ? { cpuCount: e.vcpus ?? 0, memoryMB: e.memoryMiB ?? 0, diskSizeMB: Math.floor((e.memoryMiB ?? 0) / 2) }
+        : {}),
+    };
+  });
+}

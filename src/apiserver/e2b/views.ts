@@ -1,0 +1,81 @@
+/**
+ * A served Sandbox (the aggregated API's entry) as the e2b API's objects, every field from the sandbox itself:
+ * templateID and metadata as created (annotations of the object), startedAt the creation time, endAt the node's
+ * lease, cpuCount and memoryMB the VM the node claimed, diskSizeMB its writable layer (the guest's tmpfs
+ * copy-on-write root, half the VM's memory), state the node's phase. `clientID`, which e2b no longer reads, is the
+ * node's name.
+ */
+import { CocoonAnnotationKeys } from '../../api/keys.js';
+import { ENVD_VERSION } from '../../api/envd.js';
+import type { SandboxEntry } from '../sandboxes/entry.js';
+
+export const E2B_ANNOTATIONS = {
+  templateId: 'e2b.dev/template-id',
+  metadata: 'e2b.dev/metadata',
+} as const;
+
+export function templateIdOf(e: SandboxEntry): string {
+  return e.object.metadata.annotations?.[E2B_ANNOTATIONS.templateId] ?? e.pool.template;
+}
+
+export function metadataOf(e: SandboxEntry): Record<string, string> {
+  const raw = e.object.metadata.annotations?.[E2B_ANNOTATIONS.metadata];
+  if (!raw) return {};
+  try {
+    const v = JSON.parse(raw) as unknown;
+    return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, string>) : {};
+  } catch {
+    return {};
+  }
+}
+
+/** Paused in either of the node's modes (memory-resident or hibernated), by this API or the pause subresource. */
+export const stateOf = (e: SandboxEntry): 'running' | 'paused' =>
+  e.phase === 'Paused' || e.phase === 'Hibernated' ? 'paused' : 'running';
+
+const iso = (ts: string) => new Date(Date.parse(ts)).toISOString();
+
+/** `Sandbox` (create, connect): what the SDK needs to reach envd. */
+export function sandboxView(e: SandboxEntry, envdAccessToken: string, domain: string | undefined) {
+  return {
+    sandboxID: e.name,
+    templateID: templateIdOf(e),
+    alias: templateIdOf(e),
+    clientID: e.node,
+    envdVersion: ENVD_VERSION,
+    envdAccessToken,
+    trafficAccessToken: null,
+    domain: domain ?? null,
+  };
+}
+
+/** `ListedSandbox` (list). */
+export function listedView(e: SandboxEntry) {
+  const memoryMB = e.memoryMiB ?? 0;
+  return {
+    sandboxID: e.name,
+    templateID: templateIdOf(e),
+    alias: templateIdOf(e),
+    clientID: e.node,
+    startedAt: iso(e.object.metadata.creationTimestamp),
+    endAt: iso(e.deadline),
+    cpuCount: e.vcpus ?? 0,
+    memoryMB,
+    diskSizeMB: Math.floor(memoryMB / 2),
+    state: stateOf(e),
+    envdVersion: ENVD_VERSION,
+    metadata: metadataOf(e),
+  };
+}
+
+/** `SandboxDetail` (getInfo): the listed fields plus the access token, domain and lifecycle. */
+export function detailView(e: SandboxEntry, envdAccessToken: string, domain: string | undefined) {
+  const autoPause = e.object.metadata.annotations?.[CocoonAnnotationKeys.onExpiry] === 'hibernate';
+  return {
+    ...listedView(e),
+    envdAccessToken,
+    domain: domain ?? null,
+    allowInternetAccess: e.pool.net === 'egress',
+    lifecycle: { onTimeout: autoPause ? 'pause' : 'kill', autoResume: false },
+  };
+}

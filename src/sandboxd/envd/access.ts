@@ -1,0 +1,52 @@
+/**
+ * Who may use a sandbox's envd: the `X-Access-Token` header must equal the sandbox's envd access token
+ * (src/api/envd.ts; compared in constant time), or, for `/files` only, the request carries a valid v1 signature:
+ * `v1_` + base64(sha256("<path>:<read|write>:<user>:<token>[:<expiration>]")) without padding, and an expiration
+ * (unix seconds) that has not passed. The SDK signs exactly this (uploadUrl / downloadUrl).
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { IncomingHttpHeaders } from 'node:http';
+
+function sameSecret(a: string, b: string): boolean {
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  // Lengths differ only when the guess is wrong; comparing a digest keeps the timing independent of both.
+  const dx = createHash('sha256').update(x).digest();
+  const dy = createHash('sha256').update(y).digest();
+  return timingSafeEqual(dx, dy) && x.length === y.length;
+}
+
+export function hasAccessToken(headers: IncomingHttpHeaders, token: string): boolean {
+  const given = headers['x-access-token'];
+  return typeof given === 'string' && given.length > 0 && sameSecret(given, token);
+}
+
+export function fileSignature(
+  path: string,
+  operation: 'read' | 'write',
+  user: string,
+  token: string,
+  expiration?: number,
+): string {
+  const raw = `${path}:${operation}:${user}:${token}${expiration === undefined ? '' : `:${expiration}`}`;
+  return `v1_${createHash('sha256').update(raw).digest('base64').replace(/=+$/, '')}`;
+}
+
+/** Why a signed `/files` URL is refused, or undefined when it is valid. */
+export function signatureProblem(
+  query: URLSearchParams,
+  operation: 'read' | 'write',
+  token: string,
+  now = Date.now(),
+): string | undefined {
+  const signature = query.get('signature') ?? '';
+  const rawExp = query.get('signature_expiration');
+  let expiration: number | undefined;
+  if (rawExp !== null && rawExp !== '') {
+    if (!/^\d+$/.test(rawExp)) return 'signature_expiration is not a unix time in seconds';
+    expiration = Number(rawExp);
+    if (expiration * 1000 < now) return 'signature is already expired';
+  }
+  const want = fileSignature(query.get('path') ?? '', operation, query.get('username') ?? '', token, expiration);
+  return sameSecret(signature, want) ? undefined : 'invalid signature';
+}

@@ -1,0 +1,43 @@
+/**
+ * The agent's file stat (src/guest FileStat) as envd's EntryInfo: type enum, size, permission bits and their
+ * `ls -l` rendering, owner and group names, modification time, symlink target.
+ */
+import type { MessageInitShape } from '@bufbuild/protobuf';
+import { timestampFromMs } from '@bufbuild/protobuf/wkt';
+import type { FileStat } from '../../guest/index.js';
+import { FileType, type EntryInfoSchema } from './gen/filesystem.gen.js';
+import type { OwnerNames } from './users.js';
+
+export type EntryInit = MessageInitShape<typeof EntryInfoSchema>;
+
+const TYPES: Record<FileStat['type'], FileType> = {
+  file: FileType.FILE,
+  dir: FileType.DIRECTORY,
+  symlink: FileType.SYMLINK,
+  other: FileType.UNSPECIFIED,
+};
+
+/** `drwxr-xr-x`: the type letter and the nine permission bits (setuid/setgid/sticky as ls shows them). */
+export function permissionString(type: FileStat['type'], mode: number): string {
+  const t = type === 'dir' ? 'd' : type === 'symlink' ? 'l' : '-';
+  let s = t;
+  const rwx = ['r', 'w', 'x'];
+  for (let i = 8; i >= 0; i--) s += mode & (1 << i) ? rwx[(8 - i) % 3] : '-';
+  return s;
+}
+
+export function entryInfo(st: FileStat, names: OwnerNames): EntryInit {
+  const name = st.path === '/' ? '/' : st.path.slice(st.path.lastIndexOf('/') + 1);
+  return {
+    name,
+    type: TYPES[st.type] ?? FileType.UNSPECIFIED,
+    path: st.path,
+    size: BigInt(st.size),
+    mode: st.mode,
+    permissions: permissionString(st.type, st.mode),
+    owner: names.user(st.uid),
+    group: names.group(st.gid),
+    modifiedTime: timestampFromMs(st.mtimeMs),
+    ...(st.target !== undefined ? { symlinkTarget: st.target } : {}),
+  };
+}

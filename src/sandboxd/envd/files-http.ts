@@ -1,0 +1,182 @@
+/**
+ * envd's plain-HTTP file transfer: `GET /files?path=` streams a file out of the guest (gzip when asked), `POST
+ * /files` streams one or more in (multipart parts named `file` whose filename is the target path, or one
+ * octet-stream body, optionally gzip-encoded). Nothing is held in memory: bytes move chunk by chunk within the
+ * agent stream's credit, and an upload over the node's cap is refused with 413 and its partial file removed.
+ * Authorised by the access token or a v1 signature for the operation.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { once } from 'node:events';
+import { Readable } from 'node:stream';
+import { createGunzip, createGzip } from 'node:zlib';
+import busboy from 'busboy';
+import type { AgentClient } from '../../guest/index.js';
+import { ENVD_VERSION } from '../../api/envd.js';
+import { hasAccessToken, signatureProblem } from './access.js';
+import { HttpFailure, httpFailure, sendJsonError } from './errors.js';
+import type { SandboxContext } from './sandbox-context.js';
+import { resolvePath, resolveUser, type GuestUser } from './users.js';
+
+export interface FilesOptions {
+  /** Largest upload, per file, decompressed. */
+  maxUploadBytes: number;
+}
+
+function authorize(req: IncomingMessage, url: URL, sbx: SandboxContext, op: 'read' | 'write'): void {
+  if (hasAccessToken(req.headers, sbx.envdToken)) return;
+  if (url.searchParams.has('signature')) {
+    const problem = signatureProblem(url.searchParams, op, sbx.envdToken);
+    if (problem) throw new HttpFailure(401, problem);
+    return;
+  }
+  throw new HttpFailure(401, 'invalid or missing access token (X-Access-Token)');
+}
+
+async function who(agent: AgentClient, url: URL): Promise<GuestUser> {
+  return resolveUser(agent, url.searchParams.get('username') || undefined);
+}
+
+export async function serveFiles(
+  req: IncomingMessage,
+  res: ServerResponse,
+  url: URL,
+  sbx: SandboxContext,
+  opts: FilesOptions,
+): Promise<void> {
+  try {
+    if (req.method === 'GET') await download(req, res, url, sbx);
+    else if (req.method === 'POST') await upload(req, res, url, sbx, opts);
+    else throw new HttpFailure(405, `method ${req.method} not allowed on /files`);
+  } catch (err) {
+    const f = httpFailure(err);
+    // The rest of an unread upload is not worth reading: answer, then close the connection.
+    if (!req.complete) res.setHeader('connection', 'close');
+    sendJsonError(res, f.status, f.message);
+  }
+}
+
+async function download(req: IncomingMessage, res: ServerResponse, url: URL, sbx: SandboxContext): Promise<void> {
+  authorize(req, url, sbx, 'read');
+  const agent = sbx.agent();
+  const user = await who(agent, url);
+  const path = resolvePath(url.searchParams.get('path') ?? '', user);
+  const st = await agent.files.stat(path);
+  if (st.type === 'dir') throw new HttpFailure(400, `${path} is a directory`);
+  const gzip = /\bgzip\b/.test(String(req.headers['accept-encoding'] ?? ''));
+  const abort = new AbortController();
+  res.once('close', () => abort.abort());
+  res.writeHead(200, {
+    'content-type': 'application/octet-stream',
+    ...(gzip ? { 'content-encoding': 'gzip' } : { 'content-length': st.size }),
+  });
+  const sink: NodeJS.WritableStream = gzip ? createGzip() : res;
+  if (gzip) (sink as ReturnType<typeof createGzip>).pipe(res);
+  if (st.size > 0) {
+    await agent.files.readStream(path, (chunk) => (sink.write(chunk) ? undefined : once(sink, 'drain')), {
+      length: gzip ? undefined : st.size,
+      timeoutMs: 0,
+      signal: abort.signal,
+    });
+  }
+  sink.end();
+}
+
+async function upload(
+  req: IncomingMessage,
+  res: ServerResponse,
+  url: URL,
+  sbx: SandboxContext,
+  opts: FilesOptions,
+): Promise<void> {
+  authorize(req, url, sbx, 'write');
+  for (const h of Object.keys(req.headers))
+    if (h.startsWith('x-metadata-'))
+      throw new HttpFailure(400, `file metadata (${h}) needs envd 0.6.2; this sandbox's envd is ${ENVD_VERSION}`);
+  const agent = sbx.agent();
+  const user = await who(agent, url);
+  const queryPath = url.searchParams.get('path');
+  const type = String(req.headers['content-type'] ?? '');
+  const written: Array<{ name: string; type: 'file'; path: string }> = [];
+  const write = async (target: string, source: Readable) => {
+    const path = resolvePath(target, user);
+    let size = 0;
+    const capped = async function* () {
+      for await (const chunk of source as AsyncIterable<Buffer>) {
+        size += chunk.length;
+        if (size > opts.maxUploadBytes)
+          throw new HttpFailure(413, `upload of ${path} is over this node's cap of ${opts.maxUploadBytes} bytes`);
+        yield chunk;
+      }
+    };
+    try {
+      await agent.files.writeStream(path, capped(), { parents: true, uid: user.uid, gid: user.gid, timeoutMs: 0 });
+    } catch (err) {
+      await agent.files.remove(path).catch(() => undefined);
+      throw err;
+    }
+    written.push({ name: path.slice(path.lastIndexOf('/') + 1), type: 'file', path });
+  };
+  if (type.startsWith('multipart/form-data')) {
+    await multipart(req, queryPath, write);
+  } else {
+    if (!queryPath) throw new HttpFailure(400, 'path: required for an octet-stream upload');
+    const encoding = String(req.headers['content-encoding'] ?? 'identity').toLowerCase();
+    if (encoding !== 'identity' && encoding !== 'gzip')
+      throw new HttpFailure(415, `content-encoding ${encoding} is not supported (gzip or identity)`);
+    const body = encoding === 'gzip' ? req.pipe(createGunzip()) : req;
+    await write(queryPath, body);
+  }
+  if (written.length === 0) throw new HttpFailure(400, 'no file in the upload (multipart parts must be named "file")');
+  const payload = JSON.stringify(written);
+  res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) });
+  res.end(payload);
+}
+
+/** Each `file` part in order: to the query's path when there is exactly one file, else to the part's filename. */
+function multipart(
+  req: IncomingMessage,
+  queryPath: string | null,
+  write: (target: string, source: Readable) => Promise<void>,
+): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let bb: busboy.Busboy;
+    try {
+      bb = busboy({ headers: req.headers, limits: { files: 1000, fields: 100, fieldSize: 64 << 10 } });
+    } catch (err) {
+      reject(new HttpFailure(400, `invalid multipart body: ${(err as Error).message}`));
+      return;
+    }
+    let chain = Promise.resolve();
+    let failed: unknown;
+    let parts = 0;
+    bb.on('file', (field, stream, info) => {
+      parts++;
+      if (field !== 'file' || failed) {
+        stream.resume();
+        return;
+      }
+      const target = queryPath && parts === 1 ? queryPath : info.filename;
+      chain = chain.then(async () => {
+        if (failed) return void stream.resume();
+        if (!target) throw new HttpFailure(400, 'a file part has no filename and the request no path');
+        await write(target, stream);
+      });
+      chain.catch((err: unknown) => {
+        failed ??= err;
+        stream.resume();
+      });
+    });
+    bb.on('error', (err: Error) => {
+      failed ??= new HttpFailure(400, `invalid multipart body: ${err.message}`);
+      req.unpipe(bb);
+      resolveOrReject();
+    });
+    const resolveOrReject = () =>
+      chain.then(
+        () => (failed ? reject(failed) : resolve()),
+        () => reject(failed),
+      );
+    bb.on('close', resolveOrReject);
+    req.pipe(bb);
+  });
+}

@@ -1,0 +1,146 @@
+/**
+ * The node's data plane: envd for every sandbox this sandboxd holds, on its own listener (`--envd-listen`). A
+ * request names its sandbox by the `E2b-Sandbox-Id` header (what the e2b router in front of the nodes sets, and
+ * what the SDK sends with E2B_SANDBOX_URL) or by a `<port>-<id>.<domain>` host, and its in-sandbox port by
+ * `E2b-Sandbox-Port` (default envd's 49983). Port 49983 is envd: Connect RPCs (process, filesystem), `/files`,
+ * `/health`; any other port is forwarded to that port inside the guest (guest-ports.ts). A sandbox this node does
+ * not hold is 502 "… was not found", as e2b's edge answers, which the SDKs read as "the sandbox is gone".
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { connectNodeAdapter } from '@connectrpc/connect-node';
+import { createContextValues } from '@connectrpc/connect';
+import { ENVD_PORT } from '../../api/envd.js';
+import { silentLogger, type Logger } from '../../log/logger.js';
+import { listenOn } from '../../net/serve.js';
+import type { NodeEngine } from '../engine.js';
+import { hasAccessToken } from './access.js';
+import { sendJsonError } from './errors.js';
+import { serveFiles } from './files-http.js';
+import { filesystemService } from './filesystem-service.js';
+import { Filesystem } from './gen/filesystem.gen.js';
+import { Process } from './gen/process.gen.js';
+import { forwardToGuestPort, forwardUpgradeToGuestPort } from './guest-ports.js';
+import { processService } from './process-service.js';
+import { SANDBOX_KEY } from './request-context.js';
+import { SandboxContexts, type SandboxContext } from './sandbox-context.js';
+
+export interface EnvdServerOptions {
+  engine: NodeEngine;
+  logger?: Logger;
+  /** Largest file upload (per file, decompressed). @default 1 GiB */
+  maxUploadBytes?: number;
+}
+
+/** Largest Connect message (an RPC request); file content goes through /files, which streams. */
+const MAX_MESSAGE_BYTES = 1 << 20;
+
+/** The sandbox and port a request is for: headers first, else a `<port>-<id>.` host. */
+export function targetOf(req: IncomingMessage): { id: string; port: number } | undefined {
+  const hid = req.headers['e2b-sandbox-id'];
+  const hport = req.headers['e2b-sandbox-port'];
+  if (typeof hid === 'string' && hid) {
+    const port = typeof hport === 'string' && /^\d{1,5}$/.test(hport) ? Number(hport) : ENVD_PORT;
+    return { id: hid, port };
+  }
+  const m = /^(\d{1,5})-([^.:]+)\./.exec(req.headers.host ?? '');
+  if (m) return { id: m[2]!, port: Number(m[1]) };
+  return undefined;
+}
+
+export class EnvdServer {
+  readonly server: Server;
+  private readonly contexts: SandboxContexts;
+  private readonly log: Logger;
+  private readonly resolved = new WeakMap<IncomingMessage, SandboxContext>();
+  private readonly rpc;
+  private readonly shutdown = new AbortController();
+
+  constructor(private readonly opts: EnvdServerOptions) {
+    this.log = opts.logger ?? silentLogger;
+    this.contexts = new SandboxContexts(opts.engine);
+    this.rpc = connectNodeAdapter({
+      routes: (router) => {
+        router.service(Process, processService);
+        router.service(Filesystem, filesystemService);
+      },
+      grpc: false,
+      grpcWeb: false,
+      readMaxBytes: MAX_MESSAGE_BYTES,
+      shutdownSignal: this.shutdown.signal,
+      contextValues: (req) => createContextValues().set(SANDBOX_KEY, this.resolved.get(req as IncomingMessage)),
+      fallback: (_req, res) => sendJsonError(res as ServerResponse, 404, 'no such envd endpoint'),
+    });
+    this.server = createServer({ keepAliveTimeout: 90_000, requestTimeout: 0 }, (req, res) => this.handle(req, res));
+    this.server.on('upgrade', (req: IncomingMessage, socket, head: Buffer) => {
+      const sbx = this.lookup(req);
+      if (!sbx || sbx.port === ENVD_PORT) {
+        socket.end('HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+        return;
+      }
+      forwardUpgradeToGuestPort(req, socket, head, sbx.ctx, sbx.port, this.log);
+    });
+  }
+
+  listen(host: string, port: number): Promise<AddressInfo> {
+    return listenOn(this.server, host, port);
+  }
+
+  async close(): Promise<void> {
+    this.shutdown.abort();
+    this.contexts.closeAll();
+    this.server.closeAllConnections();
+    await new Promise<void>((r) => this.server.close(() => r()));
+  }
+
+  private lookup(req: IncomingMessage): { ctx: SandboxContext; id: string; port: number } | undefined {
+    const t = targetOf(req);
+    if (!t) return undefined;
+    const ctx = this.contexts.get(t.id);
+    return ctx ? { ctx, id: t.id, port: t.port } : undefined;
+  }
+
+  private handle(req: IncomingMessage, res: ServerResponse): void {
+    const t = targetOf(req);
+    if (!t) {
+      sendJsonError(res, 400, 'no sandbox named: send E2b-Sandbox-Id or use a <port>-<sandboxID>.<domain> host');
+      return;
+    }
+    const ctx = this.contexts.get(t.id);
+    if (!ctx) {
+      sendJsonError(res, 502, `The sandbox ${t.id} was not found`, { sandboxId: t.id });
+      return;
+    }
+    if (t.port !== ENVD_PORT) {
+      forwardToGuestPort(req, res, ctx, t.port, this.log);
+      return;
+    }
+    const url = new URL(req.url ?? '/', 'http://envd');
+    if (url.pathname === '/health') {
+      if (ctx.record.hibernated) sendJsonError(res, 502, `The sandbox ${t.id} is paused`, { sandboxId: t.id });
+      else res.writeHead(204).end();
+      return;
+    }
+    if (url.pathname === '/files') {
+      void serveFiles(req, res, url, ctx, { maxUploadBytes: this.opts.maxUploadBytes ?? 1 << 30 }).catch(
+        (err: unknown) => {
+          this.log.warn({ err, sandbox: t.id }, 'envd /files failed');
+          if (!res.headersSent) sendJsonError(res, 500, 'internal error');
+          else res.destroy();
+        },
+      );
+      return;
+    }
+    if (!hasAccessToken(req.headers, ctx.envdToken)) {
+      const body = JSON.stringify({
+        code: 'unauthenticated',
+        message: 'invalid or missing access token (X-Access-Token)',
+      });
+      res.writeHead(401, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+      res.end(body);
+      return;
+    }
+    this.resolved.set(req, ctx);
+    this.rpc(req, res);
+  }
+}

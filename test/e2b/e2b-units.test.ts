@@ -1,0 +1,183 @@
+/**
+ * The e2b API's pure pieces, without VMs or a cluster: API keys, the SDK's metadata filter encoding, v1 file
+ * signatures as the SDK computes them, path and user resolution, the alias table, request targets, exit mapping,
+ * and list paging over a store of sandboxes.
+ */
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { describe, it } from 'node:test';
+import { Code, ConnectError } from '@connectrpc/connect';
+import { ApiKeys, parseApiKeys } from '../../src/apiserver/e2b/api-keys.js';
+import { metadataFilter } from '../../src/apiserver/e2b/http.js';
+import { listSandboxes } from '../../src/apiserver/e2b/queries.js';
+import { routeTarget } from '../../src/apiserver/e2b/router.js';
+import { parseTemplateAliases } from '../../src/apiserver/e2b/templates.js';
+import { SandboxStore } from '../../src/apiserver/sandboxes/store.js';
+import { silentLogger } from '../../src/log/logger.js';
+import { fileSignature, signatureProblem } from '../../src/sandboxd/envd/access.js';
+import { permissionString } from '../../src/sandboxd/envd/entry-info.js';
+import { httpFailure, toConnectError } from '../../src/sandboxd/envd/errors.js';
+import { endEvent } from '../../src/sandboxd/envd/processes.js';
+import { agentError } from '../../src/guest/agent-errors.js';
+import { targetOf } from '../../src/sandboxd/envd/server.js';
+import { basicAuthUser, resolvePath } from '../../src/sandboxd/envd/users.js';
+import type { IncomingMessage } from 'node:http';
+
+const req = (headers: Record<string, string>) => ({ headers }) as unknown as IncomingMessage;
+
+describe('e2b API units', () => {
+  it('API keys: file format, any configured key, nothing anonymous unless allowed', () => {
+    const keys = parseApiKeys('# comment\n\n  k1  \nk2\n');
+    assert.deepEqual(keys, ['k1', 'k2']);
+    const a = new ApiKeys(keys, false);
+    assert.equal(a.allows('k1'), true);
+    assert.equal(a.allows('k2'), true);
+    assert.equal(a.allows('k3'), false);
+    assert.equal(a.allows(undefined), false);
+    assert.equal(a.allows(''), false);
+    assert.throws(() => new ApiKeys([], false), /no API key/);
+    assert.equal(new ApiKeys([], true).allows(undefined), true);
+  });
+
+  it('decodes the metadata filter exactly as both SDKs encode it', () => {
+    // What arrives on the wire for {'k y': 'v&w=1', simple: 'x'} (e2b-sdk-current.md), after URL parsing.
+    const q = new URLSearchParams('metadata=k%252520y%3Dv%252526w%25253D1%26simple%3Dx');
+    assert.deepEqual(metadataFilter(q.get('metadata')), { 'k y': 'v&w=1', simple: 'x' });
+    assert.deepEqual(metadataFilter(null), {});
+  });
+
+  it('v1 file signatures match the SDK algorithm; expiry and forgeries are refused', () => {
+    const sdk = (raw: string) => `v1_${createHash('sha256').update(raw).digest('base64').replace(/=+$/, '')}`;
+    assert.equal(fileSignature('/tmp/a', 'read', '', 'tok'), sdk('/tmp/a:read::tok'));
+    assert.equal(fileSignature('/tmp/a', 'write', 'root', 'tok', 99), sdk('/tmp/a:write:root:tok:99'));
+    const exp = Math.floor(Date.now() / 1000) + 60;
+    const ok = new URLSearchParams({
+      path: '/tmp/a',
+      signature: fileSignature('/tmp/a', 'read', '', 'tok', exp),
+      signature_expiration: String(exp),
+    });
+    assert.equal(signatureProblem(ok, 'read', 'tok'), undefined);
+    assert.equal(signatureProblem(ok, 'write', 'tok'), 'invalid signature');
+    assert.equal(signatureProblem(ok, 'read', 'other'), 'invalid signature');
+    const old = new URLSearchParams({
+      path: '/tmp/a',
+      signature: fileSignature('/tmp/a', 'read', '', 'tok', 5),
+      signature_expiration: '5',
+    });
+    assert.equal(signatureProblem(old, 'read', 'tok'), 'signature is already expired');
+  });
+
+  it('paths: home-relative, ~, normalised; empty and NUL refused as invalid_argument', () => {
+    const u = { name: 'user', uid: 1000, gid: 1000, home: '/home/user' };
+    assert.equal(resolvePath('a/b', u), '/home/user/a/b');
+    assert.equal(resolvePath('~', u), '/home/user');
+    assert.equal(resolvePath('~/x', u), '/home/user/x');
+    assert.equal(resolvePath('/tmp/../etc//./hosts', u), '/etc/hosts');
+    for (const bad of ['', '/tmp/a\0b'])
+      assert.throws(
+        () => resolvePath(bad, u),
+        (e: unknown) => e instanceof ConnectError && e.code === Code.InvalidArgument,
+      );
+    assert.equal(basicAuthUser(`Basic ${Buffer.from('root:').toString('base64')}`), 'root');
+    assert.equal(basicAuthUser(undefined), undefined);
+  });
+
+  it('the alias table: defaults per entry, errors name the entry', () => {
+    const t = parseTemplateAliases(
+      'templates:\n  base: sandbox/base\n  py: { template: sandbox/python, net: egress, size: medium }\n',
+      'f',
+    );
+    assert.deepEqual(t, [
+      { id: 'base', template: 'sandbox/base', size: 'small', net: 'none' },
+      { id: 'py', template: 'sandbox/python', size: 'medium', net: 'egress' },
+    ]);
+    assert.throws(() => parseTemplateAliases('templates: { x: { size: small } }', 'f'), /templates\.x\.template/);
+    assert.throws(
+      () => parseTemplateAliases('templates: { x: { template: a, size: huge } }', 'f'),
+      /templates\.x\.size/,
+    );
+  });
+
+  it('request targets: headers first, then <port>-<id>. hosts', () => {
+    assert.deepEqual(routeTarget(req({ 'e2b-sandbox-id': 'iabc', 'e2b-sandbox-port': '3000' })), {
+      id: 'iabc',
+      port: 3000,
+    });
+    assert.deepEqual(routeTarget(req({ host: '49983-iabc.e2b.local' })), { id: 'iabc', port: 49983 });
+    assert.equal(routeTarget(req({ host: '127.0.0.1:8080' })), undefined);
+    assert.deepEqual(targetOf(req({ 'e2b-sandbox-id': 'sb_1' })), { id: 'sb_1', port: 49983 });
+  });
+
+  it("agent errors as the SDK's errors: a missing path is not_found (exists() is false), an existing one already_exists", () => {
+    const missing = agentError('file.stat', { code: 'ENOENT', message: 'lstat /tmp/x: no such file or directory' });
+    assert.equal(toConnectError(missing).code, Code.NotFound);
+    assert.equal(httpFailure(missing).status, 404);
+    assert.equal(
+      toConnectError(agentError('file.mkdir', { code: 'EEXIST', message: 'exists' })).code,
+      Code.AlreadyExists,
+    );
+    assert.equal(toConnectError(agentError('file.read', { code: 'EWHATEVER', message: 'odd' })).code, Code.Internal);
+  });
+
+  it('exits as envd reports them: a signal is -1, not exited, "signal: killed"', () => {
+    const base = { timedOut: false, stdout: Buffer.alloc(0), stderr: Buffer.alloc(0), truncated: false };
+    assert.deepEqual(endEvent({ ...base, exitCode: 0 }).value, { exitCode: 0, exited: true, status: 'exit status 0' });
+    assert.deepEqual(endEvent({ ...base, exitCode: 3 }).value, {
+      exitCode: 3,
+      exited: true,
+      status: 'exit status 3',
+      error: 'exit status 3',
+    });
+    assert.equal(endEvent({ ...base, exitCode: 137, signal: 'SIGKILL' }).value.status, 'signal: killed');
+    assert.equal(permissionString('dir', 0o755), 'drwxr-xr-x');
+    assert.equal(permissionString('file', 0o640), '-rw-r-----');
+  });
+
+  it('lists page by the last key served and filter by state and metadata', () => {
+    const store = new SandboxStore(silentLogger);
+    for (let i = 0; i < 5; i++)
+      store.upsert('n1', '127.0.0.1:1', {
+        id: `sb_${i}`,
+        key: { template: 'sandbox/base', net: 'none', size: 'small' },
+        deadline: new Date(Date.now() + 60_000).toISOString(),
+        claimed_at: new Date().toISOString(),
+        hibernated: i === 4,
+        rv: i + 1,
+        vcpus: 1,
+        memory_mib: 256,
+        object: {
+          metadata: {
+            name: `i${i}`,
+            namespace: 'e2b',
+            uid: `u${i}`,
+            creationTimestamp: new Date().toISOString(),
+            annotations: { 'e2b.dev/template-id': 'base', 'e2b.dev/metadata': JSON.stringify({ n: String(i % 2) }) },
+          },
+          spec: { podTemplate: { spec: { containers: [] } } },
+        } as never,
+      });
+    const seen: string[] = [];
+    let token: string | undefined;
+    do {
+      const q = new URLSearchParams({ limit: '2', state: 'running', ...(token ? { nextToken: token } : {}) });
+      const page = listSandboxes(store, 'e2b', q);
+      seen.push(...page.items.map((i) => i.sandboxID));
+      token = page.nextToken;
+    } while (token);
+    assert.deepEqual(seen, ['i0', 'i1', 'i2', 'i3']);
+    const odd = listSandboxes(store, 'e2b', new URLSearchParams({ metadata: 'n=1' }));
+    assert.deepEqual(
+      odd.items.map((i) => i.sandboxID),
+      ['i1', 'i3'],
+    );
+    const item = odd.items[0]!;
+    assert.equal(item.cpuCount, 1);
+    assert.equal(item.memoryMB, 256);
+    assert.equal(item.templateID, 'base');
+    assert.throws(
+      () =>
+        listSandboxes(store, 'e2b', new URLSearchParams({ nextToken: Buffer.from('other/x').toString('base64url') })),
+      /nextToken/,
+    );
+  });
+});
