@@ -152,6 +152,40 @@ export const GRANTS: Record<ComponentName, readonly Grant[]> = {
     },
     {
       scope: 'cluster',
+      rule: { ...ours(NodeInventoryResource), verbs: READ },
+      usedBy: 'checkpoint placement: the peer nodes an owner probe and a heal ask (docs/placement.md)',
+    },
+    {
+      scope: 'cluster',
+      rule: { apiGroups: ['authentication.k8s.io'], resources: ['tokenreviews'], verbs: ['create'] },
+      usedBy: 'claim gateway with --gateway-identity=kubernetes: who the bearer token is (docs/claim-gateway.md)',
+    },
+    {
+      scope: 'cluster',
+      rule: { apiGroups: ['authorization.k8s.io'], resources: ['subjectaccessreviews'], verbs: ['create'] },
+      usedBy: 'claim gateway with --gateway-identity=kubernetes: may the caller create sandboxclaims there',
+    },
+    {
+      scope: 'cluster',
+      rule: {
+        apiGroups: [SandboxWarmPoolResource.group],
+        resources: ['sandboxwarmpools', 'sandboxtemplates'],
+        verbs: READ,
+      },
+      usedBy: 'claim gateway informers: the pool key of a claimed warm pool',
+    },
+    {
+      scope: 'cluster',
+      rule: { ...ours(SandboxClaimResource), verbs: [...READ, 'create', 'patch'] },
+      usedBy: 'claim gateway: SandboxClaims recorded for its deliveries, and orphan adoption',
+    },
+    {
+      scope: 'cluster',
+      rule: { ...ours(SandboxClaimResource, '/status'), verbs: ['patch'] },
+      usedBy: 'claim gateway: Bound/Ready of the claims it delivered',
+    },
+    {
+      scope: 'cluster',
       rule: { ...core('nodes'), verbs: ['get', 'create', 'patch', 'delete'] },
       usedBy: 'virtual-kubelet node registration (delete with --destroy-on-exit)',
     },

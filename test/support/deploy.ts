@@ -263,9 +263,31 @@ export async function installChartObjects(
 ): Promise<void> {
   const crds = objects.filter((o) => o.kind === 'CustomResourceDefinition');
   await kubectl(['apply', '--server-side', '-f', '-'], toYamlStream(crds));
-  await kubectl(['wait', '--for=condition=Established', '--timeout=60s', 'crd', ...crds.map((c) => c.metadata.name)]);
+  await crdsEstablished(
+    kubectl,
+    crds.map((c) => c.metadata.name),
+  );
   await kubectl(['create', 'namespace', namespace]);
   await kubectl(['apply', '-f', '-'], toYamlStream(objects.filter((o) => kinds.includes(o.kind))));
+}
+
+/**
+ * Polled rather than `kubectl wait`: on a CRD created a moment ago kubectl 1.36's wait can fail outright with
+ * ".status.conditions accessor error: <nil>" instead of waiting for the conditions to appear.
+ */
+async function crdsEstablished(kubectl: (args: string[]) => Promise<string>, names: string[]): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const list = JSON.parse(await kubectl(['get', 'crd', ...names, '-o', 'json'])) as {
+      items: Array<{ metadata: { name: string }; status?: { conditions?: Array<{ type: string; status: string }> } }>;
+    };
+    const pending = list.items
+      .filter((c) => !c.status?.conditions?.some((k) => k.type === 'Established' && k.status === 'True'))
+      .map((c) => c.metadata.name);
+    if (!pending.length) return;
+    if (Date.now() > deadline) throw new Error(`CRDs not Established within 60 s: ${pending.join(', ')}`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
 }
 
 export const RBAC_AND_CONFIG = [
