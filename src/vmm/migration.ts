@@ -89,7 +89,9 @@ export async function migrateToFile(
 export async function waitIncoming(qmp: QmpClient, timeoutMs: number): Promise<string> {
   const deadline = Date.now() + timeoutMs;
   for (let delay = 1; ; delay = Math.min(delay + 1, 10)) {
-    const st = await qmp.execute<{ status: string }>('query-status');
+    // QEMU answers its monitor only between chunks of the load: under TCG on a busy host one query can wait
+    // seconds, so each is bounded by what is left of the caller's deadline, not by QMP's default.
+    const st = await qmp.execute<{ status: string }>('query-status', undefined, Math.max(1_000, deadline - Date.now()));
     if (st.status !== 'inmigrate') {
       if (st.status === 'running' || st.status === 'paused' || st.status === 'postmigrate') return st.status;
       throw new SandboxError('vm.restore-failed', `VM state load ended in runstate ${st.status}`, {

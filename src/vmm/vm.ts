@@ -12,6 +12,8 @@ import { imageFromArgv, type LaunchPlan, type MemBackend } from './qemu-argv.js'
 import { materialiseTemplate } from './templates.js';
 import type { CloneOptions, Template } from './types.js';
 import { VmCore } from './vm-core.js';
+
+const FORK_READY_TIMEOUT_MS = 60_000;
 import { unlessExited, withDeadline } from './waits.js';
 
 /**
@@ -155,7 +157,15 @@ export class Vm extends VmCore {
       const children: Vm[] = [];
       try {
         for (let i = 0; i < n; i++) {
-          children.push(await this.driver.clone(tpl, { ...opts, labels: { ...opts.labels, forkedFrom: this.id } }));
+          // A child loads the memory the checkpoint has just written: a slow verb, given the budget callers
+          // give fork (60 s) rather than a warm clone's 15 s.
+          children.push(
+            await this.driver.clone(tpl, {
+              readyTimeoutMs: FORK_READY_TIMEOUT_MS,
+              ...opts,
+              labels: { ...opts.labels, forkedFrom: this.id },
+            }),
+          );
         }
         return children;
       } catch (err) {
