@@ -21,7 +21,8 @@ interface MigrateInfo {
 export async function waitMigration(qmp: QmpClient, timeoutMs: number, what: string): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (let delay = 1; ; delay = Math.min(delay * 2, 20)) {
-    const info = await qmp.execute<MigrateInfo>('query-migrate');
+    // As in waitIncoming: a busy QEMU may answer one query late; the caller's deadline is what bounds the wait.
+    const info = await qmp.execute<MigrateInfo>('query-migrate', undefined, Math.max(1_000, deadline - Date.now()));
     if (info.status === 'completed') return;
     if (info.status === 'failed' || info.status === 'cancelled') {
       throw new SandboxError('vm.migration-failed', `${what} failed: ${info['error-desc'] ?? info.status}`, {
