@@ -37,6 +37,13 @@ export interface Grant {
 export type ComponentName = 'sandbox-operator' | 'sandboxd' | 'sandbox-apiserver';
 
 const READ = ['get', 'list', 'watch'];
+
+/** Warm pools and the templates their pool keys derive from: sandbox-apiserver's driver and sandboxd's gateway. */
+const READ_POOLS_AND_TEMPLATES: PolicyRule = {
+  apiGroups: [SandboxWarmPoolResource.group],
+  resources: ['sandboxwarmpools', 'sandboxtemplates'],
+  verbs: READ,
+};
 const ours = (r: ResourceDef, sub = '') => ({ apiGroups: [r.group], resources: [`${r.plural}${sub}`] });
 const core = (...resources: string[]) => ({ apiGroups: [''], resources });
 
@@ -167,11 +174,7 @@ export const GRANTS: Record<ComponentName, readonly Grant[]> = {
     },
     {
       scope: 'cluster',
-      rule: {
-        apiGroups: [SandboxWarmPoolResource.group],
-        resources: ['sandboxwarmpools', 'sandboxtemplates'],
-        verbs: READ,
-      },
+      rule: READ_POOLS_AND_TEMPLATES,
       usedBy: 'claim gateway informers: the pool key of a claimed warm pool',
     },
     {
@@ -228,11 +231,7 @@ export const GRANTS: Record<ComponentName, readonly Grant[]> = {
     },
     {
       scope: 'cluster',
-      rule: {
-        apiGroups: [SandboxWarmPoolResource.group],
-        resources: ['sandboxwarmpools', 'sandboxtemplates'],
-        verbs: READ,
-      },
+      rule: READ_POOLS_AND_TEMPLATES,
       usedBy: 'warm-pool driver informers (pools and the templates their keys are derived from)',
     },
     {
