@@ -6,7 +6,14 @@
 import { KubeConfig } from '@kubernetes/client-node';
 import { Command } from 'commander';
 import { errorMessage } from '../errors.js';
+import { SLOW_VERB_TIMEOUT_MS } from '../apiserver/sandboxes/actions.js';
 import { KubeClient, objectPath, Sandboxes } from '../kube/index.js';
+
+/**
+ * sandbox-apiserver gives a node's fork, snapshot or exec SLOW_VERB_TIMEOUT_MS; the client waits a little longer, so
+ * a verb that is slow (a loaded machine) gets the server's answer, success or a Status, instead of giving up first.
+ */
+const VERB_TIMEOUT_MS = SLOW_VERB_TIMEOUT_MS + 10_000;
 
 interface Global {
   namespace?: string;
@@ -18,7 +25,10 @@ async function connect(g: Global): Promise<{ client: KubeClient; namespace: stri
   if (g.kubeconfig) kc.loadFromFile(g.kubeconfig);
   else kc.loadFromDefault();
   const namespace = g.namespace ?? kc.getContextObject(kc.getCurrentContext())?.namespace ?? 'default';
-  return { client: await KubeClient.fromKubeconfig(kc, { userAgent: 'kubectl-sandbox' }), namespace };
+  return {
+    client: await KubeClient.fromKubeconfig(kc, { userAgent: 'kubectl-sandbox', timeoutMs: VERB_TIMEOUT_MS }),
+    namespace,
+  };
 }
 
 /** POST the request kind to a subresource; the answer is the response kind. */
