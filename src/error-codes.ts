@@ -212,6 +212,10 @@ export const ERROR_CODES = {
   'claim.invalid-metadata': { status: 400, meaning: 'Ready reason InvalidMetadata' },
   'claim.metadata': { status: 500, meaning: "the claim's template is gone while its metadata is synced" },
   'claim.metadata-conflict': { status: 400, meaning: "the claim's pod metadata contradicts the template's" },
+  'claim.pool-not-served': {
+    status: 503,
+    meaning: 'Ready reason PoolNotServed (aggregated layout: no node serves the pool)',
+  },
   'claim.reconciler-error': { status: 500, meaning: 'Ready reason ReconcilerError' },
   'claim.sandbox-create-pending': { status: 409, meaning: 'Ready reason SandboxCreatePending' },
   'claim.sandbox-expired': { status: 410, meaning: 'Ready reason SandboxExpired' },

@@ -13,10 +13,12 @@ import {
   LeaderElector,
   Namespaces,
   NodeInventories,
+  SandboxClaims,
   SandboxTemplates,
   SandboxWarmPools,
 } from '../kube/index.js';
-import type { SandboxTemplate, SandboxWarmPool } from '../api/index.js';
+import type { SandboxClaim, SandboxTemplate, SandboxWarmPool } from '../api/index.js';
+import { ClaimBinder } from './claim-binder.js';
 import { WarmPoolDriver } from './warm-pool-driver.js';
 import type { Logger } from '../log/logger.js';
 import {
@@ -56,19 +58,49 @@ export interface SandboxApiServer {
 
 type NamespaceObj = { metadata: ObjectMeta; status?: { phase?: string } };
 
+/** Run `body` while holding the Lease `name`: stopped at once when the lease is lost, run again when regained. */
+function underLease(
+  kube: KubeClient,
+  config: ApiServerConfig,
+  name: string,
+  log: Logger,
+  body: (signal: AbortSignal) => Promise<void>,
+): (signal: AbortSignal) => Promise<void> {
+  const elector = new LeaderElector(kube.derive({ qps: -1, userAgent: 'sandbox-apiserver/leader-election' }), {
+    namespace: config.serviceNamespace,
+    name,
+    logger: log,
+  });
+  return async (signal) => {
+    while (!signal.aborted) {
+      if (!(await elector.acquire(signal))) break;
+      const term = new AbortController();
+      const running = body(AbortSignal.any([signal, term.signal]));
+      const lost = await elector.hold(signal);
+      term.abort();
+      await running;
+      if (!lost) await elector.release().catch(() => undefined);
+    }
+  };
+}
+
 /**
- * The warm-pool driver behind a Lease (one replica drives; the others stand by), with its own informers. Losing
- * the lease stops it at once; it runs again when the lease is regained.
+ * The controllers of the aggregated layout, each behind its own Lease (one replica runs it; the others stand by),
+ * with informers of their own: the warm-pool driver (SandboxWarmPools filled by the nodes) and the claim binder
+ * (SandboxClaims bound by node-local claims through `storage`'s create).
  */
-function warmPoolDriver(
+function controllers(
   kube: KubeClient,
   fleet: Fleet,
   sandboxd: SandboxdClient,
+  store: SandboxStore,
+  storage: SandboxStorage,
   config: ApiServerConfig,
   log: Logger,
   registry: Registry,
-): { run(signal: AbortSignal): Promise<void> } {
-  const l = log.child({ component: 'warm-pool-driver' });
+): { run(signal: AbortSignal): Promise<void> } | undefined {
+  if (!config.enableWarmPoolDriver && !config.enableClaimBinder) return undefined;
+  const l = log.child({ component: 'controllers' });
   const pools = new Informer<SandboxWarmPool & { metadata: ObjectMeta }>(kube, SandboxWarmPools, {
     logger: l,
     registry,
@@ -77,34 +109,45 @@ function warmPoolDriver(
     logger: l,
     registry,
   });
-  const driver = new WarmPoolDriver({
-    client: kube,
-    pools,
-    templates,
-    fleet,
-    sandboxd,
-    log: l,
-    resyncMs: config.warmPoolSyncIntervalMs,
-  });
-  const elector = new LeaderElector(kube.derive({ qps: -1, userAgent: 'sandbox-apiserver/leader-election' }), {
-    namespace: config.serviceNamespace,
-    name: 'sandbox-apiserver-warm-pool-driver',
-    logger: l,
-  });
+  const claims = config.enableClaimBinder
+    ? new Informer<SandboxClaim & { metadata: ObjectMeta }>(kube, SandboxClaims, { logger: l, registry })
+    : undefined;
+  const runs: Array<(signal: AbortSignal) => Promise<void>> = [];
+  if (config.enableWarmPoolDriver) {
+    const dl = log.child({ component: 'warm-pool-driver' });
+    const driver = new WarmPoolDriver({
+      client: kube,
+      pools,
+      templates,
+      fleet,
+      sandboxd,
+      log: dl,
+      resyncMs: config.warmPoolSyncIntervalMs,
+    });
+    runs.push(underLease(kube, config, 'sandbox-apiserver-warm-pool-driver', dl, (s) => driver.run(s)));
+  }
+  if (claims) {
+    const bl = log.child({ component: 'claim-binder' });
+    const binder = new ClaimBinder({
+      client: kube,
+      claims,
+      pools,
+      templates,
+      store,
+      storage,
+      fleet,
+      log: bl,
+      registry,
+    });
+    runs.push(underLease(kube, config, 'sandbox-apiserver-claim-binder', bl, (s) => binder.run(s)));
+  }
   return {
     run: async (signal) => {
-      const informers = [pools.start(signal), templates.start(signal)];
-      await Promise.all([pools.synced(), templates.synced()]);
-      while (!signal.aborted) {
-        if (!(await elector.acquire(signal))) break;
-        const term = new AbortController();
-        const running = driver.run(AbortSignal.any([signal, term.signal]));
-        const lost = await elector.hold(signal);
-        term.abort();
-        await running;
-        if (!lost) await elector.release().catch(() => undefined);
-      }
-      await Promise.allSettled(informers);
+      const informers = [pools, templates, ...(claims ? [claims] : [])];
+      const started = informers.map((i) => i.start(signal));
+      await Promise.all(informers.map((i) => i.synced()));
+      await Promise.all(runs.map((r) => r(signal)));
+      await Promise.allSettled(started);
     },
   };
 }
@@ -144,7 +187,7 @@ export async function buildApiServer(
   ]);
   const descriptors = [...storages.values()].map((s) => s.descriptor);
 
-  const driver = config.enableWarmPoolDriver ? warmPoolDriver(kube, fleet, sandboxd, config, log, registry) : undefined;
+  const leaderControllers = controllers(kube, fleet, sandboxd, store, sandboxes, config, log, registry);
 
   const authnConfig = new AuthenticationConfigSource(kube, { logger: log, registry });
   const authenticator = delegatedAuthenticator(kube, authnConfig, {
@@ -271,7 +314,7 @@ export async function buildApiServer(
       const tasks = [
         inventories.start(signal),
         namespaces.start(signal),
-        ...(driver ? [driver.run(signal)] : []),
+        ...(leaderControllers ? [leaderControllers.run(signal)] : []),
         authnConfig.start(signal).then(() => {
           authnLoaded = true;
           server.setSecureContext(tls());

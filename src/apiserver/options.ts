@@ -29,6 +29,7 @@ export interface ApiServerConfig {
   readonly watchCacheEvents: number;
   readonly enableWarmPoolDriver: boolean;
   readonly warmPoolSyncIntervalMs: number;
+  readonly enableClaimBinder: boolean;
   readonly logLevel: string;
   /** The e2b-compatible API (docs/e2b.md); undefined listens mean off. */
   readonly e2b: {
@@ -122,6 +123,14 @@ export function apiServerCommand(): Command {
         .default(true)
         .argParser(bool),
     )
+    .addOption(
+      new Option(
+        '--enable-claim-binder [bool]',
+        'bind SandboxClaims made through the Kubernetes API by node-local claims (leader-elected)',
+      )
+        .default(true)
+        .argParser(bool),
+    )
     .option(
       '--warm-pool-sync-interval <d>',
       'how often the driver resyncs pools and samples warm counts',
@@ -167,6 +176,7 @@ interface RawOptions {
   nodeTimeout: number;
   watchCacheEvents: number;
   enableWarmPoolDriver: boolean;
+  enableClaimBinder: boolean;
   warmPoolSyncInterval: number;
   logLevel: string;
   e2bListen?: string;
@@ -240,6 +250,7 @@ export function toApiServerConfig(o: RawOptions): ApiServerConfig {
     nodeTimeoutMs: o.nodeTimeout,
     watchCacheEvents: o.watchCacheEvents,
     enableWarmPoolDriver: o.enableWarmPoolDriver,
+    enableClaimBinder: o.enableClaimBinder,
     warmPoolSyncIntervalMs: o.warmPoolSyncInterval,
     logLevel: o.logLevel,
     e2b: {

@@ -245,9 +245,20 @@ export const GRANTS: Record<ComponentName, readonly Grant[]> = {
       usedBy: 'warm-pool driver status writes (replicas, readyReplicas)',
     },
     {
+      scope: 'cluster',
+      rule: { ...ours(SandboxClaimResource), verbs: [...READ, 'patch', 'delete'] },
+      usedBy: 'claim binder: its informer, the adoption record (annotations), shutdownPolicy Delete',
+    },
+    {
+      scope: 'cluster',
+      rule: { ...ours(SandboxClaimResource, '/status'), verbs: ['patch'] },
+      usedBy: 'claim binder status writes (status.sandbox, Ready, Finished)',
+    },
+    {
       scope: 'release',
       rule: { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'create', 'update'] },
-      usedBy: 'warm-pool driver leader election (Lease sandbox-apiserver-warm-pool-driver)',
+      usedBy:
+        'leader election of the warm-pool driver and the claim binder (Leases sandbox-apiserver-warm-pool-driver, sandbox-apiserver-claim-binder)',
     },
   ],
 };

@@ -15,7 +15,7 @@ import { SandboxError } from '../../src/errors.js';
 import * as status from '../../src/apiserver/status.js';
 import { AGENT_ERRNO_CODES } from '../../src/guest/agent-errors.js';
 import { KUBE_CODE_BY_REASON, StatusError } from '../../src/kube/status-errors.js';
-import { CLAIM_REASON_CODES, ClaimReasons } from '../../src/operator/extensions/claim-status.js';
+import { CLAIM_REASON_CODES, ClaimReasons } from '../../src/api/claim-status.js';
 import { errorStatus } from '../../src/sandboxd/http-api.js';
 
 const ROOT = join(import.meta.dirname, '../..');

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { Condition, PodSpec, Sandbox, SandboxClaim } from '../../src/api/index.js';
 import { CandidateQueues } from '../../src/operator/extensions/candidates.js';
-import { claimStatusFor, timeLeft } from '../../src/operator/extensions/claim-status.js';
+import { claimStatusFor, timeLeft } from '../../src/api/claim-status.js';
 import {
   ClaimInputError,
   injectEnv,

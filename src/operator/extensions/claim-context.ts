@@ -8,7 +8,7 @@ import type { Informer, KubeObject, Manager } from '../../kube/index.js';
 import type { Logger } from '../../log/logger.js';
 import type { OperatorConfig } from '../options.js';
 import type { CandidateQueues } from './candidates.js';
-import { CLAIM_REASON_CODES, type ClaimReason } from './claim-status.js';
+import { CLAIM_REASON_CODES, type ClaimReason } from '../../api/claim-status.js';
 import type { ClaimBindings } from './claim-binding.js';
 import type { ClaimWrites } from './claim-writes.js';
 import type { ExtensionMetrics } from './metrics.js';

@@ -46,7 +46,7 @@ import { createCold } from './claim-cold-create.js';
 import { Outcome, type ClaimContext, type ClaimDeps, type Resolved } from './claim-context.js';
 import { reconcileExpired } from './claim-expiry.js';
 import { syncMetadata } from './claim-metadata.js';
-import { claimStatusFor, ClaimReasons, isReady, timeLeft, type ClaimOutcome } from './claim-status.js';
+import { claimStatusFor, ClaimReasons, isReady, timeLeft, type ClaimOutcome } from '../../api/claim-status.js';
 import { ClaimWrites } from './claim-writes.js';
 import { ClaimInputError, loadAllowedLabelDomains, validateAdditionalPodMetadata } from './injection.js';
 import { extensionMetrics, type ExtensionMetrics } from './metrics.js';

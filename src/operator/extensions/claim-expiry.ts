@@ -11,7 +11,7 @@ import {
   type ReconcileResult,
 } from '../../kube/index.js';
 import type { ClaimContext } from './claim-context.js';
-import { claimStatusFor, ClaimReasons, findCondition } from './claim-status.js';
+import { claimStatusFor, ClaimReasons, findCondition } from '../../api/claim-status.js';
 import type { ClaimObj } from './support.js';
 
 /** docs/claim-model.md "Expiry". */

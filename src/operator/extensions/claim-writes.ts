@@ -6,7 +6,7 @@ import { AnnotationKeys, type SandboxClaimStatus } from '../../api/index.js';
 import { mergePatch, SandboxClaims, type KubeClient } from '../../kube/index.js';
 import type { ClaimBindings } from './claim-binding.js';
 import type { Resolved } from './claim-context.js';
-import { sameStatus } from './claim-status.js';
+import { sameStatus } from '../../api/claim-status.js';
 import { newest, type ClaimObj } from './support.js';
 
 /** RFC3339 with nanoseconds and Go's trailing-zero trimming; the sub-millisecond part comes from hrtime. */

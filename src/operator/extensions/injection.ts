@@ -5,7 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { SandboxError } from '../../errors.js';
-import { CLAIM_REASON_CODES } from './claim-status.js';
+import { CLAIM_REASON_CODES } from '../../api/claim-status.js';
 import type {
   EnvVar,
   EnvVarsInjectionPolicy,

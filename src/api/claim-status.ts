@@ -3,8 +3,8 @@
  * the Sandbox it resolved (if any) and the outcome of the pass.
  */
 import { isDeepStrictEqual } from 'node:util';
-import type { Condition, Lifecycle, Sandbox, SandboxClaim, SandboxClaimStatus } from '../../api/index.js';
-import type { ErrorCode } from '../../error-codes.js';
+import type { Condition, Lifecycle, Sandbox, SandboxClaim, SandboxClaimStatus } from './index.js';
+import type { ErrorCode } from '../error-codes.js';
 
 export const ClaimReasons = {
   templateNotFound: 'TemplateNotFound',
@@ -18,6 +18,8 @@ export const ClaimReasons = {
   sandboxExpired: 'SandboxExpired',
   sandboxNotReady: 'SandboxNotReady',
   createPending: 'SandboxCreatePending',
+  /** The aggregated layout: no node serves the claim's pool (docs/aggregated-layout.md "SandboxClaims"). */
+  poolNotServed: 'PoolNotServed',
 } as const;
 
 export type ClaimReason = (typeof ClaimReasons)[keyof typeof ClaimReasons];
@@ -35,6 +37,7 @@ export const CLAIM_REASON_CODES: Readonly<Record<ClaimReason, ErrorCode>> = {
   SandboxExpired: 'claim.sandbox-expired',
   SandboxNotReady: 'claim.sandbox-not-ready',
   SandboxCreatePending: 'claim.sandbox-create-pending',
+  PoolNotServed: 'claim.pool-not-served',
 };
 
 export const CLAIM_EXPIRED_MESSAGE = 'Claim expired. Sandbox cleanup initiated.';
