@@ -7,7 +7,8 @@
  */
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { readdir, stat, writeFile } from 'node:fs/promises';
+import { cp, readdir, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
@@ -40,6 +41,21 @@ async function collect(paths: string[]): Promise<string[]> {
 async function processesOfRun(runId: string): Promise<Array<{ pid: number; cmd: string }>> {
   const procs = await listProcesses({ environ: true });
   return procs.filter((p) => p.pid !== process.pid && p.environ?.includes(`${RUN_MARKER}=${runId}`));
+}
+
+/**
+ * A failed run keeps what its components logged (kube-apiserver, sandboxd, sandbox-apiserver, ...; the data dir
+ * itself goes with the cluster), so a failure that happens only under a full run's load can be read afterwards.
+ */
+async function keepLogs(dataDir: string, runId: string): Promise<void> {
+  const dest = join(tmpdir(), `sbx-test-logs-${runId.slice(0, 8)}`);
+  try {
+    const logs = (await readdir(dataDir, { recursive: true })).filter((f) => f.endsWith('.log'));
+    for (const f of logs) await cp(join(dataDir, f), join(dest, f));
+    process.stderr.write(`the run failed: ${logs.length} component logs are kept in ${dest}\n`);
+  } catch (err) {
+    process.stderr.write(`keeping the logs of the failed run failed: ${errorMessage(err)}\n`);
+  }
 }
 
 async function main(): Promise<number> {
@@ -98,6 +114,7 @@ async function main(): Promise<number> {
     process.stderr.write(`test run failed before the tests: ${errorMessage(err)}\n`);
   } finally {
     await aggregated?.stop();
+    if (code !== 0 && cluster) await keepLogs(cluster.dataDir, runId);
     await cluster?.stop();
   }
 
