@@ -77,7 +77,7 @@ export class WatchStream<T> {
     for (const item of items) {
       if (this.closed) return;
       if (!this.o.matches(item)) continue;
-      if (!this.send('ADDED', item)) await new Promise<void>((r) => this.o.res.once('drain', r).once('close', r));
+      if (!this.send('ADDED', item)) await this.drainedOrClosed();
     }
     if (endRv !== undefined) {
       this.lastRv = endRv;
@@ -110,6 +110,22 @@ export class WatchStream<T> {
     for (const t of this.timers) clearTimeout(t);
     if (!this.o.res.writableEnded) this.o.res.end();
     this.o.onClose();
+  }
+
+  /**
+   * Waits for the socket to take the backlog or for the client to go. Both listeners come off whichever fires: a
+   * fleet's initial state waits thousands of times on one response, and a 'close' listener left per wait grew
+   * without bound (Node's MaxListenersExceededWarning under the 50k fill).
+   */
+  private drainedOrClosed(): Promise<void> {
+    const res = this.o.res;
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        res.off('drain', done).off('close', done);
+        resolve();
+      };
+      res.once('drain', done).once('close', done);
+    });
   }
 
   /** False when the socket buffer is full (the caller waits for 'drain', or gives up on a stuck client). */
