@@ -543,7 +543,7 @@ export class NodeEngine extends EventEmitter {
       throw new SandboxError('sandboxd.conflict', `claim_ref ${identity.claimRef} is already claimed`);
     if (!this.hasRoom()) throw new SandboxError('sandboxd.at-capacity', `node ${this.opts.nodeName} is at capacity`);
     const vm = await this.reserving(1, () =>
-      this.driver.clone(ck.template, { labels: { [LABEL_NODE]: this.opts.nodeName } }),
+      this.driver.clone(ck.template, { labels: { [LABEL_NODE]: this.opts.nodeName }, keepSpares: false }),
     );
     return this.record(vm, ck.key, 'checkpoint', { ttlSeconds, fromCheckpoint: id, ...identity });
   }

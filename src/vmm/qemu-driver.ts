@@ -154,7 +154,7 @@ export class QemuMicrovmDriver {
     } finally {
       // Replacements start once this clone is up: spawning QEMU blocks the event loop for milliseconds, which
       // would otherwise land on this clone's handshake.
-      this.spares.refill(template);
+      if (opts.keepSpares !== false) this.spares.refill(template);
     }
   }
 

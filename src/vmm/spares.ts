@@ -69,6 +69,8 @@ export class SparePool {
   /** Destroy the ready spares of a template whose files are going away. */
   dropTemplate(template: Template): void {
     for (const vm of this.byTemplate.get(template.dir)?.ready.splice(0) ?? []) void vm.destroy().catch(() => undefined);
+    // Those still starting see the state file gone and destroy themselves; nothing of the template stays here.
+    this.byTemplate.delete(template.dir);
   }
 
   /** Forget every spare; those still starting destroy themselves. The caller destroys the VMs it holds. */

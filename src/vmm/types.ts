@@ -94,6 +94,12 @@ export interface CloneOptions {
   /** Free-form labels persisted with the VM (e.g. sandbox name). */
   labels?: Record<string, string>;
   signal?: AbortSignal;
+  /**
+   * Keep spare VMMs of the template topped up after this clone. Off for templates that live only as long as one
+   * operation (a fork's) or are cloned now and then (a checkpoint's): a spare of those is a QEMU and a state load
+   * spent on the busiest moment for a clone that may never come, racing the template's removal. @default true
+   */
+  keepSpares?: boolean;
 }
 
 export interface VmStats {

@@ -162,6 +162,7 @@ export class Vm extends VmCore {
           children.push(
             await this.driver.clone(tpl, {
               readyTimeoutMs: FORK_READY_TIMEOUT_MS,
+              keepSpares: false,
               ...opts,
               labels: { ...opts.labels, forkedFrom: this.id },
             }),

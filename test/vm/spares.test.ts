@@ -60,6 +60,20 @@ describe('spare VMMs', { timeout: BUILD_TIMEOUT_MS + 5 * 60_000 }, () => {
     await Promise.all([first.destroy(), vm.destroy()]);
   });
 
+  it('a fork starts no spare VMM of its one-operation template (nor does anything else of it stay)', async () => {
+    const parent = await driver.clone(tpl);
+    const spareOf = (name: string) =>
+      driver.list().filter((r) => r.labels[SPARE] === 'true' && r.template.name === name);
+    const kids = await parent.fork(2);
+    const forkTemplate = kids[0]!.record.template.name;
+    assert.match(forkTemplate, /@fork-/);
+    assert.deepEqual(spareOf(forkTemplate), [], 'no spare of the fork template was started');
+    await sleep(1000);
+    assert.deepEqual(spareOf(forkTemplate), [], 'nor later');
+    for (const k of kids) assert.equal((await k.run(['echo', 'ok'])).stdout.toString().trim(), 'ok');
+    await Promise.all([parent.destroy(), ...kids.map((k) => k.destroy())]);
+  });
+
   it('a spare whose QEMU died is skipped: the clone starts its own QEMU', async () => {
     const spareId = await waitForSpare(driver, tpl);
     const pid = driver.get(spareId)!.pid!;
