@@ -22,8 +22,8 @@ import { tailOf, unlessExited, withDeadline } from './waits.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Milliseconds spent in each named phase of a start, for the debug log (where a slow clone's time went). */
-class PhaseClock {
+/** Milliseconds spent in each named phase of a start or a save, for the log (where a slow clone's time went). */
+export class PhaseClock {
   private last = performance.now();
   private readonly phases: Record<string, number> = {};
   mark(name: string): void {
@@ -52,7 +52,7 @@ export abstract class VmCore {
   constructor(
     protected readonly driver: QemuMicrovmDriver,
     readonly record: VmRecord,
-    private readonly log: Logger,
+    protected readonly log: Logger,
   ) {
     this._state = record.state;
   }

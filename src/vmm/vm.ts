@@ -11,7 +11,7 @@ import { migrateToFile } from './migration.js';
 import { imageFromArgv, type LaunchPlan, type MemBackend } from './qemu-argv.js';
 import { materialiseTemplate } from './templates.js';
 import type { CloneOptions, Template } from './types.js';
-import { VmCore } from './vm-core.js';
+import { PhaseClock, VmCore } from './vm-core.js';
 
 const FORK_READY_TIMEOUT_MS = 60_000;
 import { unlessExited, withDeadline } from './waits.js';
@@ -115,25 +115,29 @@ export class Vm extends VmCore {
     return this.act('checkpoint', () => this.checkpointNow(name));
   }
 
-  private async checkpointNow(name: string): Promise<Template> {
+  private async checkpointNow(name: string, phases = new PhaseClock()): Promise<Template> {
     const qmp = this.requireQmp();
     const wasRunning = this._state === 'running';
     const file = join(this.record.runDir, `checkpoint-${randomBytes(3).toString('hex')}.state`);
     try {
       if (wasRunning) {
         await this._agent?.sync().catch(() => undefined);
+        phases.mark('guestSync');
         await qmp.execute('stop');
       }
       await qmp.execute('migrate-set-capabilities', {
         capabilities: [{ capability: 'x-ignore-shared', state: false }],
       });
       await migrateToFile(qmp, file, this.record.runDir, { what: `checkpoint ${this.id}` });
+      phases.mark('save');
       if (wasRunning) {
         await qmp.execute('cont');
         this._agent?.setTime().catch(() => undefined);
       }
       const { image, cmdline } = this.templateInfo();
-      return await materialiseTemplate(this.driver, name, this.record, file, image, cmdline);
+      const t = await materialiseTemplate(this.driver, name, this.record, file, image, cmdline);
+      phases.mark('materialise');
+      return t;
     } finally {
       rmSync(file, { force: true });
       if (wasRunning && this.qmp && !this.qmp.closed) {
@@ -153,7 +157,9 @@ export class Vm extends VmCore {
       );
     }
     return this.act('fork', async () => {
-      const tpl = await this.checkpointNow(`${this.record.template.name}@fork-${this.id}`);
+      // Where a fork's time goes, at info: under load a fork can take tens of seconds, and this says which part.
+      const phases = new PhaseClock();
+      const tpl = await this.checkpointNow(`${this.record.template.name}@fork-${this.id}`, phases);
       const children: Vm[] = [];
       try {
         for (let i = 0; i < n; i++) {
@@ -167,9 +173,12 @@ export class Vm extends VmCore {
               labels: { ...opts.labels, forkedFrom: this.id },
             }),
           );
+          phases.mark(`child${i}`);
         }
+        this.log.info({ count: n, phasesMs: phases.done() }, 'forked');
         return children;
       } catch (err) {
+        this.log.warn({ count: n, made: children.length, phasesMs: phases.done(), err }, 'fork failed');
         await Promise.all(children.map((c) => c.destroy().catch(() => undefined)));
         throw err;
       } finally {
