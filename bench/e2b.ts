@@ -14,6 +14,9 @@
  * (`files.write` / `files.read`) against the agent's own file transfer to a VM of an in-process engine
  * (`AgentFiles.write` / `read`), same run.
  * Targets (issue 18): SDK p50 ≤ 1.5× direct p50; SDK file throughput ≥ 50 % of the agent's.
+ * Where the SDK's time goes: every serial SDK sample's HTTP requests are traced (undici's diagnostics channels,
+ * support/undici-trace.ts) and printed per kind of request — to response headers and to the body's end — with the
+ * part of the sample no request covered (the SDK's own work between requests).
  */
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -27,6 +30,7 @@ import { KubeClient, Sandboxes } from '../src/kube/index.js';
 import { createLogger } from '../src/log/logger.js';
 import { NodeEngine } from '../src/sandboxd/engine.js';
 import { percentile } from './claim-driver.js';
+import { covered, RequestTrace, type TracedRequest } from './support/undici-trace.js';
 
 const { values } = parseArgs({
   options: {
@@ -85,15 +89,29 @@ async function main(): Promise<void> {
         await sleep(250);
       }
     };
-    const sdkSample = async () => {
-      const t0 = performance.now();
+    const trace = new RequestTrace();
+    const traces: Array<{ requests: TracedRequest[]; startMs: number; endMs: number }> = [];
+    const sdkOnce = async () => {
       const s = await Sandbox.create('base', opts);
       await s.commands.run('true');
+      return s;
+    };
+    const sdkSample = async () => {
+      const t0 = performance.now();
+      const s = await sdkOnce();
       const ms = performance.now() - t0;
       await s.kill();
       return ms;
     };
+    /** A serial sample with its requests traced (the trace is one sample's: only serial samples use it). */
+    const sdkTraced = async () => {
+      const { value: s, requests, startMs, endMs } = await trace.record(sdkOnce);
+      traces.push({ requests, startMs, endMs });
+      await s.kill();
+      return endMs - startMs;
+    };
     let seq = 0;
+    const directParts = { create: [] as number[], exec: [] as number[] };
     const directSample = async () => {
       const name = `b${seq++}-${Date.now().toString(36)}`;
       const t0 = performance.now();
@@ -114,6 +132,8 @@ async function main(): Promise<void> {
       if (r.status !== 200) throw new Error(`exec: ${r.status} ${await r.text()}`);
       const execMs = performance.now() - t1;
       await kube.delete(Sandboxes, 'bench-e2b', name);
+      directParts.create.push(createMs);
+      directParts.exec.push(execMs);
       return createMs + execMs;
     };
     const run = async (f: () => Promise<number>, n: number, conc: number) => {
@@ -137,7 +157,7 @@ async function main(): Promise<void> {
     for (let round = 0; round < ROUNDS; round++) {
       const per = Math.ceil(SAMPLES / ROUNDS);
       for (const [key, f, conc] of [
-        ['sdk1', sdkSample, 1],
+        ['sdk1', sdkTraced, 1],
         ['dir1', directSample, 1],
         ['sdk8', sdkSample, 8],
         ['dir8', directSample, 8],
@@ -176,6 +196,30 @@ async function main(): Promise<void> {
     const rawRead = performance.now() - t;
     if (!rawBack.equals(blob)) throw new Error('agent read back different bytes');
     const mibs = (ms: number) => FILE_MIB / (ms / 1000);
+    trace.close();
+    const kinds = new Map<string, { headers: number[]; end: number[]; n: number }>();
+    const gaps: number[] = [];
+    for (const t of traces) {
+      for (const r of t.requests) {
+        let k = kinds.get(r.label);
+        if (!k) kinds.set(r.label, (k = { headers: [], end: [], n: 0 }));
+        k.n++;
+        if (r.headersMs !== undefined) k.headers.push(r.headersMs - r.startMs);
+        if (r.endMs !== undefined) k.end.push(r.endMs - r.startMs);
+      }
+      const spans = t.requests.map((r) => [r.startMs, r.endMs ?? r.headersMs ?? t.endMs] as [number, number]);
+      gaps.push(t.endMs - t.startMs - covered(spans, t.startMs, t.endMs));
+    }
+    const p50 = (xs: number[]) => (xs.length ? stats(xs).p50.toFixed(1) : '-');
+    const breakdown = [
+      `where a serial SDK sample's time goes (${traces.length} samples; per kind of request, p50 ms):`,
+      ...[...kinds].map(
+        ([label, k]) =>
+          `  ${label.padEnd(48)} ${(k.n / traces.length).toFixed(1)}/sample  to headers ${p50(k.headers)}  to end ${p50(k.end)}`,
+      ),
+      `  no request in flight (the SDK's own work between requests)   ${p50(gaps)}`,
+      `  direct, all samples: aggregated create ${p50(directParts.create)}, sandboxd exec ${p50(directParts.exec)}`,
+    ];
 
     const lines = [
       `e2b SDK create → first commands.run('true') vs aggregated create + warm exec (1 node, sandbox/base, TCG)`,
@@ -185,6 +229,7 @@ async function main(): Promise<void> {
       `  conc 8   direct ${fmt(s.dir8)}   ratio p50 ${(s.sdk8.p50 / s.dir8.p50).toFixed(2)}`,
       `files, ${FILE_MIB} MiB: SDK write ${mibs(sdkWrite).toFixed(1)} MiB/s, read ${mibs(sdkRead).toFixed(1)} MiB/s; agent write ${mibs(rawWrite).toFixed(1)} MiB/s, read ${mibs(rawRead).toFixed(1)} MiB/s`,
       `  SDK/agent: write ${((rawWrite / sdkWrite) * 100).toFixed(0)} %, read ${((rawRead / sdkRead) * 100).toFixed(0)} % (target ≥ 50 %)`,
+      ...breakdown,
     ];
     process.stdout.write(`${lines.join('\n')}\n`);
     kube.close();

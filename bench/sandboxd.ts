@@ -27,6 +27,7 @@ import { claimGatewayFixture } from '../test/support/claim-gateway.js';
 import { startFaultProxy, type FaultProxy } from '../test/support/fault-proxy.js';
 import { machineIdleSettings, processCpuMs, socketFloorMs } from './machine.js';
 import { callJson } from './support/http-json.js';
+import { KubeClient, SandboxClaims } from '../src/kube/index.js';
 
 const args = process.argv.slice(2);
 const flag = (name: string, def: number) => {
@@ -401,6 +402,44 @@ async function startKube() {
     return {
       caller: { token, namespace },
       proxy,
+      /**
+       * The floor of the record, measured from this process with sandboxd's own Kubernetes client (KubeClient):
+       * what the gateway writes per claim (a SandboxClaim create, then a merge patch of its status), n times in a
+       * row; the process's CPU per record and the pair's latency. The gateway's watch events are not in it.
+       */
+      async recordFloor(n: number) {
+        const client = await KubeClient.fromKubeconfig(cluster.kubeconfigPath, { qps: -1 });
+        try {
+          const lat: number[] = [];
+          const one = async (i: number) => {
+            const t0 = performance.now();
+            await client.create(SandboxClaims, {
+              apiVersion: 'extensions.agents.x-k8s.io/v1beta1',
+              kind: 'SandboxClaim',
+              metadata: { name: `floor-${i}`, namespace },
+              spec: { warmPoolRef: { name: 'pool' } },
+            });
+            await client.patch(
+              SandboxClaims,
+              namespace,
+              `floor-${i}`,
+              { status: { sandbox: { name: `floor-${i}` } } },
+              'merge',
+              { subresource: 'status' },
+            );
+            return performance.now() - t0;
+          };
+          await one(-1); // connection and first-use costs
+          const cpu0 = process.cpuUsage();
+          for (let i = 0; i < n; i++) lat.push(await one(i));
+          const cpu = process.cpuUsage(cpu0);
+          await cluster.kubectl(['delete', 'sandboxclaims', '--all', '-n', namespace, '--wait=false']);
+          lat.sort((a, b) => a - b);
+          return { p50: pct(lat, 50), cpuMs: (cpu.user + cpu.system) / 1000 / n };
+        } finally {
+          client.close();
+        }
+      },
       async settle(n: number) {
         for (let i = 0; i < 600 && (await bound()) < n; i++) await sleep(100);
         await cluster.kubectl(['delete', 'sandboxclaims', '--all', '-n', namespace, '--wait=false']);
@@ -503,6 +542,17 @@ async function main() {
         console.log(
           `Kubernetes identity vs plain gateway claim, concurrency ${conc}: p50 ${(at(conc, 'gateway-k8s').p50 / at(conc, 'gateway').p50).toFixed(2)}x (target <= 1.2x)`,
         );
+      const floor = await kube.recordFloor(100);
+      const serial = (l: Listener) => results[configs.findIndex((c) => c.conc === 1 && c.listener === l)]!;
+      const extraCpu =
+        serial('gateway-k8s').cpuMs / serial('gateway-k8s').lat.length -
+        serial('gateway').cpuMs / serial('gateway').lat.length;
+      console.log(
+        `floor of the record: SandboxClaim create + status patch from a Node process with KubeClient, serial, n=100: p50 ${floor.p50.toFixed(3)} ms; client CPU ${floor.cpuMs.toFixed(3)} ms per record`,
+      );
+      console.log(
+        `  the identity claim's extra sandboxd CPU per claim (serial) vs that floor: ${extraCpu.toFixed(3)} vs ${floor.cpuMs.toFixed(3)} ms (${(extraCpu / floor.cpuMs).toFixed(2)}x)`,
+      );
       // Every kube-apiserver request SLOW_MS late: records (and background re-reviews) queue; answers must not.
       kube.proxy.slow(SLOW_MS);
       const slowed = configs.filter((c) => c.listener === 'gateway-k8s');

@@ -1,3 +1,4 @@
+import { deadline } from '../abort.js';
 import { randomUUID } from 'node:crypto';
 import { Counter, Histogram, type Registry } from 'prom-client';
 import { SandboxError } from '../errors.js';
@@ -167,12 +168,13 @@ export class Controller {
     const reconcileID = randomUUID();
     const log = this.log.child({ key, reconcileID });
     const started = performance.now();
-    const timeout = this.opts.timeoutMs ? AbortSignal.timeout(this.opts.timeoutMs) : undefined;
-    const ctxSignal = timeout ? AbortSignal.any([signal, timeout]) : signal;
+    const timeout = this.opts.timeoutMs ? deadline(this.opts.timeoutMs, signal) : undefined;
     let result: ReconcileResult | void;
     try {
-      result = await this.opts.reconcile({ key, namespace, name }, { log, signal: ctxSignal });
+      result = await this.opts.reconcile({ key, namespace, name }, { log, signal: timeout?.signal ?? signal });
+      timeout?.clear();
     } catch (err) {
+      timeout?.clear();
       this.metrics?.duration.observe({ controller: this.name }, (performance.now() - started) / 1000);
       if (err instanceof TerminalError) {
         this.metrics?.total.inc({ controller: this.name, result: 'terminal_error' });

@@ -1,3 +1,4 @@
+import { deadline } from '../abort.js';
 import { hostname } from 'node:os';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -98,15 +99,17 @@ export class LeaderElector {
   /** Resolves true once this process holds the lease, false if the signal aborted first. */
   async acquire(signal: AbortSignal): Promise<boolean> {
     while (!signal.aborted) {
-      const attempt = AbortSignal.any([signal, AbortSignal.timeout(this.renewDeadlineMs)]);
+      const attempt = deadline(this.renewDeadlineMs, signal);
       try {
-        if (await this.tryAcquireOrRenew(attempt)) {
+        if (await this.tryAcquireOrRenew(attempt.signal)) {
           this.log.info({ identity: this.identity }, 'acquired leadership');
           return true;
         }
       } catch (err) {
         if (signal.aborted) break;
         this.log.warn({ err }, 'could not read or write the leader Lease; retrying (standing by)');
+      } finally {
+        attempt.clear();
       }
       await sleep(this.retryPeriodMs * (1 + Math.random() * JITTER), undefined, { signal }).catch(() => {});
     }
@@ -128,8 +131,9 @@ export class LeaderElector {
           this.log.error({ renewDeadlineMs: this.renewDeadlineMs }, 'lost leadership: no renewal within the deadline');
           return true;
         }
+        const attempt = deadline(Math.ceil(left), signal);
         try {
-          if (await this.tryAcquireOrRenew(AbortSignal.any([signal, AbortSignal.timeout(Math.ceil(left))]))) break;
+          if (await this.tryAcquireOrRenew(attempt.signal)) break;
           if (this.observed && this.observed.holder !== this.identity) {
             this.log.error({ holder: this.observed.holder }, 'lost leadership: the lease has another holder');
             return true;
@@ -137,6 +141,8 @@ export class LeaderElector {
         } catch (err) {
           if (signal.aborted) return false;
           this.log.warn({ err }, 'lease renewal failed; retrying until the renew deadline');
+        } finally {
+          attempt.clear();
         }
         if (signal.aborted) return false;
         const wait = Math.min(this.retryPeriodMs, this.renewedAt + this.renewDeadlineMs - this.now());

@@ -12,6 +12,9 @@ import type { QmpClient } from './qmp.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** How long the state stream may take to end after QEMU reports the migration completed. */
+const STREAM_END_MS = 10_000;
+
 interface MigrateInfo {
   status?: string;
   'error-desc'?: string;
@@ -72,10 +75,16 @@ export async function migrateToFile(
   try {
     await qmp.execute('migrate', { uri: `unix:${sockPath}` });
     await waitMigration(qmp, timeoutMs, what);
+    // QEMU has sent everything once it says completed: the stream's end is a moment behind, never minutes (a full
+    // run once waited the whole timeout here for a stream that never ended; failing fast lets the caller retry).
     const bytes = await Promise.race([
       written,
-      sleep(timeoutMs).then(() => {
-        throw new SandboxError('vm.migration-timeout', `${what}: state stream did not end`);
+      sleep(STREAM_END_MS).then(() => {
+        throw new SandboxError(
+          'vm.migration-timeout',
+          `${what}: QEMU reported the migration completed, but the state stream ${conn ? 'did not end' : 'never connected'} within ${STREAM_END_MS} ms`,
+          { hint: 'retry; see qemu.log in the VM run dir' },
+        );
       }),
     ]);
     return bytes;

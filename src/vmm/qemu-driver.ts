@@ -23,7 +23,7 @@ import { Vm } from './vm.js';
 
 export class QemuMicrovmDriver {
   readonly options: ResolvedDriverOptions;
-  private readonly log: Logger;
+  readonly log: Logger;
   private readonly vms = new Map<string, Vm>();
   private readonly spares: SparePool;
   private tsc: number | undefined;

@@ -250,6 +250,25 @@ export async function materialiseTemplate(
   image: Template['image'],
   cmdline: string,
 ): Promise<Template> {
+  try {
+    return await materialiseOnce(driver, name, from, fullState, image, cmdline);
+  } catch (err) {
+    // The full state is still on disk: a save whose stream did not end (migrateToFile) is made once more with a
+    // fresh QEMU rather than failing the checkpoint or the fork.
+    if ((err as SandboxError).code !== 'vm.migration-timeout') throw err;
+    driver.log.warn({ template: name, err }, 'saving the checkpoint template failed; trying once more');
+    return materialiseOnce(driver, name, from, fullState, image, cmdline);
+  }
+}
+
+async function materialiseOnce(
+  driver: QemuMicrovmDriver,
+  name: string,
+  from: VmRecord,
+  fullState: string,
+  image: Template['image'],
+  cmdline: string,
+): Promise<Template> {
   const hash = randomBytes(8).toString('hex');
   const dir = join(driver.options.templateRoot, `${slug(name)}-${hash}`);
   mkdirSync(dir, { recursive: true });

@@ -13,7 +13,14 @@ import { materialiseTemplate } from './templates.js';
 import type { CloneOptions, Template } from './types.js';
 import { PhaseClock, VmCore } from './vm-core.js';
 
-const FORK_READY_TIMEOUT_MS = 60_000;
+/**
+ * A fork child's deadline per attempt, and how many attempts. A child loads the memory the checkpoint has just
+ * written (80-200 ms here; seconds on a loaded host), but now and then a restored guest never answers at all (seen
+ * under a full test run's load: one child silent for 60 s while its siblings answered in 0.2 s): it is destroyed and
+ * made again, within the minute callers give a fork.
+ */
+const FORK_CHILD_ATTEMPT_MS = 15_000;
+const FORK_CHILD_ATTEMPTS = 3;
 import { unlessExited, withDeadline } from './waits.js';
 
 /**
@@ -112,7 +119,17 @@ export class Vm extends VmCore {
    * The VM is paused for the duration of the save, then continues.
    */
   checkpoint(name = `${this.record.template.name}@${this.id}`): Promise<Template> {
-    return this.act('checkpoint', () => this.checkpointNow(name));
+    return this.act('checkpoint', async () => {
+      const phases = new PhaseClock();
+      try {
+        const t = await this.checkpointNow(name, phases);
+        this.log.info({ template: t.name, phasesMs: phases.done() }, 'checkpoint taken');
+        return t;
+      } catch (err) {
+        this.log.warn({ template: name, phasesMs: phases.done(), err }, 'checkpoint failed');
+        throw err;
+      }
+    });
   }
 
   private async checkpointNow(name: string, phases = new PhaseClock()): Promise<Template> {
@@ -163,16 +180,7 @@ export class Vm extends VmCore {
       const children: Vm[] = [];
       try {
         for (let i = 0; i < n; i++) {
-          // A child loads the memory the checkpoint has just written: a slow verb, given the budget callers
-          // give fork (60 s) rather than a warm clone's 15 s.
-          children.push(
-            await this.driver.clone(tpl, {
-              readyTimeoutMs: FORK_READY_TIMEOUT_MS,
-              keepSpares: false,
-              ...opts,
-              labels: { ...opts.labels, forkedFrom: this.id },
-            }),
-          );
+          children.push(await this.forkChild(tpl, opts, i));
           phases.mark(`child${i}`);
         }
         this.log.info({ count: n, phasesMs: phases.done() }, 'forked');
@@ -186,6 +194,24 @@ export class Vm extends VmCore {
         this.driver.deleteTemplate(tpl);
       }
     });
+  }
+
+  private async forkChild(tpl: Template, opts: Omit<CloneOptions, 'id'>, i: number): Promise<Vm> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.driver.clone(tpl, {
+          readyTimeoutMs: FORK_CHILD_ATTEMPT_MS,
+          keepSpares: false,
+          ...opts,
+          labels: { ...opts.labels, forkedFrom: this.id },
+        });
+      } catch (err) {
+        // clone() destroyed the silent child; only a guest that did not answer in time is worth another try.
+        const code = (err as SandboxError).code;
+        if (attempt >= FORK_CHILD_ATTEMPTS || (code !== 'vm.start-timeout' && code !== 'agent.unresponsive')) throw err;
+        this.log.warn({ child: i, attempt, err }, 'a fork child did not answer; making it again');
+      }
+    }
   }
 
   /** Size of the hibernated state on disk, if hibernated. */
