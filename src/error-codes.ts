@@ -258,6 +258,7 @@ export const ERROR_CODES = {
   'cli.usage': { status: 400, meaning: 'a command-line flag is invalid' },
   'platform.component-died': { status: 500, meaning: 'a platform component exited' },
   'platform.not-ready': { status: 500, meaning: 'a platform component did not become ready' },
+  'platform.bad-profile-spec': { status: 400, meaning: 'SBX_PROFILE is not <regexp>:<dir>' },
 } as const satisfies Record<string, ErrorCodeInfo>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -16,6 +16,19 @@ import { SandboxError } from '../errors.js';
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
 export const binScript = (name: string) => join(REPO, 'bin', `${name}.mjs`);
 
+/**
+ * `SBX_PROFILE=<regexp>:<dir>` (benches): the components whose name matches run under Node's CPU profiler, each
+ * writing a .cpuprofile into <dir> when it exits (its SIGTERM at stop included), e.g.
+ * `SBX_PROFILE='^sandbox-apiserver$:/tmp/prof'`. Only what matches pays the profiler's cost.
+ */
+function profileFlags(name: string): string[] {
+  const spec = process.env.SBX_PROFILE;
+  if (!spec) return [];
+  const i = spec.lastIndexOf(':');
+  if (i <= 0) throw new SandboxError('platform.bad-profile-spec', `SBX_PROFILE="${spec}" is not <regexp>:<dir>`);
+  return new RegExp(spec.slice(0, i)).test(name) ? ['--cpu-prof', `--cpu-prof-dir=${spec.slice(i + 1)}`] : [];
+}
+
 export interface Component {
   name: string;
   child: ChildProcess;
@@ -30,7 +43,9 @@ export class Components {
   launch(name: string, script: string, args: string[]): Component {
     const logPath = join(this.logDir, `${name}.log`);
     const log = createWriteStream(logPath);
-    const child = spawn(process.execPath, [binScript(script), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [...profileFlags(name), binScript(script), ...args], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     child.stdout?.pipe(log);
     child.stderr?.pipe(log);
     const c = { name, child, logPath };

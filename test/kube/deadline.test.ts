@@ -4,6 +4,7 @@
  * the contrast, where this Node has the bug); the leader's renewals and the reconcile timeout use `deadline`.
  */
 import assert from 'node:assert/strict';
+import { getEventListeners } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import v8 from 'node:v8';
 import vm from 'node:vm';
@@ -42,7 +43,6 @@ describe('deadline', () => {
     cleared.clear();
     await sleep(60);
     assert.equal(cleared.signal.aborted, false, 'a cleared deadline does not fire');
-    const { getEventListeners } = await import('node:events');
     assert.equal(getEventListeners(p2.signal, 'abort').length, 0);
     const already = new AbortController();
     already.abort('gone');
