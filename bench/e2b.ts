@@ -9,7 +9,8 @@
  *   the sandbox killed afterwards (not timed);
  * - direct: the aggregated create (`POST .../sandboxes` through kube-apiserver, 201) plus a warm exec of `true` on
  *   that sandbox timed on its own (sandboxd `POST /v1/sandboxes/{id}/exec`): the sum is the floor the SDK path
- *   adds envd and the e2b API to.
+ *   adds envd and the e2b API to. Serially also with the SDK's own command, `/bin/bash -l -c true` (what
+ *   commands.run('true') sends), the same work in the guest.
  * Serial and at concurrency 8, interleaved in rounds. Then 64 MiB written and read back through the SDK
  * (`files.write` / `files.read`) against the agent's own file transfer to a VM of an in-process engine
  * (`AgentFiles.write` / `read`), same run.
@@ -111,8 +112,14 @@ async function main(): Promise<void> {
       return endMs - startMs;
     };
     let seq = 0;
-    const directParts = { create: [] as number[], exec: [] as number[] };
-    const directSample = async () => {
+    /** Serial direct samples' parts, per argv: where the floor's own time goes. */
+    const directParts = new Map<string, { create: number[]; exec: number[] }>();
+    /**
+     * The aggregated create, then one exec of `argv` through sandboxd. `true` is the issue's floor; the SDK's
+     * commands.run('true') runs `/bin/bash -l -c true` (a login shell: bash and its profile in the guest), so the
+     * same-work floor runs that argv.
+     */
+    const directSample = async (argv: string[], parts?: { create: number[]; exec: number[] }) => {
       const name = `b${seq++}-${Date.now().toString(36)}`;
       const t0 = performance.now();
       const obj = (await kube.create(Sandboxes, {
@@ -127,13 +134,13 @@ async function main(): Promise<void> {
       const r = await fetch(`http://${node.address}/v1/sandboxes/${claim}/exec`, {
         method: 'POST',
         headers: { authorization: `Bearer ${nodeToken}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ argv: ['true'] }),
+        body: JSON.stringify({ argv }),
       });
       if (r.status !== 200) throw new Error(`exec: ${r.status} ${await r.text()}`);
       const execMs = performance.now() - t1;
       await kube.delete(Sandboxes, 'bench-e2b', name);
-      directParts.create.push(createMs);
-      directParts.exec.push(execMs);
+      parts?.create.push(createMs);
+      parts?.exec.push(execMs);
       return createMs + execMs;
     };
     const run = async (f: () => Promise<number>, n: number, conc: number) => {
@@ -152,15 +159,29 @@ async function main(): Promise<void> {
     await waitWarm();
     // One of each untimed: first-use costs (connections, code paths) are not what is measured.
     await sdkSample();
-    await directSample();
-    const res = { sdk1: [] as number[], dir1: [] as number[], sdk8: [] as number[], dir8: [] as number[] };
+    const SDK_ARGV = ['/bin/bash', '-l', '-c', 'true'];
+    const partsOf = (argv: string[]) => {
+      const k = argv.join(' ');
+      if (!directParts.has(k)) directParts.set(k, { create: [], exec: [] });
+      return directParts.get(k)!;
+    };
+    await directSample(['true']);
+    await directSample(SDK_ARGV);
+    const res = {
+      sdk1: [] as number[],
+      dir1: [] as number[],
+      same1: [] as number[],
+      sdk8: [] as number[],
+      dir8: [] as number[],
+    };
     for (let round = 0; round < ROUNDS; round++) {
       const per = Math.ceil(SAMPLES / ROUNDS);
       for (const [key, f, conc] of [
         ['sdk1', sdkTraced, 1],
-        ['dir1', directSample, 1],
+        ['dir1', () => directSample(['true'], partsOf(['true'])), 1],
+        ['same1', () => directSample(SDK_ARGV, partsOf(SDK_ARGV)), 1],
         ['sdk8', sdkSample, 8],
-        ['dir8', directSample, 8],
+        ['dir8', () => directSample(['true']), 8],
       ] as const) {
         await waitWarm();
         const batch = conc === 1 ? per : Math.min(per, WARM);
@@ -168,7 +189,13 @@ async function main(): Promise<void> {
       }
       say(`round ${round + 1}/${ROUNDS} done`);
     }
-    const s = { sdk1: stats(res.sdk1), dir1: stats(res.dir1), sdk8: stats(res.sdk8), dir8: stats(res.dir8) };
+    const s = {
+      sdk1: stats(res.sdk1),
+      dir1: stats(res.dir1),
+      same1: stats(res.same1),
+      sdk8: stats(res.sdk8),
+      dir8: stats(res.dir8),
+    };
 
     // Files: the SDK through router and envd, against the agent's own transfer on an in-process engine's VM.
     const blob = Buffer.alloc(FILE_MIB << 20);
@@ -218,13 +245,17 @@ async function main(): Promise<void> {
           `  ${label.padEnd(48)} ${(k.n / traces.length).toFixed(1)}/sample  to headers ${p50(k.headers)}  to end ${p50(k.end)}`,
       ),
       `  no request in flight (the SDK's own work between requests)   ${p50(gaps)}`,
-      `  direct, all samples: aggregated create ${p50(directParts.create)}, sandboxd exec ${p50(directParts.exec)}`,
+      ...[...directParts].map(
+        ([argv, p]) =>
+          `  direct, serial, exec of ${argv}: aggregated create ${p50(p.create)}, sandboxd exec ${p50(p.exec)}`,
+      ),
     ];
 
     const lines = [
       `e2b SDK create → first commands.run('true') vs aggregated create + warm exec (1 node, sandbox/base, TCG)`,
       `  serial   SDK    ${fmt(s.sdk1)}`,
       `  serial   direct ${fmt(s.dir1)}   ratio p50 ${(s.sdk1.p50 / s.dir1.p50).toFixed(2)} (target ≤ 1.5)`,
+      `  serial   direct, the SDK's command (${SDK_ARGV.join(' ')}) ${fmt(s.same1)}   ratio p50 ${(s.sdk1.p50 / s.same1.p50).toFixed(2)}`,
       `  conc 8   SDK    ${fmt(s.sdk8)}`,
       `  conc 8   direct ${fmt(s.dir8)}   ratio p50 ${(s.sdk8.p50 / s.dir8.p50).toFixed(2)}`,
       `files, ${FILE_MIB} MiB: SDK write ${mibs(sdkWrite).toFixed(1)} MiB/s, read ${mibs(sdkRead).toFixed(1)} MiB/s; agent write ${mibs(rawWrite).toFixed(1)} MiB/s, read ${mibs(rawRead).toFixed(1)} MiB/s`,
