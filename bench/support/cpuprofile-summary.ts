@@ -45,7 +45,7 @@ for (const [id, us] of selfUs) {
   else if (f.functionName === '(garbage collector)') gc += us;
   const key = `${f.functionName || '(anonymous)'} ${short(f.url)}:${f.lineNumber + 1}`;
   fn.set(key, (fn.get(key) ?? 0) + us);
-  files.set(short(f.url), (files.get(short(f.url)) ?? 0) + us);
+  if (f.functionName !== '(idle)') files.set(short(f.url), (files.get(short(f.url)) ?? 0) + us);
 }
 const pctOf = (us: number) => `${((us / total) * 100).toFixed(1)} %`;
 const busy = total - idle;

@@ -5,6 +5,7 @@
  * envd version and the access token derived from the claim's token), so this covers envd without the control plane.
  */
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -198,6 +199,23 @@ describe('envd data plane with the e2b SDK (real microVMs, one node)', () => {
     assert.match(((await gone.json()) as { message: string }).message, /was not found/);
     assert.equal(await handle({ id: 'sb_nope' }).isRunning(), false);
     assert.equal(await sbx.isRunning(), true);
+  });
+
+  it('a read is gzipped only when the client takes gzip and the data shrinks; both read back exactly', async () => {
+    const text = 'the same line of text, again and again\n'.repeat(5000);
+    const noise = randomBytes(256 << 10);
+    await sbx.files.write('/tmp/text.txt', text);
+    await sbx.files.write('/tmp/noise.bin', noise.buffer.slice(noise.byteOffset, noise.byteOffset + noise.length));
+    const h = { 'e2b-sandbox-id': claimId, 'x-access-token': envdAccessToken(token), 'accept-encoding': 'gzip' };
+    const t = await fetch(`${base}/files?path=/tmp/text.txt`, { headers: h });
+    assert.equal(t.headers.get('content-encoding'), 'gzip', 'text is compressed');
+    assert.equal(await t.text(), text);
+    const n = await fetch(`${base}/files?path=/tmp/noise.bin`, { headers: h });
+    assert.equal(n.headers.get('content-encoding'), null, 'random bytes are sent as they are');
+    assert.equal(n.headers.get('content-length'), String(noise.length));
+    assert.ok(Buffer.from(await n.arrayBuffer()).equals(noise));
+    const viaSdk = Buffer.from(await sbx.files.read('/tmp/noise.bin', { format: 'bytes', gzip: true }));
+    assert.ok(viaSdk.equals(noise), 'the SDK asking for gzip reads the uncompressed answer');
   });
 
   it('bad input is a clean error and the node goes on: NUL and empty paths, malformed envelopes', async () => {
