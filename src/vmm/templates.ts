@@ -242,22 +242,15 @@ async function bootAndSnapshot(
 }
 
 /** Materialise a full-state file into a new template (shared RAM file + device state). */
-export async function materialiseTemplate(
-  driver: QemuMicrovmDriver,
-  name: string,
-  from: VmRecord,
-  fullState: string,
-  image: Template['image'],
-  cmdline: string,
-): Promise<Template> {
+export async function materialiseTemplate(...args: Parameters<typeof materialiseOnce>): Promise<Template> {
   try {
-    return await materialiseOnce(driver, name, from, fullState, image, cmdline);
+    return await materialiseOnce(...args);
   } catch (err) {
     // The full state is still on disk: a save whose stream did not end (migrateToFile) is made once more with a
     // fresh QEMU rather than failing the checkpoint or the fork.
     if ((err as SandboxError).code !== 'vm.migration-timeout') throw err;
-    driver.log.warn({ template: name, err }, 'saving the checkpoint template failed; trying once more');
-    return materialiseOnce(driver, name, from, fullState, image, cmdline);
+    args[0].log.warn({ template: args[1], err }, 'saving the checkpoint template failed; trying once more');
+    return materialiseOnce(...args);
   }
 }
 
