@@ -21,7 +21,15 @@ import {
   type SandboxTemplate,
   type SandboxWarmPool,
 } from '../api/index.js';
+import {
+  ClaimInputError,
+  injectEnv,
+  loadAllowedLabelDomains,
+  mergePodMetadata,
+  validateAdditionalPodMetadata,
+} from '../api/claim-injection.js';
 import { claimStatusFor, ClaimReasons, sameStatus, timeLeft, type ClaimOutcome } from '../api/claim-status.js';
+import { SandboxError } from '../errors.js';
 import { derivePoolKey, describePoolKey, poolKeyString } from '../api/pool-key.js';
 import type { ObjectMeta } from '../api/meta.js';
 import {
@@ -91,7 +99,7 @@ export class ClaimBinder {
   /** Keys (`ns/name`) of the Sandboxes this binder made that the store holds. */
   private readonly mine = new Set<string>();
   private readonly gone = new Map<string, Gone>();
-  readonly stats = { bound: 0, released: 0, statusWrites: 0, pending: 0 };
+  private readonly allowedLabelDomains = loadAllowedLabelDomains();
 
   constructor(private readonly o: ClaimBinderOptions) {
     this.controller = new Controller({
@@ -189,7 +197,7 @@ export class ClaimBinder {
       await this.writeStatus(claim, { kind: 'sandbox', sandbox: this.finalSandbox(claim) });
       return again;
     }
-    return this.bind(claim, entry);
+    return this.bind(claim, entry, again);
   }
 
   /** What a gone Sandbox last was, as the claim's status forwards it: Ready=False with the reason, Finished. */
@@ -215,7 +223,11 @@ export class ClaimBinder {
     };
   }
 
-  private async bind(claim: ClaimObj, taken: SandboxEntry | undefined): Promise<ReconcileResult | void> {
+  private async bind(
+    claim: ClaimObj,
+    taken: SandboxEntry | undefined,
+    again: ReconcileResult | undefined,
+  ): Promise<ReconcileResult | void> {
     const ns = claim.metadata.namespace!;
     const name = claim.metadata.name!;
     const fail = async (reason: string, message: string, retryMs?: number) => {
@@ -249,7 +261,15 @@ export class ClaimBinder {
         `sandbox "${name}" exists and is not controlled by this claim`,
         CONFIG_RETRY_MS,
       );
-    const body = this.sandboxFor(claim, tpl);
+    let body: Sandbox;
+    try {
+      body = this.sandboxFor(claim, tpl);
+    } catch (err) {
+      // The CRD layout's rules and reasons (docs/claim-model.md "Injection rules").
+      if (err instanceof ClaimInputError) return fail(err.reason, err.message);
+      if (err instanceof SandboxError) return fail(ClaimReasons.reconcilerError, `Error seen: ${err.message}`);
+      throw err;
+    }
     const asked = derivePoolKey({ annotations: body.metadata?.annotations, podTemplate: body.spec.podTemplate });
     if (!asked.ok || poolKeyString(asked.key) !== poolKeyString(key.key))
       return fail(
@@ -269,37 +289,30 @@ export class ClaimBinder {
     } catch (err) {
       if (!(err instanceof StatusFailure)) throw err;
       const { code, message } = err.status;
-      if (code === 503) {
-        this.stats.pending++;
+      if (code === 503)
         return fail(ClaimReasons.createPending, message ?? 'waiting for warm capacity', CAPACITY_RETRY_MS);
-      }
       // 409: a create of this name is in flight or just landed; the next pass sees the Sandbox in the store.
       if (code === 409) return { requeueAfterMs: 200 };
       return fail(ClaimReasons.reconcilerError, `creating sandbox "${name}": ${message}`);
     }
     if (!entry) throw new Error(`the create of sandbox ${ns}/${name} answered without the sandbox`);
-    this.stats.bound++;
     this.o.log.info({ claim: `${ns}/${name}`, sandbox: entry.claimId, node: entry.node }, 'claim bound');
     const annotated = await this.annotate(claim, entry, tplName);
     await this.writeStatus(annotated, { kind: 'sandbox', sandbox: toSandbox(entry) });
-    const left = timeLeft(claim.spec.lifecycle, claim.status?.conditions, Date.now());
-    return left.leftMs !== undefined ? { requeueAfterMs: left.leftMs + 1 } : undefined;
+    return again;
   }
 
-  /** The Sandbox a claim asks for: the pool's template, the claim's env and pod metadata, its shutdownTime as lease. */
+  /**
+   * The Sandbox a claim asks for: the pool's template, with the claim's pod metadata and env injected by the rules the
+   * CRD layout applies (the label domains, no override of the template's keys, the template's env policy), and its
+   * shutdownTime as the lease. Throws ClaimInputError, or SandboxError for a conflict with the template.
+   */
   private sandboxFor(claim: ClaimObj, tpl: TemplateObj): Sandbox {
-    const podTemplate = structuredClone(tpl.spec.podTemplate);
     const extra = claim.spec.additionalPodMetadata;
-    if (extra?.labels || extra?.annotations)
-      podTemplate.metadata = {
-        ...podTemplate.metadata,
-        labels: { ...podTemplate.metadata?.labels, ...extra.labels },
-        annotations: { ...podTemplate.metadata?.annotations, ...extra.annotations },
-      };
-    for (const v of claim.spec.env ?? []) {
-      const c = podTemplate.spec.containers.find((x) => x.name === v.containerName) ?? podTemplate.spec.containers[0];
-      if (c) c.env = [...(c.env ?? []).filter((e) => e.name !== v.name), { name: v.name, value: v.value }];
-    }
+    validateAdditionalPodMetadata(extra, this.allowedLabelDomains);
+    const podTemplate = structuredClone(tpl.spec.podTemplate);
+    podTemplate.spec = injectEnv(podTemplate.spec, claim.spec.env, tpl.spec.envVarsInjectionPolicy);
+    if (extra?.labels || extra?.annotations) podTemplate.metadata = mergePodMetadata(podTemplate.metadata, extra);
     const shutdownTime = claim.spec.lifecycle?.shutdownTime;
     return {
       apiVersion: 'agents.x-k8s.io/v1beta1',
@@ -351,7 +364,6 @@ export class ClaimBinder {
         'merge',
         { subresource: 'status' },
       );
-      this.stats.statusWrites++;
     } catch (err) {
       if (!isNotFound(err)) throw err;
     }
@@ -378,7 +390,6 @@ export class ClaimBinder {
   private async release(e: SandboxEntry, why: string): Promise<void> {
     try {
       await this.o.storage.delete(e.namespace, e.name, { uid: e.uid, dryRun: false });
-      this.stats.released++;
       this.o.log.info({ sandbox: e.key, claim: e.claimId, node: e.node }, `released: ${why}`);
     } catch (err) {
       if (err instanceof StatusFailure && (err.status.code === 404 || err.status.code === 409)) return;

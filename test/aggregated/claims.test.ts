@@ -25,14 +25,19 @@ describe('aggregated layout: SandboxClaims bound by node-local claims (real micr
   });
   after(async () => ns?.cleanup());
 
-  const claim = (name: string, pool: string, lifecycle?: Record<string, unknown>) =>
+  const claim = (
+    name: string,
+    pool: string,
+    lifecycle?: Record<string, unknown>,
+    extra: Record<string, unknown> = {},
+  ) =>
     env.kubectl(
       ['create', '-n', ns.name, '-f', '-'],
       JSON.stringify({
         apiVersion: EXT,
         kind: 'SandboxClaim',
         metadata: { name },
-        spec: { warmPoolRef: { name: pool }, ...(lifecycle ? { lifecycle } : {}) },
+        spec: { warmPoolRef: { name: pool }, ...(lifecycle ? { lifecycle } : {}), ...extra },
       }),
     );
   const getClaim = async (name: string) =>
@@ -107,7 +112,7 @@ describe('aggregated layout: SandboxClaims bound by node-local claims (real micr
     assert.equal(await eventually(onNode, { until: (s) => s === 404, what: 'the VM released on its node' }), 404);
   });
 
-  it('a claim for a pool no node serves, or for a missing pool, gets Ready=False with the reason and no VM', async () => {
+  it('a claim for a pool no node serves, for a missing pool, or with env its template disallows gets Ready=False with the reason and no VM', async () => {
     await claim('unserved', 'unserved');
     await claim('nopool', 'no-such-pool');
     const u = await eventually(() => getClaim('unserved'), {
@@ -123,7 +128,15 @@ describe('aggregated layout: SandboxClaims bound by node-local claims (real micr
       what: 'Ready=False WarmPoolNotFound',
     });
     assert.match(ready(n)!.message, /SandboxWarmPool "no-such-pool" not found/);
-    for (const name of ['unserved', 'nopool'])
+    // The template sets no envVarsInjectionPolicy (Disallowed): the CRD layout's injection rules apply here too.
+    await claim('with-env', 'pool', undefined, { env: [{ name: 'FOO', value: 'bar' }] });
+    const e = await eventually(() => getClaim('with-env'), {
+      until: (c) => ready(c)?.reason === 'EnvVarsInjectionRejected',
+      timeoutMs: 30_000,
+      what: 'Ready=False EnvVarsInjectionRejected',
+    });
+    assert.match(ready(e)!.message, /not allowed by the template policy/);
+    for (const name of ['unserved', 'nopool', 'with-env'])
       assert.equal(
         (await env.kubectl(['get', '-n', ns.name, 'sandbox', name, '--ignore-not-found', '-o', 'name'])).trim(),
         '',

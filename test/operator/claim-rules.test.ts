@@ -10,7 +10,7 @@ import {
   mergePodMetadata,
   mergeVolumeClaimTemplates,
   validateAdditionalPodMetadata,
-} from '../../src/operator/extensions/injection.js';
+} from '../../src/api/claim-injection.js';
 import { rfc3339Nano } from '../../src/operator/extensions/claim-writes.js';
 
 const DOMAINS = ['sandbox.users.io'];

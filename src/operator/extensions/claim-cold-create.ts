@@ -9,7 +9,7 @@ import { sandboxSpecFromTemplate } from './blueprint.js';
 import { Outcome, type ClaimContext } from './claim-context.js';
 import { desiredPodMetadata } from './claim-metadata.js';
 import { ClaimReasons } from '../../api/claim-status.js';
-import { injectEnv, mergeVolumeClaimTemplates } from './injection.js';
+import { injectEnv, mergeVolumeClaimTemplates } from '../../api/claim-injection.js';
 import { normalizeCreatedBy } from './metrics.js';
 import type { ClaimObj, SandboxObj, TemplateObj } from './support.js';
 

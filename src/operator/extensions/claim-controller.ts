@@ -48,7 +48,7 @@ import { reconcileExpired } from './claim-expiry.js';
 import { syncMetadata } from './claim-metadata.js';
 import { claimStatusFor, ClaimReasons, isReady, timeLeft, type ClaimOutcome } from '../../api/claim-status.js';
 import { ClaimWrites } from './claim-writes.js';
-import { ClaimInputError, loadAllowedLabelDomains, validateAdditionalPodMetadata } from './injection.js';
+import { ClaimInputError, loadAllowedLabelDomains, validateAdditionalPodMetadata } from '../../api/claim-injection.js';
 import { extensionMetrics, type ExtensionMetrics } from './metrics.js';
 import { EventRecorder, type ClaimObj, type PoolObj, type SandboxObj, type TemplateObj } from './support.js';
 

@@ -6,7 +6,7 @@ import { AnnotationKeys, fnv1a32, LabelKeys, type PodMetadata } from '../../api/
 import { SandboxError } from '../../errors.js';
 import { mergePatch, Sandboxes } from '../../kube/index.js';
 import type { ClaimContext } from './claim-context.js';
-import { mergePodMetadata } from './injection.js';
+import { mergePodMetadata } from '../../api/claim-injection.js';
 import type { ClaimObj, SandboxObj, TemplateObj } from './support.js';
 
 /** The claim-side pod-template metadata (docs/claim-model.md "Metadata sync"). */

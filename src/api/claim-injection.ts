@@ -4,8 +4,8 @@
  * claim reports.
  */
 import { readFileSync } from 'node:fs';
-import { SandboxError } from '../../errors.js';
-import { CLAIM_REASON_CODES } from '../../api/claim-status.js';
+import { SandboxError } from '../errors.js';
+import { CLAIM_REASON_CODES } from './claim-status.js';
 import type {
   EnvVar,
   EnvVarsInjectionPolicy,
@@ -13,7 +13,7 @@ import type {
   PodMetadata,
   PodSpec,
   VolumeClaimTemplatesPolicy,
-} from '../../api/index.js';
+} from './index.js';
 
 /** A claim error that is the user's to fix: reported as the claim's Ready reason, never retried with backoff. */
 export class ClaimInputError extends SandboxError {
