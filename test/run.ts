@@ -3,6 +3,9 @@
  * test file (each file in its own process, all sharing the cluster; one namespace per test), then a check that
  * nothing the run started is still running.
  *
+ * A file named `*.alone.test.ts` stops or partitions something the other files share (a node of the aggregated
+ * platform, say): it runs after all the others, one file at a time, so no other file's test sees the fault.
+ *
  *   node --import tsx test/run.ts [files or directories...]
  */
 import { spawn } from 'node:child_process';
@@ -23,6 +26,20 @@ import { installCrds } from './support/crds.js';
 import { AGGREGATED_ENV, startAggregatedForTests } from './support/aggregated.js';
 
 const RUN_MARKER = 'SBX_TEST_RUN_ID';
+/** Files that fault a shared component: run after the others, one at a time (see the header). */
+const ALONE_SUFFIX = '.alone.test.ts';
+
+/** node's test runner over `files`; its exit code. */
+function runTests(files: string[], concurrency: string, env: NodeJS.ProcessEnv): Promise<number> {
+  return new Promise<number>((resolve) => {
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', '--test', '--test-reporter=spec', `--test-concurrency=${concurrency}`, ...files],
+      { stdio: 'inherit', env },
+    );
+    child.on('exit', (c, sig) => resolve(c ?? (sig ? 1 : 0)));
+  });
+}
 
 async function collect(paths: string[]): Promise<string[]> {
   const out: string[] = [];
@@ -95,21 +112,13 @@ async function main(): Promise<number> {
       testEnv[AGGREGATED_ENV] = join(cluster.dataDir, 'aggregated.json');
       await writeFile(testEnv[AGGREGATED_ENV], JSON.stringify(aggregated.info));
     }
-    code = await new Promise<number>((resolve) => {
-      const child = spawn(
-        process.execPath,
-        [
-          '--import',
-          'tsx',
-          '--test',
-          '--test-reporter=spec',
-          `--test-concurrency=${process.env.SBX_TEST_CONCURRENCY ?? '2'}`,
-          ...files,
-        ],
-        { stdio: 'inherit', env: { ...process.env, ...testEnv } },
-      );
-      child.on('exit', (c, sig) => resolve(c ?? (sig ? 1 : 0)));
-    });
+    const alone = files.filter((f) => f.endsWith(ALONE_SUFFIX));
+    const shared = files.filter((f) => !f.endsWith(ALONE_SUFFIX));
+    const runEnv = { ...process.env, ...testEnv };
+    const sharedCode = shared.length ? await runTests(shared, process.env.SBX_TEST_CONCURRENCY ?? '2', runEnv) : 0;
+    if (alone.length) process.stderr.write(`running ${alone.length} test files that run alone...\n`);
+    const aloneCode = alone.length ? await runTests(alone, '1', runEnv) : 0;
+    code = sharedCode || aloneCode;
   } catch (err) {
     process.stderr.write(`test run failed before the tests: ${errorMessage(err)}\n`);
   } finally {
