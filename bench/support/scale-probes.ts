@@ -127,6 +127,11 @@ export interface Https {
   stream(path: string, done: (line: string) => boolean): Promise<{ ms: number; lines: number }>;
 }
 
+/** How long one request of adminHttps may go without a byte before it fails (not for streams). */
+export const REQUEST_TIMEOUT_MS = 120_000;
+
+export class RequestTimeout extends Error {}
+
 /** A client for `base` (kube-apiserver or sandbox-apiserver) with the cluster's admin client certificate. */
 export function adminHttps(p: Platform, base: string, caFile: string): Https {
   const agent = new HttpsAgent({
@@ -171,6 +176,10 @@ export function adminHttps(p: Platform, base: string, caFile: string): Https {
         },
       );
       req.on('error', reject);
+      // A request the server never answers is an error naming it, not a run that hangs.
+      req.setTimeout(REQUEST_TIMEOUT_MS, () =>
+        req.destroy(new RequestTimeout(`${method} ${path}: no answer within ${REQUEST_TIMEOUT_MS} ms`)),
+      );
       req.end(body);
     });
   return {

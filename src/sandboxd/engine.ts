@@ -9,7 +9,7 @@ import { Checkpoints, type CheckpointRecord } from './checkpoints.js';
 import { ClaimRecords, type ClaimOptions, type SandboxRecord } from './claims.js';
 import { keyString, type PoolKey } from './pool-key.js';
 import { PromotedTemplates, type PromotedTemplate } from './promoted.js';
-import { StateFile } from './state-file.js';
+import { EngineStateFile } from './engine-state.js';
 import { LABEL_NODE, WarmPools, type PoolStatus } from './warm-pools.js';
 
 export type { CheckpointRecord } from './checkpoints.js';
@@ -99,7 +99,7 @@ export class NodeEngine extends EventEmitter {
   private readonly claims: ClaimRecords;
   private readonly checkpoints: Checkpoints;
   private readonly promoted: PromotedTemplates;
-  private readonly state: StateFile;
+  private readonly state: EngineStateFile;
   private readonly log: Logger;
   private readonly opts: Required<Omit<EngineOptions, 'driver' | 'logger' | 'runRoot'>>;
   private reaper: NodeJS.Timeout | undefined;
@@ -143,7 +143,19 @@ export class NodeEngine extends EventEmitter {
     });
     this.claims = new ClaimRecords(this.opts);
     this.checkpoints = new Checkpoints(this.driver, join(this.opts.dataDir, 'checkpoints'), this.log);
-    this.state = new StateFile(join(this.opts.dataDir, 'state.json'), () => this.stateJson(), this.log);
+    this.state = new EngineStateFile(
+      join(this.opts.dataDir, 'state.json'),
+      {
+        claims: () => this.claims.all(),
+        rest: () => ({
+          node: this.opts.nodeName,
+          targets: this.pools.targets(),
+          checkpoints: this.checkpoints.list(),
+          promoted: this.promoted.list(),
+        }),
+      },
+      this.log,
+    );
   }
 
   get nodeName(): string {
@@ -562,15 +574,5 @@ export class NodeEngine extends EventEmitter {
   private assertNotEgress(rec: SandboxRecord, verb: string): void {
     if (rec.key.net === 'egress')
       throw new SandboxError('sandboxd.conflict', `${verb} is not supported on the egress lane (sandbox ${rec.id})`);
-  }
-
-  private stateJson(): string {
-    return JSON.stringify({
-      node: this.opts.nodeName,
-      claims: this.claims.all(),
-      targets: this.pools.targets(),
-      checkpoints: this.checkpoints.list(),
-      promoted: this.promoted.list(),
-    });
   }
 }

@@ -2,22 +2,6 @@ import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { rename, writeFile } from 'node:fs/promises';
 import { SandboxError } from '../errors.js';
 import type { Logger } from '../log/logger.js';
-import type { CheckpointRecord } from './checkpoints.js';
-import type { SandboxRecord } from './claims.js';
-import type { PoolKey } from './pool-key.js';
-import type { PromotedTemplate } from './promoted.js';
-
-/**
- * The engine's state on disk (`<dataDir>/state.json`, 0600): the claim table, the warm targets and the checkpoints,
- * so a restarted daemon re-attaches its claims, refills its pools and still serves its checkpoints. Written whole (tmp + rename), never on the claim path.
- */
-
-export interface SavedState {
-  claims: SandboxRecord[];
-  targets: Array<{ key: PoolKey; warm: number; owner?: string }>;
-  checkpoints: CheckpointRecord[];
-  promoted: PromotedTemplate[];
-}
 
 /**
  * A JSON file written by a StateFile: undefined when there is none yet; an unreadable or corrupt one is an error
@@ -41,6 +25,10 @@ export function readJsonFile<T>(path: string, hint: string): T | undefined {
   }
 }
 
+/**
+ * A small JSON file rewritten whole (tmp + rename) after changes, off the caller's path (the claim gateway's
+ * ledger). The engine's claim table, which grows with claims, is journaled instead (engine-state.ts).
+ */
 export class StateFile {
   private persistTimer: NodeJS.Timeout | undefined;
   private persisting: Promise<void> | undefined;
@@ -53,25 +41,7 @@ export class StateFile {
   ) {}
 
   /**
-   * The saved state; empty when there is no file yet. An unreadable one is an error, not an empty state: start()
-   * destroys VMs and removes checkpoint directories that no saved record accounts for.
-   */
-  read(): SavedState {
-    const s = readJsonFile<Partial<SavedState>>(
-      this.path,
-      'it is written whole (tmp + rename), so something else changed it; move it aside to start with no claims or checkpoints (their VMs and snapshots are then removed)',
-    );
-    if (!s) return { claims: [], targets: [], checkpoints: [], promoted: [] };
-    return {
-      claims: s.claims ?? [],
-      targets: s.targets ?? [],
-      checkpoints: s.checkpoints ?? [],
-      promoted: s.promoted ?? [],
-    };
-  }
-
-  /**
-   * State is written off the claim path: coalesced for 20 ms, then written by libuv's thread pool (tmp + rename),
+   * Written off the claim path: coalesced for 20 ms, then written by libuv's thread pool (tmp + rename),
    * one write at a time, so a burst of claims never waits on the disk.
    */
   schedule(): void {
@@ -89,7 +59,7 @@ export class StateFile {
     this.persisting = writeFile(tmp, this.snapshot(), { mode: 0o600 })
       .then(() => rename(tmp, this.path))
       .catch((err: unknown) => {
-        this.log.warn({ err }, 'could not write the claim table; retrying in 1 s');
+        this.log.warn({ err, path: this.path }, 'could not write the file; retrying in 1 s');
         this.persistTimer ??= setTimeout(() => this.persistInBackground(), 1000);
       })
       .finally(() => (this.persisting = undefined));

@@ -1,11 +1,13 @@
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import { syncBuiltinESMExports } from 'node:module';
-import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it, mock } from 'node:test';
 import { defaultRunRoot, NodeEngine } from '../../src/sandboxd/engine.js';
+import { readEngineState } from '../../src/sandboxd/engine-state.js';
+import { silentLogger } from '../../src/log/logger.js';
 import { connect } from 'node:net';
 import { ClaimGateway } from '../../src/sandboxd/claim-gateway.js';
 import { SandboxdApi } from '../../src/sandboxd/http-api.js';
@@ -382,8 +384,8 @@ describe('sandboxd survives kill -9: claimed VMs keep running and are re-adopted
       const id = claim.json.id as string;
       await call(daemon.base, 'POST', `/v1/sandboxes/${id}/exec`, { argv: ['sh', '-c', 'echo kept > /tmp/marker'] });
       // The claim table is written off the claim path: wait until it names the claim, then crash.
-      await eventually(() => readFile(join(daemon.dataDir, 'state.json'), 'utf8').catch(() => ''), {
-        until: (state) => state.includes(id),
+      await eventually(async () => readEngineState(join(daemon.dataDir, 'state.json'), silentLogger).claims, {
+        until: (claims) => claims.some((c) => c.id === id),
         what: 'the claim in the state file',
       });
 

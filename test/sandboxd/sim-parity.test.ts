@@ -9,9 +9,11 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { readdir, readFile } from 'node:fs/promises';
+import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import { silentLogger } from '../../src/log/logger.js';
+import { readEngineState, type SavedState } from '../../src/sandboxd/engine-state.js';
 import { getTestCluster, type TestCluster } from '../support/cluster.js';
 import { eventually } from '../support/eventually.js';
 import { call, SandboxdProcess } from '../support/sandboxd-daemon.js';
@@ -87,11 +89,7 @@ function unordered(v: unknown): unknown {
  * are the driver's): what must agree is that it has the same fields, names the same template and lies in the
  * checkpoint's directory; the simulated one also says it is simulated.
  */
-function stateShape(
-  s: { claims: unknown[]; targets?: unknown; checkpoints?: Array<{ template: Record<string, unknown> }> },
-  dataDir: string,
-  seen: Seen,
-): unknown {
+function stateShape(s: SavedState, dataDir: string, seen: Seen): unknown {
   const rel = (p: unknown) => (typeof p === 'string' ? withIds(p.replace(dataDir, '<data>'), seen) : p);
   // A checkpoint's file digests (placement's record: docs/placement.md) are of the driver's own files, a real
   // snapshot or a simulated record: the same files must be listed, their bytes differ by design.
@@ -189,10 +187,10 @@ async function scenario(cluster: TestCluster, engine: Engine): Promise<Run> {
     steps.push(['list', list.status, unordered(shape(list.json.sandboxes, seen))]);
 
     // The state file is written off the claim path (coalesced): wait until it has the claim table the API shows.
-    const state = await eventually(
-      async () => JSON.parse(await readFile(join(d.dataDir, 'state.json'), 'utf8')) as { claims: unknown[] },
-      { until: (s) => s.claims.length === 2, what: `${engine}: state.json with the 2 live claims` },
-    );
+    const state = await eventually(async () => readEngineState(join(d.dataDir, 'state.json'), silentLogger), {
+      until: (s) => s.claims.length === 2,
+      what: `${engine}: the state file with the 2 live claims`,
+    });
     const inv = await eventually(
       async () =>
         JSON.parse(await cluster.kubectl(['get', 'nodeinventory', node, '-o', 'json'])) as {
