@@ -5,6 +5,7 @@
 export * from './keys.js';
 export { fnv1a32 } from './hash.js';
 export type { ObjectMeta, OwnerReference, KubeObject } from './meta.js';
+export { kubeTime } from './meta.js';
 export * from './scheme.js';
 export * from './common.js';
 export * from './sandbox.js';

@@ -35,3 +35,11 @@ export interface KubeObject {
   kind?: string;
   metadata?: ObjectMeta;
 }
+
+/**
+ * A `metav1.Time` as kube-apiserver writes it: RFC 3339 in whole seconds, UTC. `at`: epoch ms (default: now) or an
+ * ISO 8601 string, whose fraction is dropped.
+ */
+export function kubeTime(at: number | string = Date.now()): string {
+  return (typeof at === 'string' ? at : new Date(at).toISOString()).replace(/\.\d+Z$/, 'Z');
+}

@@ -20,6 +20,7 @@ import {
   type SandboxClaimStatus,
   type SandboxTemplate,
   type SandboxWarmPool,
+  kubeTime,
 } from '../api/index.js';
 import {
   ClaimInputError,
@@ -69,8 +70,6 @@ const CONFIG_RETRY_MS = 5000;
 const EXPIRY_SLACK_MS = 2000;
 /** How many gone Sandboxes are remembered for their claims' status (oldest forgotten first). */
 const GONE_MEMORY = 10_000;
-
-const rfc3339 = (ms: number) => new Date(ms).toISOString().replace(/\.\d+Z$/, 'Z');
 
 /** The claim UID a Sandbox of this binder carries, or undefined when another path made it. */
 export function binderClaimUid(e: SandboxEntry): string | undefined {
@@ -166,7 +165,7 @@ export class ClaimBinder {
       message: expired
         ? `the lease of sandbox ${e.claimId} on node ${e.node} ended`
         : `sandbox ${e.claimId} was released on node ${e.node}`,
-      at: rfc3339(now),
+      at: kubeTime(now),
     });
     if (this.gone.size > GONE_MEMORY) this.gone.delete(this.gone.keys().next().value!);
   }
@@ -205,7 +204,7 @@ export class ClaimBinder {
     const g = this.gone.get(claim.metadata.uid!) ?? {
       reason: ClaimReasons.sandboxMissing,
       message: `no node serves sandbox ${claim.metadata.name} any more`,
-      at: rfc3339(Date.now()),
+      at: kubeTime(),
     };
     const prev = claim.status?.conditions?.find((c) => c.type === 'Finished');
     const at = prev?.status === 'True' ? prev.lastTransitionTime : g.at;
@@ -340,7 +339,7 @@ export class ClaimBinder {
       [CocoonAnnotationKeys.node]: e.node,
       ...(claim.metadata.annotations?.[AnnotationKeys.controllerFirstObservedAt]
         ? {}
-        : { [AnnotationKeys.controllerFirstObservedAt]: rfc3339(Date.now()) }),
+        : { [AnnotationKeys.controllerFirstObservedAt]: kubeTime() }),
     };
     return this.o.client.patch<ClaimObj>(
       SandboxClaims,
@@ -352,7 +351,7 @@ export class ClaimBinder {
   }
 
   private async writeStatus(claim: ClaimObj, outcome: ClaimOutcome): Promise<void> {
-    const status: SandboxClaimStatus = claimStatusFor(claim, outcome, rfc3339(Date.now()));
+    const status: SandboxClaimStatus = claimStatusFor(claim, outcome, kubeTime());
     if (sameStatus(claim.status, status)) return;
     try {
       await this.o.client.patch(

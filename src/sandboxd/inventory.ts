@@ -1,3 +1,4 @@
+import { kubeTime } from '../api/index.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CocoonAnnotationKeys } from '../api/keys.js';
 import { API_VERSION } from '../api/scheme.js';
@@ -36,7 +37,7 @@ export function buildInventory(engine: NodeEngine, nodeName: string, address: st
       phase: r.hibernated ? 'Hibernated' : r.paused ? 'Paused' : 'Running',
       ...(r.claimRef ? { claimRef: r.claimRef } : {}),
       addr: address,
-      deadline: r.deadline.replace(/\.\d+Z$/, 'Z'),
+      deadline: kubeTime(r.deadline),
     }))
     .sort((a, b) => a.name.localeCompare(b.name));
   const entries = all.length > INVENTORY_MAX_ENTRIES ? all.slice(0, INVENTORY_MAX_ENTRIES) : all;

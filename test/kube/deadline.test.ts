@@ -4,7 +4,7 @@
  * the contrast, where this Node has the bug); the leader's renewals and the reconcile timeout use `deadline`.
  */
 import assert from 'node:assert/strict';
-import { getEventListeners } from 'node:events';
+import { getEventListeners, setMaxListeners } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import v8 from 'node:v8';
 import vm from 'node:vm';
@@ -17,6 +17,7 @@ const gc = vm.runInNewContext('gc') as () => void;
 describe('deadline', () => {
   it('fires after a garbage collection that happens before anyone listens', async () => {
     const parent = new AbortController();
+    setMaxListeners(40, parent.signal); // 40 children on one parent, on purpose
     const ours = Array.from({ length: 20 }, () => deadline(30, parent.signal));
     const builtin = Array.from({ length: 20 }, () => AbortSignal.any([parent.signal, AbortSignal.timeout(30)]));
     await sleep(5); // past the turn the signals were made in

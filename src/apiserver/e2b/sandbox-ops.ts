@@ -5,6 +5,7 @@
  * through the apiserver's SandboxdClient, and the node's answer is applied to the store at once, so the next read
  * of either API sees it.
  */
+import { kubeTime } from '../../api/index.js';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { CocoonAnnotationKeys } from '../../api/keys.js';
 import { envdAccessToken } from '../../api/envd.js';
@@ -242,7 +243,7 @@ export class SandboxOps {
   async fork(id: string, count: number, seconds: number): Promise<Array<{ entry: SandboxEntry; envdToken: string }>> {
     const parent = (await this.refresh(this.entry(id))).entry;
     if (stateOf(parent) === 'paused') throw new E2bError(409, `sandbox "${id}" is paused; resume it first`);
-    const now = new Date().toISOString().replace(/\.\d+Z$/, 'Z');
+    const now = kubeTime();
     const objects = Array.from({ length: count }, () => {
       const name = newSandboxId();
       const m = parent.object.metadata;

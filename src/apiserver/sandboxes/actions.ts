@@ -21,6 +21,7 @@ import {
   type SandboxForkOptions,
   type SandboxForkResult,
   type SandboxSnapshotOptions,
+  kubeTime,
 } from '../../api/index.js';
 import { validateStructural } from '../../api/structural-validate.js';
 import type { TSchema } from '@sinclair/typebox';
@@ -217,7 +218,7 @@ export class SandboxActions {
           name: n,
           namespace: e.namespace,
           uid: randomUUID(),
-          creationTimestamp: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+          creationTimestamp: kubeTime(),
           labels: { ...parent.labels, [CocoonAnnotationKeys.forkedFrom]: e.name },
           ...(Object.keys(userAnnotations).length ? { annotations: userAnnotations } : {}),
         },
@@ -254,7 +255,7 @@ export class SandboxActions {
       snapshotID: out.checkpoint.id,
       ...(out.checkpoint.name ? { name: out.checkpoint.name } : {}),
       nodeName: e.node,
-      creationTimestamp: out.checkpoint.created_at.replace(/\.\d+Z$/, 'Z'),
+      creationTimestamp: kubeTime(out.checkpoint.created_at),
     };
   }
 

@@ -6,7 +6,13 @@
  * before a VM is spent. The answer carries the claim id, address, deadline and — only here — the sandbox token.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import { CocoonAnnotationKeys, SandboxV1beta1Schema, toOpenApiV3Schema, type Sandbox } from '../../api/index.js';
+import {
+  CocoonAnnotationKeys,
+  SandboxV1beta1Schema,
+  toOpenApiV3Schema,
+  type Sandbox,
+  kubeTime,
+} from '../../api/index.js';
 import { derivePoolKey, describePoolKey, type PoolKeyOf } from '../../api/pool-key.js';
 import { validateStructural } from '../../api/structural-validate.js';
 import type { Logger } from '../../log/logger.js';
@@ -213,7 +219,7 @@ export class SandboxCreator {
         name,
         namespace: ns,
         uid: randomUUID(),
-        creationTimestamp: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+        creationTimestamp: kubeTime(),
         ...(obj.metadata?.labels ? { labels: obj.metadata.labels } : {}),
         ...(obj.metadata?.annotations ? { annotations: obj.metadata.annotations } : {}),
         ...(obj.metadata?.ownerReferences?.length ? { ownerReferences: obj.metadata.ownerReferences } : {}),

@@ -4,7 +4,14 @@
  * one at a time, so a Get costs the same at 50 sandboxes as at 500 000 (the reference system materialized every
  * sandbox of the fleet per Get).
  */
-import { AGENTS_GROUP, CocoonAnnotationKeys, HUB_VERSION, type Sandbox, type SandboxSpec } from '../../api/index.js';
+import {
+  AGENTS_GROUP,
+  CocoonAnnotationKeys,
+  HUB_VERSION,
+  type Sandbox,
+  type SandboxSpec,
+  kubeTime,
+} from '../../api/index.js';
 import type { PoolKeyOf } from '../../api/pool-key.js';
 import type { OwnerReference } from '../../api/meta.js';
 
@@ -135,7 +142,7 @@ export function entryMetadata(e: SandboxEntry) {
       ...m.annotations,
       [CocoonAnnotationKeys.claimId]: e.claimId,
       [CocoonAnnotationKeys.address]: e.address,
-      [CocoonAnnotationKeys.deadline]: e.deadline.replace(/\.\d+Z$/, 'Z'),
+      [CocoonAnnotationKeys.deadline]: kubeTime(e.deadline),
     },
     ...(m.ownerReferences?.length ? { ownerReferences: m.ownerReferences } : {}),
   };
@@ -146,7 +153,7 @@ export function readyCondition(e: SandboxEntry) {
   return {
     type: 'Ready',
     status: running ? 'True' : 'False',
-    lastTransitionTime: e.phaseSince.replace(/\.\d+Z$/, 'Z'),
+    lastTransitionTime: kubeTime(e.phaseSince),
     reason: e.phase || 'Unknown',
     message: running
       ? `sandbox ${e.claimId} is running on node ${e.node}`

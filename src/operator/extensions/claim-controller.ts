@@ -23,6 +23,7 @@ import {
   LabelKeys,
   claimV1alpha1Intent,
   resolveShadowPoolTemplate,
+  kubeTime,
 } from '../../api/index.js';
 import {
   controllerOf,
@@ -161,7 +162,7 @@ export class ClaimReconciler implements ClaimContext {
       }
     }
 
-    const status = claimStatusFor(claim, outcome, new Date().toISOString().replace(/\.\d+Z$/, 'Z'));
+    const status = claimStatusFor(claim, outcome, kubeTime());
     const becameReady = !isReady(claim.status) && isReady(status);
     // Status first (it is what clients wait for); the annotations yield to claims still waiting for a Sandbox.
     const afterStatus = await this.writes.writeStatus(claim, status);

@@ -2,6 +2,7 @@
  * An expired claim: `ClaimExpired` is persisted first, then the shutdown policy runs: `Delete` /
  * `DeleteForeground` delete the claim, `Retain` deletes the Sandbox the claim controls and keeps the claim.
  */
+import { kubeTime } from '../../api/index.js';
 import {
   isConflict,
   isControlledBy,
@@ -25,7 +26,7 @@ export async function reconcileExpired(ctx: ClaimContext, claim: ClaimObj): Prom
     const status = claimStatusFor(
       claim,
       { kind: 'expired', sandbox: sb && isControlledBy(sb, claim) ? sb : undefined },
-      new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+      kubeTime(),
     );
     const after = await ctx.writes.writeStatus(claim, status);
     await ctx.writes.writeAnnotations(after ?? claim, undefined);
@@ -67,17 +68,13 @@ export async function reconcileExpired(ctx: ClaimContext, claim: ClaimObj): Prom
         message: `Claim expired. sandbox "${sbName}" is not controlled by claim "${claim.metadata.name}"; deletion skipped.`,
         keepSandboxStatus: true,
       },
-      new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+      kubeTime(),
     );
     await ctx.writes.writeStatus(claim, status);
     return;
   }
   // Keep Finished (and the rest of the expired status) in step with the Sandbox until it is gone.
-  const status = claimStatusFor(
-    claim,
-    { kind: 'expired', sandbox: sb },
-    new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
-  );
+  const status = claimStatusFor(claim, { kind: 'expired', sandbox: sb }, kubeTime());
   await ctx.writes.writeStatus(claim, status);
   if (!sb.metadata.deletionTimestamp) {
     try {

@@ -14,6 +14,7 @@ import {
   type Condition,
   type SandboxClaim,
   type SandboxClaimStatus,
+  kubeTime,
 } from '../../api/index.js';
 import type { ObjectMeta } from '../../api/meta.js';
 import { isAlreadyExists, isConflict, isNotFound, SandboxClaims, type KubeClient } from '../../kube/index.js';
@@ -39,8 +40,6 @@ export interface RecorderOptions {
   /** Bound on one record, all its requests together (ms). */
   timeoutMs?: number;
 }
-
-const rfc3339 = (ms: number) => new Date(ms).toISOString().replace(/\.\d+Z$/, 'Z');
 
 export function boundTo(claim: ClaimObj, d: Delivery): boolean {
   return (
@@ -137,7 +136,7 @@ export class ClaimRecorder {
     const labels = { [CocoonAnnotationKeys.gatewayNode]: node };
     const annotations: Record<string, string> = {
       [AnnotationKeys.sandboxName]: d.name,
-      [AnnotationKeys.controllerFirstObservedAt]: rfc3339(d.claimedAtMs),
+      [AnnotationKeys.controllerFirstObservedAt]: kubeTime(d.claimedAtMs),
       [CocoonAnnotationKeys.claimId]: d.id,
       [CocoonAnnotationKeys.node]: node,
       ...(d.template ? { [AnnotationKeys.sandboxTemplateRef]: d.template } : {}),
@@ -198,7 +197,7 @@ export class ClaimRecorder {
   }
 
   private boundStatus(claim: ClaimObj, d: Delivery): SandboxClaimStatus {
-    const now = rfc3339(Date.now());
+    const now = kubeTime();
     const gen = claim.metadata.generation;
     const cond = (type: string, reason: string, message: string): Condition => ({
       type,
@@ -219,7 +218,7 @@ export class ClaimRecorder {
 
   /** Ready=False on the claim it was recorded for (the UID in the patch makes any other claim of the name a 409). */
   private async gone(d: Delivery, uid: string, reason: GoneReason, signal: AbortSignal): Promise<void> {
-    const now = rfc3339(Date.now());
+    const now = kubeTime();
     const message =
       reason === 'SandboxExpired'
         ? `the lease of sandbox ${d.id} on node ${this.o.node} ended`

@@ -6,7 +6,7 @@
  * also after a restart, from the node's own claim table).
  */
 import { randomUUID } from 'node:crypto';
-import { AnnotationKeys, CocoonAnnotationKeys, fnv1a32, LabelKeys } from '../../api/index.js';
+import { AnnotationKeys, CocoonAnnotationKeys, fnv1a32, LabelKeys, kubeTime } from '../../api/index.js';
 import { SandboxError } from '../../errors.js';
 import { optionalInt } from '../http-api.js';
 import type { SandboxRecord } from '../claims.js';
@@ -62,7 +62,7 @@ export function sandboxObject(req: KubeClaimRequest, pool: ResolvedPool, user: s
       name: req.name,
       namespace: req.namespace,
       uid: randomUUID(),
-      creationTimestamp: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+      creationTimestamp: kubeTime(),
       labels: { [LabelKeys.sandboxNameHash]: fnv1a32(req.name) },
       annotations: {
         [CocoonAnnotationKeys.deliveredBy]: DELIVERED_BY,
