@@ -21,6 +21,8 @@ export interface CheckpointRecord {
   id: string;
   name?: string;
   sandboxId: string;
+  /** The claim_ref of the sandbox it was taken of (`<namespace>/<name>` for Kubernetes objects), if it had one. */
+  claimRef?: string;
   key: PoolKey;
   createdAt: string;
   template: Template;
@@ -49,7 +51,13 @@ export class Checkpoints {
   }
 
   /** Record a checkpoint of sandbox `sandboxId` whose snapshot is `template`, moving the snapshot into `root`. */
-  async add(sandboxId: string, key: PoolKey, template: Template, name?: string): Promise<CheckpointRecord> {
+  async add(
+    sandboxId: string,
+    key: PoolKey,
+    template: Template,
+    name?: string,
+    claimRef?: string,
+  ): Promise<CheckpointRecord> {
     const id = `ck_${randomBytes(8).toString('hex')}`;
     const dir = join(this.root, id);
     try {
@@ -74,6 +82,7 @@ export class Checkpoints {
       template: this.driver.loadTemplate(dir),
       files,
       ...(name ? { name } : {}),
+      ...(claimRef ? { claimRef } : {}),
     };
     this.checkpoints.set(ck.id, ck);
     return ck;

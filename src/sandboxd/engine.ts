@@ -517,7 +517,7 @@ export class NodeEngine extends EventEmitter {
     const rec = this.mustGet(id);
     this.assertNotEgress(rec, 'checkpoint');
     const template = await this.vm(id).checkpoint(name ? `${name}@${id}` : undefined);
-    const ck = await this.checkpoints.add(id, rec.key, template, name);
+    const ck = await this.checkpoints.add(id, rec.key, template, name, rec.claimRef);
     // Written before the answer (a checkpoint takes seconds; the write is nothing next to it), so a checkpoint
     // the API has answered for is never lost to a crash, and its directory never looks orphaned at the next start.
     await this.state.flush();
@@ -548,6 +548,7 @@ export class NodeEngine extends EventEmitter {
     id: string,
     ttlSeconds?: number,
     identity?: { claimRef: string; object: unknown },
+    onExpiry?: 'hibernate',
   ): Promise<SandboxRecord> {
     const ck = this.checkpoints.get(id);
     if (!ck) throw new SandboxError('sandboxd.not-found', `checkpoint ${id} not found`);
@@ -557,7 +558,12 @@ export class NodeEngine extends EventEmitter {
     const vm = await this.reserving(1, () =>
       this.driver.clone(ck.template, { labels: { [LABEL_NODE]: this.opts.nodeName }, keepSpares: false }),
     );
-    return this.record(vm, ck.key, 'checkpoint', { ttlSeconds, fromCheckpoint: id, ...identity });
+    return this.record(vm, ck.key, 'checkpoint', {
+      ttlSeconds,
+      fromCheckpoint: id,
+      ...identity,
+      ...(onExpiry ? { onExpiry } : {}),
+    });
   }
 
   /** Publish the sandbox's current state as a node-local template (PromotedTemplates) named `name`. */

@@ -211,9 +211,7 @@ export class SandboxdApi {
     const key = parsePoolKey(body);
     const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 0);
     const claimRef = optionalString(body.claim_ref, 'claim_ref');
-    const onExpiry = optionalString(body.on_expiry, 'on_expiry');
-    if (onExpiry !== undefined && onExpiry !== 'release' && onExpiry !== 'hibernate')
-      throw new SandboxError('sandboxd.bad-request', 'on_expiry: must be release or hibernate');
+    const onExpiry = onExpiryOf(body);
     const noRedirect = body.no_redirect === true;
     const object = storedObject(body.object, claimRef);
     e.assertKnownTemplate(key.template);
@@ -499,6 +497,14 @@ export async function readJson(req: IncomingMessage): Promise<Record<string, unk
   const tooLarge = () =>
     new SandboxError('sandboxd.bad-request', `invalid request body: larger than ${MAX_BODY_BYTES} bytes`);
   return parseJsonBody(await collectBody(req, MAX_BODY_BYTES, tooLarge));
+}
+
+/** A claim body's `on_expiry`: release (default) or hibernate; 400 otherwise. */
+export function onExpiryOf(body: Record<string, unknown>): 'hibernate' | 'release' | undefined {
+  const v = optionalString(body.on_expiry, 'on_expiry');
+  if (v !== undefined && v !== 'release' && v !== 'hibernate')
+    throw new SandboxError('sandboxd.bad-request', 'on_expiry: must be release or hibernate');
+  return v;
 }
 
 /** A request body (already size-capped) as a JSON object: `{}` when empty, 400 naming the problem otherwise. */

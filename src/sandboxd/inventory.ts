@@ -1,7 +1,7 @@
-import { kubeTime } from '../api/index.js';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CocoonAnnotationKeys } from '../api/keys.js';
 import { API_VERSION } from '../api/scheme.js';
+import { kubeTime } from '../api/index.js';
 import { NodeInventories, type KubeClient } from '../kube/index.js';
 import { silentLogger, type Logger } from '../log/logger.js';
 import type { NodeEngine } from './engine.js';

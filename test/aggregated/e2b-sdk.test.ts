@@ -266,7 +266,7 @@ describe('e2b SDK against the aggregated layout', () => {
     assert.equal(await back.files.read('/tmp/kept'), 'kept');
   });
 
-  it('snapshots: create, list, delete; fork: children are sandboxes of both APIs', async () => {
+  it('snapshots: create, list, create a sandbox from one, delete; fork: children are sandboxes of both APIs', async () => {
     const sbx = await create();
     await sbx.files.write('/tmp/forked', 'from parent');
     const snap = await sbx.createSnapshot({ name: 'acceptance' } as never);
@@ -276,7 +276,32 @@ describe('e2b SDK against the aggregated layout', () => {
       listed.some((s) => s.snapshotId === snap.snapshotId),
       JSON.stringify(listed),
     );
+    // A snapshot is a template: a sandbox created from it starts with the files the parent had.
+    const restored = await Sandbox.create(snap.snapshotId, opts());
+    created.push(restored);
+    assert.equal(await restored.files.read('/tmp/forked'), 'from parent');
+    assert.equal((await restored.getInfo()).templateId, snap.snapshotId);
+    assert.equal(
+      (await restored.commands.run('id -un')).stdout.trim(),
+      'user',
+      'commands still run as the default user',
+    );
+    // It keeps the network of the sandbox it was taken of: asking for another is a 400 naming the field.
+    const h = { 'x-api-key': env.e2b.apiKey, 'content-type': 'application/json' };
+    const other = await fetch(`${env.e2b.apiUrl}/v2/sandboxes`, {
+      method: 'POST',
+      headers: h,
+      body: JSON.stringify({ templateID: snap.snapshotId, allow_internet_access: true }),
+    });
+    assert.equal(other.status, 400);
+    assert.match(((await other.json()) as { message: string }).message, /^allow_internet_access: /);
     assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId, opts()), true);
+    const gone = await fetch(`${env.e2b.apiUrl}/v2/sandboxes`, {
+      method: 'POST',
+      headers: h,
+      body: JSON.stringify({ templateID: snap.snapshotId }),
+    });
+    assert.equal(gone.status, 404, 'a deleted snapshot is no template');
     assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId, opts()), false);
     const children = await sbx.fork();
     assert.equal(children.length, 1);

@@ -174,7 +174,7 @@ describe('aggregated sandboxes: lifecycle verbs', () => {
     assert.match(viaPlugin.stdout, /forked from parent/);
   });
 
-  it('snapshot, then a Sandbox created from it has the parent’s file', async () => {
+  it('snapshot, then a Sandbox created from it has the parent’s file; another namespace cannot clone it', async () => {
     await create('snap-src');
     await sh('snap-src', 'mkdir -p /tmp && echo snapped > /tmp/s');
     const snap = await raw('snap-src', 'snapshot', 'SandboxSnapshotOptions', { name: 'mine' });
@@ -182,6 +182,24 @@ describe('aggregated sandboxes: lifecycle verbs', () => {
     assert.match(snap.snapshotID, /^ck_/);
     await create('from-snap', { 'sandbox.cocoonstack.io/snapshot': snap.snapshotID });
     assert.equal(await sh('from-snap', 'cat /tmp/s'), 'snapped');
+    // Another namespace cannot clone it, even knowing its id: it reads as absent there (422, the field named).
+    const other = await aggregatedNamespace('life-other');
+    try {
+      await assert.rejects(
+        env.kubectl(
+          ['create', '-n', other.name, '-f', '-'],
+          JSON.stringify(
+            sandboxManifest('thief', { annotations: { 'sandbox.cocoonstack.io/snapshot': snap.snapshotID } }),
+          ),
+        ),
+        (err: Error) =>
+          /is invalid.*metadata\.annotations\[sandbox\.cocoonstack\.io\/snapshot\].*is on no reachable node/s.test(
+            err.message,
+          ),
+      );
+    } finally {
+      await other.cleanup();
+    }
     const id = (await plugin('snapshot', 'snap-src')).stdout.trim();
     assert.match(id, /^ck_/);
   });

@@ -71,10 +71,41 @@ interface CheckpointRow {
   id: string;
   name?: string;
   sandbox_id: string;
+  /** `<namespace>/<name>` of the sandbox it was taken of (absent on records older than this field). */
+  claim_ref?: string;
   created_at: string;
+  /** The pool key of the sandbox it was taken of (its guest template, net, size). */
+  key: { template: string; net: string; size: string };
 }
 
-/** Every node's checkpoints whose sandbox is (or was) one of this namespace's; unreachable nodes are skipped. */
+/**
+ * Every node's checkpoints whose sandbox is (or was) one of this namespace's (by the claim_ref the node recorded, or
+ * for an older record without one, by the live sandbox), with that sandbox's name while it lives; unreachable nodes
+ * are skipped. Another namespace's checkpoints are neither listed nor templates here.
+ */
+async function namespaceCheckpoints(
+  fleet: Fleet,
+  client: SandboxdClient,
+  store: SandboxStore,
+  namespace: string,
+): Promise<Array<{ ck: CheckpointRow; sandboxID?: string }>> {
+  const out: Array<{ ck: CheckpointRow; sandboxID?: string }> = [];
+  await Promise.all(
+    fleet.nodeNames().map(async (node) => {
+      const address = fleet.address(node);
+      if (!address) return;
+      const r = (await client.call(node, address, 'GET', '/v1/checkpoints').catch(() => undefined)) as
+        { checkpoints?: CheckpointRow[] } | undefined;
+      for (const ck of r?.checkpoints ?? []) {
+        const owner = store.getByClaim(ck.sandbox_id);
+        if ((ck.claim_ref?.split('/')[0] ?? owner?.namespace) !== namespace) continue;
+        out.push({ ck, ...(owner ? { sandboxID: owner.name } : {}) });
+      }
+    }),
+  );
+  return out;
+}
+
 export async function listSnapshots(
   fleet: Fleet,
   client: SandboxdClient,
@@ -84,29 +115,27 @@ export async function listSnapshots(
 ): Promise<Array<{ snapshotID: string; names: string[]; sandboxID?: string; createdAt: string }>> {
   const want = q.get('sandboxID');
   const name = q.get('name');
-  const out: Array<{ snapshotID: string; names: string[]; sandboxID?: string; createdAt: string }> = [];
-  await Promise.all(
-    fleet.nodeNames().map(async (node) => {
-      const address = fleet.address(node);
-      if (!address) return;
-      const r = (await client.call(node, address, 'GET', '/v1/checkpoints').catch(() => undefined)) as
-        { checkpoints?: CheckpointRow[] } | undefined;
-      for (const ck of r?.checkpoints ?? []) {
-        const owner = store.getByClaim(ck.sandbox_id);
-        if (owner && owner.namespace !== namespace) continue;
-        const sandboxID = owner?.name;
-        if (want && sandboxID !== want) continue;
-        if (name && ck.name !== name) continue;
-        out.push({
-          snapshotID: ck.id,
-          names: ck.name ? [ck.name] : [],
-          ...(sandboxID ? { sandboxID } : {}),
-          createdAt: ck.created_at,
-        });
-      }
-    }),
-  );
-  return out.sort((a, b) => b.createdAt.localeCompare(a.createdAt));
+  return (await namespaceCheckpoints(fleet, client, store, namespace))
+    .filter(({ ck, sandboxID }) => (!want || sandboxID === want) && (!name || ck.name === name))
+    .map(({ ck, sandboxID }) => ({
+      snapshotID: ck.id,
+      names: ck.name ? [ck.name] : [],
+      ...(sandboxID ? { sandboxID } : {}),
+      createdAt: ck.created_at,
+    }))
+    .sort((a, b) => b.createdAt.localeCompare(a.createdAt));
+}
+
+/** This namespace's snapshot `id`, with the pool key of the sandbox it was taken of. */
+export async function findSnapshot(
+  fleet: Fleet,
+  client: SandboxdClient,
+  store: SandboxStore,
+  namespace: string,
+  id: string,
+): Promise<{ id: string; key: CheckpointRow['key'] } | undefined> {
+  const hit = (await namespaceCheckpoints(fleet, client, store, namespace)).find(({ ck }) => ck.id === id);
+  return hit && { id: hit.ck.id, key: hit.ck.key };
 }
 
 /** Delete a snapshot wherever it is; false when no node has it. */

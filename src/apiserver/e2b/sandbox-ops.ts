@@ -5,11 +5,12 @@
  * through the apiserver's SandboxdClient, and the node's answer is applied to the store at once, so the next read
  * of either API sees it.
  */
-import { kubeTime } from '../../api/index.js';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { CocoonAnnotationKeys } from '../../api/keys.js';
 import { envdAccessToken } from '../../api/envd.js';
+import { kubeTime } from '../../api/index.js';
 import type { Logger } from '../../log/logger.js';
+import type { Fleet } from '../sandboxes/fleet.js';
 import { SLOW_VERB_TIMEOUT_MS } from '../sandboxes/actions.js';
 import type { NodeRow, SandboxEntry } from '../sandboxes/entry.js';
 import { NodeHttpError, NodeUnreachableError, type SandboxdClient } from '../sandboxes/sandboxd-client.js';
@@ -17,6 +18,7 @@ import type { SandboxStorage } from '../sandboxes/storage.js';
 import type { SandboxStore } from '../sandboxes/store.js';
 import { StatusFailure } from '../status.js';
 import { badRequest, E2bError, notFound, optionalBool, optionalInt, stringMap } from './http.js';
+import { findSnapshot } from './queries.js';
 import type { TemplateAlias } from './templates.js';
 import { E2B_ANNOTATIONS, stateOf } from './views.js';
 
@@ -46,6 +48,7 @@ function metadataLabels(metadata: Record<string, string>): Record<string, string
 
 export interface OpsDeps {
   storage: SandboxStorage;
+  fleet: Fleet;
   store: SandboxStore;
   client: SandboxdClient;
   templates: ReadonlyMap<string, TemplateAlias>;
@@ -89,11 +92,16 @@ export class SandboxOps {
   async create(body: Record<string, unknown>): Promise<{ entry: SandboxEntry; envdToken: string }> {
     const templateId = body.templateID;
     if (typeof templateId !== 'string' || !templateId) throw badRequest('templateID: required');
+    // A template of the alias table, else a snapshot of this namespace (e2b's snapshots are templates).
     const alias = this.d.templates.get(templateId);
-    if (!alias)
+    const snapshot = alias
+      ? undefined
+      : await findSnapshot(this.d.fleet, this.d.client, this.d.store, this.d.namespace, templateId);
+    const pool = alias ?? snapshot?.key;
+    if (!pool)
       throw new E2bError(
         404,
-        `template "${templateId}" not found (this server serves: ${[...this.d.templates.keys()].join(', ')})`,
+        `template "${templateId}" not found: neither a template this server serves (${[...this.d.templates.keys()].join(', ')}) nor a snapshot of this namespace`,
       );
     const timeout = optionalInt(body.timeout, 'timeout', 0, MAX_TIMEOUT_SECONDS) || DEFAULT_TIMEOUT_SECONDS;
     const metadata = stringMap(body.metadata, 'metadata');
@@ -107,7 +115,11 @@ export class SandboxOps {
     }
     if ((body.autoResume as { enabled?: unknown } | undefined)?.enabled === true)
       throw badRequest('autoResume: not supported by this server; resume with Sandbox.connect');
-    const net = internet === undefined ? alias.net : internet ? 'egress' : 'none';
+    const net = internet === undefined ? pool.net : internet ? 'egress' : 'none';
+    if (snapshot && net !== snapshot.key.net)
+      throw badRequest(
+        `allow_internet_access: a sandbox from snapshot ${snapshot.id} keeps the network of the sandbox it was taken of (${snapshot.key.net === 'egress' ? 'with' : 'without'} internet access)`,
+      );
     for (let attempt = 0; ; attempt++) {
       const name = newSandboxId();
       const object = {
@@ -120,8 +132,9 @@ export class SandboxOps {
             [E2B_ANNOTATIONS.templateId]: templateId,
             [E2B_ANNOTATIONS.metadata]: JSON.stringify(metadata),
             [CocoonAnnotationKeys.ttlSeconds]: String(timeout),
-            [CocoonAnnotationKeys.size]: alias.size,
+            [CocoonAnnotationKeys.size]: pool.size,
             [CocoonAnnotationKeys.net]: net,
+            ...(snapshot ? { [CocoonAnnotationKeys.snapshot]: snapshot.id } : {}),
             ...(autoPause ? { [CocoonAnnotationKeys.onExpiry]: 'hibernate' } : {}),
           },
         },
@@ -131,7 +144,7 @@ export class SandboxOps {
               containers: [
                 {
                   name: 'sandbox',
-                  image: alias.template,
+                  image: pool.template,
                   ...(Object.keys(envVars).length
                     ? { env: Object.entries(envVars).map(([k, v]) => ({ name: k, value: v })) }
                     : {}),

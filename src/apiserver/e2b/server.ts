@@ -41,6 +41,7 @@ export class E2bApi {
   constructor(private readonly o: E2bApiOptions) {
     this.ops = new SandboxOps({
       storage: o.storage,
+      fleet: o.fleet,
       store: o.store,
       client: o.client,
       templates: new Map(o.templates.map((t) => [t.id, t])),

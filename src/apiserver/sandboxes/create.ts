@@ -236,7 +236,7 @@ export class SandboxCreator {
         },
       ]);
     const snapshot = obj.metadata?.annotations?.[CocoonAnnotationKeys.snapshot]?.trim();
-    if (snapshot) return this.fromSnapshot(k, snapshot, ttl, stored, req.dryRun);
+    if (snapshot) return this.fromSnapshot(k, snapshot, ttl, stored, req.dryRun, onExpiry);
     if (!this.fleet.servesKey(key))
       throw serviceUnavailable(
         `no node serves pool (${describePoolKey(key)}); create a SandboxWarmPool for it or check the nodes' pools`,
@@ -267,15 +267,21 @@ export class SandboxCreator {
     ttl: number,
     stored: StoredObject,
     dryRun: boolean,
+    onExpiry: 'hibernate' | undefined,
   ): Promise<Created> {
     const field = `metadata.annotations[${CocoonAnnotationKeys.snapshot}]`;
+    const namespace = stored.metadata.namespace;
     const holders = await Promise.all(
       this.fleet.nodeNames().map(async (node) => {
         const address = this.fleet.address(node);
         if (!address || !this.fleet.isSynced(node)) return undefined;
         const out = (await this.client.call(node, address, 'GET', '/v1/checkpoints').catch(() => undefined)) as
-          { checkpoints: Array<{ id: string }> } | undefined;
-        return out?.checkpoints.some((c) => c.id === id) ? { node, address } : undefined;
+          { checkpoints: Array<{ id: string; claim_ref?: string }> } | undefined;
+        // Another namespace's checkpoint is not this one's to clone, and reads as absent (a record older than
+        // claim_ref names none and stays usable).
+        const usable = (c: { id: string; claim_ref?: string }) =>
+          c.id === id && (c.claim_ref === undefined || c.claim_ref.startsWith(`${namespace}/`));
+        return out?.checkpoints.some(usable) ? { node, address } : undefined;
       }),
     );
     const holder = holders.find((h) => h !== undefined);
@@ -295,7 +301,12 @@ export class SandboxCreator {
         holder.address,
         'POST',
         `/v1/checkpoints/${encodeURIComponent(id)}/claim`,
-        { ...(ttl ? { ttl_seconds: ttl } : {}), claim_ref: k, object: stored },
+        {
+          ...(ttl ? { ttl_seconds: ttl } : {}),
+          ...(onExpiry ? { on_expiry: onExpiry } : {}),
+          claim_ref: k,
+          object: stored,
+        },
         60_000,
       )) as ClaimAnswer;
       return this.answered(holder.node, holder.address, answer);

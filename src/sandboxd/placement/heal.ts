@@ -133,6 +133,7 @@ export class Healer {
           id: meta.id,
           ...(meta.name ? { name: meta.name } : {}),
           sandboxId: meta.sandbox_id,
+          ...(meta.claim_ref ? { claimRef: meta.claim_ref } : {}),
           key: meta.key,
           createdAt: meta.created_at,
           files,

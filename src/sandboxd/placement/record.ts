@@ -38,6 +38,7 @@ const MetaSchema = Type.Object(
     id: Type.String({ pattern: CHECKPOINT_ID.source }),
     name: Type.Optional(Type.String({ maxLength: 253 })),
     sandbox_id: Type.String({ maxLength: 64 }),
+    claim_ref: Type.Optional(Type.String({ maxLength: 512 })),
     key: Type.Object(
       {
         template: Type.String({ minLength: 1, maxLength: 253 }),

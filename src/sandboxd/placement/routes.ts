@@ -5,6 +5,7 @@ import type { Logger } from '../../log/logger.js';
 import type { CheckpointRecord, NodeEngine } from '../engine.js';
 import {
   json,
+  onExpiryOf,
   optionalInt,
   optionalString,
   readJson,
@@ -100,6 +101,7 @@ export function registerCheckpointRoutes(
     const claimRef = optionalString(body.claim_ref, 'claim_ref');
     const object = storedObject(body.object, claimRef);
     const identity = object !== undefined ? { claimRef: claimRef!, object } : undefined;
+    const onExpiry = onExpiryOf(body) === 'hibernate' ? 'hibernate' : undefined;
     const noRedirect = body.no_redirect === true;
     const answer = (tier: ClaimTier, status: number, payload: unknown) => {
       claims.inc({ tier });
@@ -107,7 +109,7 @@ export function registerCheckpointRoutes(
       json(res, status, payload);
     };
     if (engine.checkpointStore.get(id!)) {
-      const rec = await engine.claimCheckpoint(id!, ttl, identity);
+      const rec = await engine.claimCheckpoint(id!, ttl, identity, onExpiry);
       return answer('local', 200, claimAnswer(rec, engine.advertiseAddr));
     }
     if (!engine.hasRoom())
@@ -143,7 +145,7 @@ export function registerCheckpointRoutes(
       });
     }
     await engine.saveState();
-    const rec = await engine.claimCheckpoint(id!, ttl, identity);
+    const rec = await engine.claimCheckpoint(id!, ttl, identity, onExpiry);
     return answer('heal', 200, claimAnswer(rec, engine.advertiseAddr));
   });
 
@@ -196,6 +198,7 @@ export function recordMeta(ck: CheckpointRecord, nodeName: string, files: Record
     id: ck.id,
     ...(ck.name ? { name: ck.name } : {}),
     sandbox_id: ck.sandboxId,
+    ...(ck.claimRef ? { claim_ref: ck.claimRef } : {}),
     key: ck.key,
     created_at: ck.createdAt,
     origin: ck.origin ?? nodeName,
@@ -209,6 +212,7 @@ export function checkpointRow(ck: CheckpointRecord) {
     id: ck.id,
     ...(ck.name ? { name: ck.name } : {}),
     sandbox_id: ck.sandboxId,
+    ...(ck.claimRef ? { claim_ref: ck.claimRef } : {}),
     key: ck.key,
     created_at: ck.createdAt,
     ...(ck.origin ? { origin: ck.origin, via: ck.via ?? [] } : {}),
