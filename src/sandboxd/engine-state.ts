@@ -6,7 +6,7 @@ import type { CheckpointRecord } from './checkpoints.js';
 import type { SandboxRecord } from './claims.js';
 import type { PoolKey } from './pool-key.js';
 import type { PromotedTemplate } from './promoted.js';
-import { readJsonFile } from './state-file.js';
+import { CoalescedWrites, readJsonFile } from './state-file.js';
 
 /**
  * The engine's state on disk, written so that a change costs what changed, not the whole claim table (PERFORMANCE.md
@@ -46,8 +46,13 @@ const COMPACT_MIN_BYTES = 1 << 20;
 type JournalLine = { put: SandboxRecord } | { del: string };
 
 export class EngineStateFile {
-  private persistTimer: NodeJS.Timeout | undefined;
-  private persisting: Promise<void> | undefined;
+  private readonly writes = new CoalescedWrites(
+    () => this.writeInBackground(),
+    (err) => {
+      this.log.warn({ err }, 'could not write the claim table; retrying in 1 s');
+      this.written = undefined; // the next write is a whole snapshot
+    },
+  );
   private gen = 0;
   /** The generation of the snapshot on disk (its journal is removed once a newer snapshot is there). */
   private diskGen: number | undefined;
@@ -78,38 +83,21 @@ export class EngineStateFile {
 
   /** Write what changed, coalesced for 20 ms, off the caller's path. */
   schedule(): void {
-    if (this.persistTimer) return;
-    this.persistTimer = setTimeout(() => this.persistInBackground(), 20);
+    this.writes.schedule();
   }
 
-  private persistInBackground(): void {
-    this.persistTimer = undefined;
-    if (this.persisting) {
-      this.schedule();
-      return;
-    }
+  private writeInBackground(): Promise<void> | undefined {
     const plan = this.plan();
-    if (!plan) return;
-    const write =
-      plan.kind === 'append'
-        ? appendFile(this.journalPath(this.gen), plan.text, { mode: 0o600 })
-        : writeFile(`${this.path}.tmp`, plan.text, { mode: 0o600 })
-            .then(() => rename(`${this.path}.tmp`, this.path))
-            .then(() => this.snapshotWritten(plan.gen));
-    this.persisting = write
-      .catch((err: unknown) => {
-        this.log.warn({ err }, 'could not write the claim table; retrying in 1 s');
-        this.written = undefined; // the next write is a whole snapshot
-        this.persistTimer ??= setTimeout(() => this.persistInBackground(), 1000);
-      })
-      .finally(() => (this.persisting = undefined));
+    if (!plan) return undefined;
+    if (plan.kind === 'append') return appendFile(this.journalPath(this.gen), plan.text, { mode: 0o600 });
+    return writeFile(`${this.path}.tmp`, plan.text, { mode: 0o600 })
+      .then(() => rename(`${this.path}.tmp`, this.path))
+      .then(() => this.snapshotWritten(plan.gen));
   }
 
   /** Write now, synchronously (shutdown; a checkpoint the API is about to answer for): after any background write. */
   async flush(): Promise<void> {
-    if (this.persistTimer) clearTimeout(this.persistTimer);
-    this.persistTimer = undefined;
-    await this.persisting;
+    await this.writes.settle();
     const plan = this.plan();
     if (!plan) return;
     if (plan.kind === 'append') return appendFileSync(this.journalPath(this.gen), plan.text, { mode: 0o600 });
