@@ -63,6 +63,18 @@ describe('sandboxd engine state file (snapshot + journal)', () => {
     readdirSync(join(path, '..'))
       .filter((f) => f.startsWith('state.journal.'))
       .sort();
+  /** sb_a in a snapshot, then sb_b in its journal. */
+  const snapshotThenAppend = async () => {
+    const path = await fresh();
+    const t = new Table();
+    t.put('sb_a');
+    const f = t.file(path);
+    await f.flush();
+    t.put('sb_b');
+    await f.flush();
+    return { path, t, f };
+  };
+  const live = (t: Table) => [...t.recs.values()].map((c) => `${c.id}@${c.rv}`).sort();
   const ids = (path: string) =>
     readEngineState(path, silentLogger)
       .claims.map((c) => `${c.id}@${c.rv}`)
@@ -88,7 +100,7 @@ describe('sandboxd engine state file (snapshot + journal)', () => {
       .trim()
       .split('\n');
     assert.equal(lines.length, 3, lines.join('\n'));
-    assert.deepEqual(ids(path), [...t.recs.values()].map((c) => `${c.id}@${c.rv}`).sort());
+    assert.deepEqual(ids(path), live(t));
     assert.equal(readEngineState(path, silentLogger).claims.find((c) => c.id === 'sb_5')!.hibernated, true);
 
     await f.flush();
@@ -106,17 +118,11 @@ describe('sandboxd engine state file (snapshot + journal)', () => {
     await again.flush();
     assert.equal(again.stats.snapshots, 1);
     assert.equal(journals(path).length, 0, `old journals removed: ${journals(path).join(', ')}`);
-    assert.deepEqual(ids(path), [...t.recs.values()].map((c) => `${c.id}@${c.rv}`).sort());
+    assert.deepEqual(ids(path), live(t));
   });
 
   it('a change of the warm targets writes a snapshot and drops the previous journal', async () => {
-    const path = await fresh();
-    const t = new Table();
-    t.put('sb_a');
-    const f = t.file(path);
-    await f.flush();
-    t.put('sb_b');
-    await f.flush();
+    const { path, t, f } = await snapshotThenAppend();
     assert.equal(journals(path).length, 1);
     t.targets = [{ key, warm: 5 }];
     await f.flush();
@@ -142,17 +148,11 @@ describe('sandboxd engine state file (snapshot + journal)', () => {
     assert.equal(f.stats.snapshots, 2, JSON.stringify(f.stats));
     const [journal] = journals(path);
     assert.ok(statSync(join(path, '..', journal!)).size < 1 << 20);
-    assert.deepEqual(ids(path), [...t.recs.values()].map((c) => `${c.id}@${c.rv}`).sort());
+    assert.deepEqual(ids(path), live(t));
   });
 
   it('skips a cut-off last line; a corrupt line before the last is an error naming the file', async () => {
-    const path = await fresh();
-    const t = new Table();
-    t.put('sb_a');
-    const f = t.file(path);
-    await f.flush();
-    t.put('sb_b');
-    await f.flush();
+    const { path } = await snapshotThenAppend();
     const journal = join(path, '..', journals(path)[0]!);
     appendFileSync(journal, '{"put":{"id":"sb_c","tok');
     assert.deepEqual(
