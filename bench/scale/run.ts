@@ -42,6 +42,7 @@ import {
   platformRss,
   REQUEST_TIMEOUT_MS,
   RequestTimeout,
+  claimTimeInServers,
   warmOnNodes,
   type Https,
   type NodeRef,
@@ -152,6 +153,8 @@ function sandboxBody(name: string) {
  * Sandboxes `from`..`to`-1 created through sandbox-apiserver's own port (its create, without the aggregator hop).
  * A create left unanswered is sent again: 409 then means the first one made it (the name is the claim's identity).
  */
+const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
+
 async function populate(direct: Https, from: number, to: number): Promise<{ ms: number; unanswered: string[] }> {
   const t0 = performance.now();
   const unanswered: string[] = [];
@@ -193,6 +196,8 @@ interface Reads {
   claimSerial: number[];
   /** The same serial claims sent to sandbox-apiserver's own port. */
   claimDirect: number[];
+  /** Their mean time inside sandbox-apiserver's create, and inside the node's claim handling (the servers' histograms). */
+  inServers: { apiserverMs: number; nodeMs: number };
   /** kube-apiserver's own create (a ConfigMap), serially, right after the serial claims: the machine's state then. */
   floorCreate: number[];
   claimC20: number[];
@@ -314,8 +319,15 @@ async function measureReads(p: Platform, kube: Https, direct: Https, nodes: Node
   const claimSerial = await timed(CLAIMS, 1, claim);
   await cleanup();
   // The same claims without the aggregator's hop: what of the growth is sandbox-apiserver's and the nodes'.
+  const inServers0 = await claimTimeInServers(direct, nodes);
   const claimDirect = await timed(CLAIMS, 1, claimThrough(direct));
+  const inServers1 = await claimTimeInServers(direct, nodes);
   await cleanup();
+  const inServers = {
+    apiserverMs:
+      ((inServers1.apiserverS - inServers0.apiserverS) * 1000) / (inServers1.apiserverN - inServers0.apiserverN),
+    nodeMs: ((inServers1.nodeS - inServers0.nodeS) * 1000) / (inServers1.nodeN - inServers0.nodeN),
+  };
   // The floor beside it: a create kube-apiserver serves itself (a ConfigMap: one etcd write), as many, serially.
   const floorCreate = await timed(CLAIMS, 1, async (i) => {
     const r = await kube.post(`/api/v1/namespaces/${NS}/configmaps`, {
@@ -351,6 +363,7 @@ async function measureReads(p: Platform, kube: Https, direct: Https, nodes: Node
     heap,
     claimSerial,
     claimDirect,
+    inServers,
     floorCreate,
     claimC20,
     rss: platformRss(p),
@@ -546,6 +559,11 @@ async function main(): Promise<void> {
         "same claims to sandbox-apiserver's port (no aggregator hop), serial p50 / p99",
         `${ms(p50(rs.claimDirect))} / ${ms(pct(rs.claimDirect, 99))}`,
         `${ms(p50(rf.claimDirect))} / ${ms(pct(rf.claimDirect, 99))}`,
+      ),
+      row(
+        "... their mean inside sandbox-apiserver's create / inside the node's claim handling (servers' histograms)",
+        `${ms(rs.inServers.apiserverMs)} / ${ms(rs.inServers.nodeMs)} (client mean ${ms(mean(rs.claimDirect))})`,
+        `${ms(rf.inServers.apiserverMs)} / ${ms(rf.inServers.nodeMs)} (client mean ${ms(mean(rf.claimDirect))})`,
       ),
       row(
         "floor: kube-apiserver's own create (ConfigMap), serial p50 / p99, right after",

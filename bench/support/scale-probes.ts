@@ -116,6 +116,36 @@ export async function warmOnNodes(nodes: readonly NodeRef[]): Promise<number> {
   return counts.reduce((a, b) => a + b, 0);
 }
 
+/** `<name>_sum` and `<name>_count` of a Prometheus histogram, summed over the series whose labels match `labels`. */
+export function histogramTotals(text: string, name: string, labels: RegExp): { sum: number; count: number } {
+  const out = { sum: 0, count: 0 };
+  for (const m of text.matchAll(new RegExp(`^${name}_(sum|count)\\{([^}]*)\\} (\\S+)$`, 'gm')))
+    if (labels.test(m[2]!)) out[m[1] as 'sum' | 'count'] += Number(m[3]);
+  return out;
+}
+
+/**
+ * Where a serial claim's time goes, as the servers measure it: time inside sandbox-apiserver's create and inside
+ * the node's claim handling, summed (sandbox-apiserver's and every node's /metrics), to diff around a phase.
+ */
+export async function claimTimeInServers(
+  direct: Https,
+  nodes: readonly NodeRef[],
+): Promise<{ apiserverS: number; apiserverN: number; nodeS: number; nodeN: number }> {
+  const api = histogramTotals(
+    (await direct.get('/metrics', 'text/plain')).body,
+    'apiserver_request_duration_seconds',
+    /verb="create"/,
+  );
+  const node = { sum: 0, count: 0 };
+  for (const n of nodes) {
+    const t = histogramTotals((await nodeCall(n, 'GET', '/metrics')).text, 'sandboxd_claim_seconds', /tier="warm"/);
+    node.sum += t.sum;
+    node.count += t.count;
+  }
+  return { apiserverS: api.sum, apiserverN: api.count, nodeS: node.sum, nodeN: node.count };
+}
+
 // ------------------------------------------------------------------ HTTPS with the admin certificate
 
 export interface Https {
