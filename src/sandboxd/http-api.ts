@@ -243,13 +243,14 @@ export class SandboxdApi {
 
   /** The answer to a claim; its metrics are recorded once the current tick (which writes the answer) is done. */
   private claimed(rec: SandboxRecord, t0: number): unknown {
-    if (rec.object !== undefined) return { ...claimResponse(rec, this.engine.advertiseAddr), sandbox: sandboxRow(rec) };
     const tier = this.claimTiers[rec.source === 'warm' ? 'warm' : 'provisioned'];
     const seconds = (performance.now() - t0) / 1000;
     queueMicrotask(() => {
       tier.count.inc();
       tier.seconds.observe(seconds);
     });
+    // A claim with its Kubernetes object (sandbox-apiserver's create) also gets the row, so the caller can index it.
+    if (rec.object !== undefined) return { ...claimResponse(rec, this.engine.advertiseAddr), sandbox: sandboxRow(rec) };
     return claimResponse(rec, this.engine.advertiseAddr);
   }
 

@@ -157,6 +157,9 @@ async function scenario(cluster: TestCluster, engine: Engine): Promise<Run> {
     });
     assert.equal(claim.status, 200, `${engine}: ${JSON.stringify(claim.json)}\n${d.logs.join('')}`);
     const sandbox = (claim.json.sandbox as { id: string }).id;
+    const counted = await (await fetch(`${d.base}/metrics`, { headers: { authorization: `Bearer ${ROOT}` } })).text();
+    assert.match(counted, /^sandboxd_claims_total\{tier="warm"\} 1$/m, `${engine}: a claim with its object is counted`);
+    assert.match(counted, /^sandboxd_claim_seconds_count\{tier="warm"\} 1$/m);
     await step('get', 'GET', `/v1/sandboxes/${sandbox}`);
     await step('same object again', 'POST', '/v1/claim', {
       template: 'sandbox/minimal',
@@ -188,8 +191,8 @@ async function scenario(cluster: TestCluster, engine: Engine): Promise<Run> {
 
     // The state file is written off the claim path (coalesced): wait until it has the claim table the API shows.
     const state = await eventually(async () => readEngineState(join(d.dataDir, 'state.json'), silentLogger), {
-      until: (s) => s.claims.length === 2,
-      what: `${engine}: the state file with the 2 live claims`,
+      until: (s) => JSON.stringify(s.claims.map((c) => c.id).sort()) === JSON.stringify(live),
+      what: `${engine}: the state file with the live claims the API lists`,
     });
     const inv = await eventually(
       async () =>
