@@ -92,7 +92,10 @@ export class EngineStateFile {
     if (plan.kind === 'append') return appendFile(this.journalPath(this.gen), plan.text, { mode: 0o600 });
     return writeFile(`${this.path}.tmp`, plan.text, { mode: 0o600 })
       .then(() => rename(`${this.path}.tmp`, this.path))
-      .then(() => this.snapshotWritten(plan.gen));
+      .then(() => {
+        const old = this.snapshotWritten(plan.gen);
+        return old ? rm(old, { force: true }) : undefined;
+      });
   }
 
   /** Write now, synchronously (shutdown; a checkpoint the API is about to answer for): after any background write. */
@@ -103,16 +106,15 @@ export class EngineStateFile {
     if (plan.kind === 'append') return appendFileSync(this.journalPath(this.gen), plan.text, { mode: 0o600 });
     writeFileSync(`${this.path}.tmp`, plan.text, { mode: 0o600 });
     renameSync(`${this.path}.tmp`, this.path);
-    const old = this.diskGen;
-    this.diskGen = plan.gen;
-    if (old !== undefined && old !== plan.gen) rmSync(this.journalPath(old), { force: true });
+    const old = this.snapshotWritten(plan.gen);
+    if (old) rmSync(old, { force: true });
   }
 
-  /** The snapshot of `gen` is on disk: the previous one's journal is history. */
-  private async snapshotWritten(gen: number): Promise<void> {
+  /** The snapshot of `gen` is on disk: the previous one's journal is history; its path, for the caller to remove. */
+  private snapshotWritten(gen: number): string | undefined {
     const old = this.diskGen;
     this.diskGen = gen;
-    if (old !== undefined && old !== gen) await rm(this.journalPath(old), { force: true });
+    return old !== undefined && old !== gen ? this.journalPath(old) : undefined;
   }
 
   /**

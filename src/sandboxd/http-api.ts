@@ -233,7 +233,7 @@ export class SandboxdApi {
       claimRef,
       tenant: tenantOf(who),
       object,
-      ...(onExpiry === 'hibernate' ? { onExpiry: 'hibernate' as const } : {}),
+      ...(onExpiry ? { onExpiry } : {}),
       provisionOnMiss: body.warm_only !== true,
     };
     const warm = e.claimWarm(req);
@@ -500,12 +500,12 @@ export async function readJson(req: IncomingMessage): Promise<Record<string, unk
   return parseJsonBody(await collectBody(req, MAX_BODY_BYTES, tooLarge));
 }
 
-/** A claim body's `on_expiry`: release (default) or hibernate; 400 otherwise. */
-export function onExpiryOf(body: Record<string, unknown>): 'hibernate' | 'release' | undefined {
+/** A claim body's `on_expiry`: 'hibernate', or undefined for release (the default); 400 for anything else. */
+export function onExpiryOf(body: Record<string, unknown>): 'hibernate' | undefined {
   const v = optionalString(body.on_expiry, 'on_expiry');
   if (v !== undefined && v !== 'release' && v !== 'hibernate')
     throw new SandboxError('sandboxd.bad-request', 'on_expiry: must be release or hibernate');
-  return v;
+  return v === 'hibernate' ? v : undefined;
 }
 
 /** A request body (already size-capped) as a JSON object: `{}` when empty, 400 naming the problem otherwise. */

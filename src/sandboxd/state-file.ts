@@ -26,10 +26,6 @@ export function readJsonFile<T>(path: string, hint: string): T | undefined {
 }
 
 /**
- * A small JSON file rewritten whole (tmp + rename) after changes, off the caller's path (the claim gateway's
- * ledger). The engine's claim table, which grows with claims, is journaled instead (engine-state.ts).
- */
-/**
  * Writes off the caller's path: coalesced for 20 ms, then run on libuv's thread pool, one at a time, so a burst of
  * claims never waits on the disk; a failed write is tried again 1 s later. `write` returns undefined when there is
  * nothing to write; `failed` hears each failure before the retry.
@@ -66,6 +62,10 @@ export class CoalescedWrites {
   }
 }
 
+/**
+ * A small JSON file rewritten whole (tmp + rename) after changes, off the caller's path (the claim gateway's
+ * ledger). The engine's claim table, which grows with claims, is journaled instead (engine-state.ts).
+ */
 export class StateFile {
   private readonly writes: CoalescedWrites;
 

@@ -101,7 +101,7 @@ export function registerCheckpointRoutes(
     const claimRef = optionalString(body.claim_ref, 'claim_ref');
     const object = storedObject(body.object, claimRef);
     const identity = object !== undefined ? { claimRef: claimRef!, object } : undefined;
-    const onExpiry = onExpiryOf(body) === 'hibernate' ? 'hibernate' : undefined;
+    const onExpiry = onExpiryOf(body);
     const noRedirect = body.no_redirect === true;
     const answer = (tier: ClaimTier, status: number, payload: unknown) => {
       claims.inc({ tier });
