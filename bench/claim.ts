@@ -1,8 +1,10 @@
 /**
  * bench/claim: SandboxClaim create -> claim Ready observed by a watch, on a real control plane with kwok-simulated
- * nodes, the operator running as a child process (default flags except --kube-api-qps=-1, no leader election).
+ * nodes, the operator running as a child process (default flags except --kube-api-qps=-1, no leader election; its
+ * conversion webhook served on the host address, as `sbx up` runs it).
  *
  *   node --import tsx bench/claim.ts [--pools 100,1000,100] [--samples 60] [--phases serial,c20] [--fsync true|false]
+ *                                    [--pprof DIR [--pprof-seconds 20]] [--keep-logs DIR] [--v1alpha1 served|unserved]
  *
  * One namespace, one warm pool, scaled to each size in turn (so the pool size is the only variable; pool 100 is
  * measured before and after pool 1000, so both sizes see the same stretch of a shared machine's load). Per size:
@@ -19,16 +21,30 @@
  * whole window and until the last claim was Ready; how slow kube-apiserver saw etcd's writes; the refill time after
  * each round's last claim; the operator's GC per claim. At the end, each target with both sides and the ratio, next
  * to the bare chain's same ratio.
+ *
+ * After each resize the bench also waits for kube-apiserver to stop calling the conversion webhook: it keeps a watch
+ * cache per served version and converts every event of the non-storage version (v1alpha1) through the webhook, one at
+ * a time, so a resize leaves a backlog that runs on after the pool is Ready (reported with the calls it took). The
+ * calls per claim are reported by CRD. `--v1alpha1 unserved` sets v1alpha1 to served: false (no such cache).
+ *
+ * With --pprof, kube-apiserver runs with --profiling and each phase's measured rounds are covered by one CPU profile
+ * of --pprof-seconds (DIR/pool<size>-run<i>-<phase>.pb.gz, with the number of claims created inside it); at the end
+ * the bench writes each profile's `go tool pprof -top` and, for the largest pool against the first run of the
+ * smallest, every function's cumulative CPU per claim side by side (.per-claim-vs-pool<n>.txt), next to them.
  */
 import { randomInt } from 'node:crypto';
-import { createWriteStream, readFileSync } from 'node:fs';
-import { cpus, loadavg } from 'node:os';
+import { createWriteStream, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cp, mkdtemp } from 'node:fs/promises';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { readClusterEnvironment, startCluster, type ClusterHandle } from '../src/cluster/index.js';
+import { freePort } from '../src/net/free-port.js';
 import { KubeClient, Pods, SandboxClaims, Sandboxes, SandboxWarmPools, type KubeObject } from '../src/kube/index.js';
 import type { ClaimObj, PoolObj, SandboxObj } from '../src/operator/extensions/support.js';
 import { installCrds } from '../test/support/crds.js';
+import { apiserverCpuProfile, pprofTop } from './support/go-pprof.js';
 import { claim, OperatorProcess, percentile, ReadyWaiter, setupPool, watchAll } from './claim-driver.js';
 import { chainFloor, writeFloor, type Spread } from './claim-floors.js';
 import { machineIdleSettings, processCpuMs } from './machine.js';
@@ -67,6 +83,61 @@ const apiserverCounts = (text: string) =>
 /** The operator's own requests (rest_client_requests_total), watches left out. */
 const operatorCounts = (text: string) =>
   parseCounter(text, 'rest_client_requests_total', (l) => (l.verb === 'watch' ? undefined : `${l.verb} ${l.resource}`));
+
+/**
+ * kube-apiserver's watch caches: re-initialisations (a full LIST from etcd, decoding every object) and watchers it
+ * cut off for not keeping up, by resource.
+ */
+const watchCacheCounts = (text: string) => {
+  const out = parseCounter(text, 'apiserver_watch_cache_initializations_total', (l) => `relist ${l.resource ?? '?'}`);
+  addInto(
+    out,
+    parseCounter(text, 'apiserver_terminated_watchers_total', (l) => `terminated watcher ${l.resource ?? '?'}`),
+  );
+  return out;
+};
+
+/** kube-apiserver's calls of the conversion webhook, by CRD and direction (failed ones marked). */
+const conversionCounts = (text: string) =>
+  parseCounter(
+    text,
+    'apiserver_crd_conversion_webhook_duration_seconds_count',
+    (l) =>
+      `${l.crd_name ?? '?'} ${l.from_version ?? '?'}->${l.to_version ?? '?'}${l.succeeded === 'false' ? ' failed' : ''}`,
+  );
+
+/** Set v1alpha1 (the second version of each generated CRD that has two) to served: false. */
+async function unserveV1alpha1(cluster: ClusterHandle): Promise<void> {
+  const crds = JSON.parse(await cluster.kubectl(['get', 'crd', '-o', 'json'])) as {
+    items: Array<{ metadata: { name: string }; spec: { versions: Array<{ name: string }> } }>;
+  };
+  for (const crd of crds.items) {
+    const at = crd.spec.versions.findIndex((v) => v.name === 'v1alpha1');
+    if (at < 0) continue;
+    const patch = [{ op: 'replace', path: `/spec/versions/${at}/served`, value: false }];
+    await cluster.kubectl(['patch', 'crd', crd.metadata.name, '--type=json', '-p', JSON.stringify(patch)]);
+  }
+}
+
+/**
+ * Wait until kube-apiserver's conversion webhook calls stop (no new call for 2 s): how many it made meanwhile and
+ * for how long.
+ */
+async function conversionsQuiet(c: KubeClient, timeoutMs: number): Promise<{ calls: number; seconds: number }> {
+  const t0 = performance.now();
+  const count = async () => total(conversionCounts(await c.raw('GET', '/metrics')));
+  const first = await count();
+  let last = first;
+  let still = performance.now();
+  for (;;) {
+    await sleep(500);
+    const now = await count();
+    if (now !== last) [last, still] = [now, performance.now()];
+    else if (performance.now() - still >= 2000)
+      return { calls: last - first, seconds: +((still - t0) / 1000).toFixed(1) };
+    if (performance.now() - t0 > timeoutMs) throw new Error(`conversion webhook still called after ${timeoutMs} ms`);
+  }
+}
 
 /** kube-apiserver's view of etcd writes: cumulative bucket counts by upper bound (`le`), reads left out. */
 const etcdWriteBuckets = (text: string) =>
@@ -148,6 +219,8 @@ function cpuSnapshot(cluster: ClusterHandle, op: OperatorProcess): Map<string, n
 
 interface Window {
   api: Counts;
+  watchCache: Counts;
+  conversions: Counts;
   etcd: Counts;
   op: Counts;
   cpu: Map<string, number>;
@@ -163,8 +236,17 @@ async function main(): Promise<void> {
       // Pool 100 again after pool 1000: both sizes then bracket the same stretch of this shared machine's load.
       pools: { type: 'string', default: '100,1000,100' },
       phases: { type: 'string', default: 'serial,c20' },
+      pprof: { type: 'string' },
+      'pprof-seconds': { type: 'string', default: '20' },
+      'keep-logs': { type: 'string' },
+      // unserved: v1alpha1 of every CRD set to served: false, so kube-apiserver keeps no v1alpha1 watch cache.
+      v1alpha1: { type: 'string', default: 'served' },
     },
   });
+  const pprofDir = values.pprof;
+  const pprofSeconds = Number(values['pprof-seconds']);
+  if (pprofDir) mkdirSync(pprofDir, { recursive: true });
+  const profiles: Array<{ file: string; pool: number; run: number; phase: PhaseName; claims: number }> = [];
   const fsync = values.fsync !== 'false';
   const samples = Number(values.samples);
   const pools = values.pools.split(',').map(Number);
@@ -179,9 +261,23 @@ async function main(): Promise<void> {
     simulatedNodes: 2,
     etcdFsync: fsync,
     progress: log,
+    apiserverProfiling: pprofDir !== undefined,
   });
   const metricsPort = 20000 + randomInt(20000);
-  const op = new OperatorProcess(cluster.kubeconfigPath, '', [`--metrics-bind-address=127.0.0.1:${metricsPort}`]);
+  // The conversion webhook served and reachable, as `sbx up` and a real install run it: kube-apiserver keeps a watch
+  // cache per served version, and without a webhook its v1alpha1 caches fail and re-list every object from etcd in
+  // a loop (a cost that grows with the pool, and not one any user pays).
+  const webhookHost = cluster.hostAddress;
+  const webhookPort = await freePort(webhookHost);
+  const op = new OperatorProcess(cluster.kubeconfigPath, '', [
+    `--metrics-bind-address=127.0.0.1:${metricsPort}`,
+    '--enable-webhook=true',
+    '--manage-webhook-certs=true',
+    `--webhook-host=${webhookHost}`,
+    `--webhook-port=${webhookPort}`,
+    `--webhook-url=https://${webhookHost}:${webhookPort}/convert`,
+    `--webhook-cert-dir=${await mkdtemp(join(tmpdir(), 'sbx-bench-webhook-'))}`,
+  ]);
   const results: Array<Record<string, unknown>> = [];
   let idle: Record<string, unknown> | undefined;
   const interrupted = new Promise<never>((_, reject) => {
@@ -192,6 +288,10 @@ async function main(): Promise<void> {
   const race = <T>(p: Promise<T>) => Promise.race([p, interrupted]);
   try {
     await installCrds(cluster.kubectl);
+    // Where the operator keeps its webhook serving certificate (the namespace a real install runs it in).
+    await cluster.kubectl(['create', 'namespace', 'sandbox-system']);
+    if (values.v1alpha1 === 'unserved') await unserveV1alpha1(cluster);
+    else if (values.v1alpha1 !== 'served') throw new Error(`--v1alpha1 ${values.v1alpha1}: served or unserved`);
     const c = await KubeClient.fromKubeconfig(cluster.kubeconfigPath, { qps: -1 });
     const reactor = await KubeClient.fromKubeconfig(cluster.kubeconfigPath, { qps: -1 });
     op.start();
@@ -219,6 +319,8 @@ async function main(): Promise<void> {
       const [api, opm] = [await c.raw('GET', '/metrics'), await opMetrics()];
       return {
         api: apiserverCounts(api),
+        watchCache: watchCacheCounts(api),
+        conversions: conversionCounts(api),
         etcd: etcdWriteBuckets(api),
         op: operatorCounts(opm),
         cpu: cpuSnapshot(cluster, op),
@@ -228,6 +330,8 @@ async function main(): Promise<void> {
     };
     const windowOf = (a: Window, b: Window): Window => ({
       api: diff(b.api, a.api),
+      watchCache: diff(b.watchCache, a.watchCache),
+      conversions: diff(b.conversions, a.conversions),
       etcd: diff(b.etcd, a.etcd),
       op: diff(b.op, a.op),
       cpu: new Map([...b.cpu].map(([k, v]) => [k, v - (a.cpu.get(k) ?? 0)])),
@@ -267,6 +371,7 @@ async function main(): Promise<void> {
     const waiter = new ReadyWaiter();
     watches.push(watchAll<ClaimObj>(c, SandboxClaims, NS, await fromRv(SandboxClaims), waiter.onEvent, stop.signal));
     let seq = 0;
+    const backlogs = new Map<number, { calls: number; seconds: number }>();
 
     for (const [i, size] of pools.entries()) {
       const t0 = Date.now();
@@ -275,6 +380,11 @@ async function main(): Promise<void> {
       await race(tracker.waitFull(size, 900_000));
       await race(tracker.waitQuiet(size, 120_000));
       log(`pool ${size}: Ready in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+      // kube-apiserver's non-storage-version watch caches convert every event of the resize through the webhook,
+      // one event at a time, after the pool is already Ready: the rounds start once that backlog has drained.
+      const drained = await race(conversionsQuiet(c, 300_000));
+      log(`pool ${size}: conversion webhook backlog after the resize: ${JSON.stringify(drained)}`);
+      backlogs.set(i, drained);
       const floor = await writeFloor(c, NS);
       const chain = await chainFloor(c, reactor, NS);
       const chain20 = phases.includes('c20') ? await chainFloor(c, reactor, NS, 100, 20) : undefined;
@@ -286,6 +396,8 @@ async function main(): Promise<void> {
         const refillMs: number[] = [];
         const sum: Window = {
           api: new Map(),
+          watchCache: new Map(),
+          conversions: new Map(),
           etcd: new Map(),
           op: new Map(),
           cpu: new Map(),
@@ -295,6 +407,8 @@ async function main(): Promise<void> {
         /** CPU from the first claim to the last Ready (the rest of the window is follow-ups and the refill). */
         const claimingCpu = new Map<string, number>();
         let warm = 0;
+        /** When each measured claim was created (performance.now()), to count the claims inside the profile. */
+        const createdAt: number[] = [];
         const runRound = async (n: number, measure: boolean) => {
           const names: string[] = [];
           const before = await snapshot();
@@ -309,6 +423,7 @@ async function main(): Promise<void> {
                 const t = performance.now();
                 await c.create(SandboxClaims, claim(NS, name, 'pool'));
                 const created = performance.now();
+                if (measure) createdAt.push(created);
                 const at = await waiter.wait(name, 60_000);
                 if (at === undefined) throw new Error(`claim ${name} not Ready within 60 s`);
                 if (TRACE)
@@ -333,6 +448,8 @@ async function main(): Promise<void> {
             addInto(sum.api, win.api);
             addInto(sum.api, background, -win.wallMs / 1000 / idleSeconds);
             addInto(sum.op, win.op);
+            addInto(sum.watchCache, win.watchCache);
+            addInto(sum.conversions, win.conversions);
             addInto(sum.etcd, win.etcd);
             for (const [k, v] of win.cpu) sum.cpu.set(k, (sum.cpu.get(k) ?? 0) + v);
             for (const [k, v] of claimsDone)
@@ -349,7 +466,18 @@ async function main(): Promise<void> {
           await tracker.waitQuiet(size, 120_000);
         };
         await race(runRound(Math.min(round, 5), false)); // warm-up
+        const profileFile = pprofDir ? `${pprofDir}/pool${size}-run${i}-${phase}.pb.gz` : undefined;
+        const profileFrom = performance.now();
+        const profiling = profileFile ? apiserverCpuProfile(cluster, pprofSeconds, profileFile) : undefined;
+        profiling?.catch(() => {});
         while (latencies.length < samples) await race(runRound(Math.min(round, samples - latencies.length), true));
+        if (profileFile) {
+          await race(profiling!);
+          const until = profileFrom + pprofSeconds * 1000;
+          const claims = createdAt.filter((t) => t >= profileFrom && t <= until).length;
+          profiles.push({ file: profileFile, pool: size, run: i, phase, claims });
+          log(`pool ${size} ${phase}: profile ${profileFile} holds ${claims} claims`);
+        }
         const n = latencies.length;
         const sorted = [...latencies].sort((a, b) => a - b);
         const cpu = (name: string) => +((sum.cpu.get(name) ?? NaN) / n).toFixed(1);
@@ -391,6 +519,9 @@ async function main(): Promise<void> {
             ]),
           ),
           etcdWritesSeenByApiserver: etcdTail(sum.etcd),
+          // Counts over the phase's windows, not per claim: each re-list reads and decodes a whole resource.
+          apiserverWatchCache: Object.fromEntries(sum.watchCache),
+          conversionWebhookCallsPerClaim: perClaim(sum.conversions, n),
           coresBusyInWindow: +((sum.cpu.get('machine') ?? 0) / (sum.wallMs * cpus().length)).toFixed(2),
           operatorGcPerClaim: perClaim(sum.gc, n),
           operatorHeapUsedMB: +(
@@ -404,6 +535,7 @@ async function main(): Promise<void> {
             ).toFixed(0),
             max: +Math.max(...refillMs).toFixed(0),
           },
+          conversionBacklogAfterResize: backlogs.get(i),
           writeWatchFloor: floor,
           threeWriteChainFloor: concurrency === 1 ? chain : chain20,
           loadAverage1m: +loadavg()[0]!.toFixed(1),
@@ -418,6 +550,8 @@ async function main(): Promise<void> {
     reactor.close();
   } finally {
     await op.kill('SIGTERM');
+    // The control plane's logs (kube-apiserver's, etcd's, ...) outlive the cluster when asked for.
+    if (values['keep-logs']) await cp(`${cluster.dataDir}/logs`, values['keep-logs'], { recursive: true });
     await cluster.stop();
   }
   const ended = new Date();
@@ -425,6 +559,62 @@ async function main(): Promise<void> {
     `${JSON.stringify({ started, ended, etcdFsync: fsync, machine: machineIdleSettings(), samplesPerPhase: samples, idle, results }, null, 2)}\n`,
   );
   process.stdout.write(targetsTable(results));
+  if (pprofDir) await summariseProfiles(profiles);
+}
+
+/**
+ * Each profile's top functions (written beside it as .top.txt), and where the largest pool's kube-apiserver spends
+ * more per claim than the smallest pool's first run: every function's cumulative CPU divided by the claims inside
+ * its profile, the two sides and the difference, largest difference first (.per-claim.txt, and the first rows on
+ * stderr).
+ */
+async function summariseProfiles(
+  profiles: Array<{ file: string; pool: number; run: number; phase: PhaseName; claims: number }>,
+): Promise<void> {
+  for (const p of profiles) {
+    const top = await pprofTop(p.file, { lines: 50 });
+    const cum = await pprofTop(p.file, { lines: 80, cum: true });
+    writeFileSync(p.file.replace(/\.pb\.gz$/, '.top.txt'), `claims in profile: ${p.claims}\n${top}\n${cum}`);
+  }
+  for (const phase of new Set(profiles.map((p) => p.phase))) {
+    const of = profiles.filter((p) => p.phase === phase && p.claims > 0);
+    const sizes = of.map((p) => p.pool);
+    const large = of.find((p) => p.pool === Math.max(...sizes));
+    const small = of.find((p) => p.pool === Math.min(...sizes));
+    if (!large || !small || large === small) continue;
+    const perClaimMs = async (p: (typeof of)[number]) =>
+      new Map([...cumulativeMs(await pprofTop(p.file, { lines: 400, cum: true }))].map(([k, v]) => [k, v / p.claims]));
+    const [a, b] = [await perClaimMs(small), await perClaimMs(large)];
+    const rows = [...new Set([...a.keys(), ...b.keys()])]
+      .map((fn) => ({ fn, small: a.get(fn) ?? 0, large: b.get(fn) ?? 0 }))
+      .sort((x, y) => y.large - y.small - (x.large - x.small));
+    const head = `${phase}: kube-apiserver cumulative CPU ms per claim, pool ${large.pool} (${large.claims} claims) against pool ${small.pool} (${small.claims} claims)`;
+    const lines = rows.map(
+      (r) =>
+        `${(r.large - r.small).toFixed(2).padStart(8)} ${r.large.toFixed(2).padStart(8)} ${r.small.toFixed(2).padStart(8)}  ${r.fn}`,
+    );
+    const table = `${head}\n    diff    large    small  function\n${lines.join('\n')}\n`;
+    writeFileSync(large.file.replace(/\.pb\.gz$/, `.per-claim-vs-pool${small.pool}.txt`), table);
+    process.stderr.write(`${head}\n${lines.slice(0, 40).join('\n')}\n`);
+  }
+}
+
+/** Function -> cumulative ms from `go tool pprof -top -cum` text (values in s, ms or us). */
+function cumulativeMs(top: string): Map<string, number> {
+  const unit = (v: string) => {
+    const m = /^([\d.]+)(s|ms|us|µs|ns|min|h)?$/.exec(v);
+    if (!m) return NaN;
+    const f = { s: 1000, ms: 1, us: 1e-3, µs: 1e-3, ns: 1e-6, min: 60_000, h: 3_600_000 }[m[2] ?? 's'] ?? NaN;
+    return Number(m[1]) * f;
+  };
+  const out = new Map<string, number>();
+  for (const line of top.split('\n')) {
+    const m = /^\s*(\S+)\s+[\d.]+%\s+[\d.]+%\s+(\S+)\s+[\d.]+%\s+(.+)$/.exec(line);
+    if (!m) continue;
+    const ms = unit(m[2]!);
+    if (Number.isFinite(ms)) out.set(m[3]!.trim(), ms);
+  }
+  return out;
 }
 
 /**

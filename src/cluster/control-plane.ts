@@ -36,6 +36,8 @@ export interface ClusterOptions {
   progress?: (line: string) => void;
   /** Milliseconds to wait for /readyz before giving up. */
   readyTimeoutMs?: number;
+  /** Serve kube-apiserver's /debug/pprof (off by default, as in production; benches turn it on to profile). */
+  apiserverProfiling?: boolean;
 }
 
 export interface ClusterInfo {
@@ -164,7 +166,7 @@ export async function startCluster(opts: ClusterOptions): Promise<ClusterHandle>
         `--proxy-client-key-file=${pki.frontProxyClient.key}`,
         // No kube-proxy here: route aggregated requests straight to endpoint IPs.
         '--enable-aggregator-routing=true',
-        '--profiling=false',
+        `--profiling=${opts.apiserverProfiling === true}`,
         '--v=1',
       ]),
     );

@@ -24,6 +24,8 @@ function crdParts(c: BuildContext): Part[] {
     const crd = buildCrd(r) as Manifest & { metadata: Manifest; spec: Manifest };
     const conversion = crd.spec['conversion'] as { webhook: { clientConfig: { service: Manifest } } } | undefined;
     if (conversion) conversion.webhook.clientConfig.service['namespace'] = c.ns;
+    for (const v of crd.spec['versions'] as Array<Manifest & { name: string }>)
+      if (v.name === 'v1alpha1') v['served'] = c.p.value('crds.serveV1alpha1');
     crd.metadata['labels'] = { 'app.kubernetes.io/part-of': CHART_NAME };
     // Uninstalling must not delete every sandbox, template, pool and claim in the cluster with the CRDs. One
     // text for every variant (the CRDs are the bulk of the chart): cert-manager's CA injection is chosen by Helm.

@@ -43,6 +43,14 @@ export const ValuesSchema = strict(
       'crd: Sandboxes are custom resources reconciled by sandbox-operator (any runtime); aggregated: sandbox-apiserver serves them from the sandboxd nodes (docs/aggregated-layout.md)',
     ),
     defaultRuntime: enumOf(RUNTIMES, 'sandbox-operator --default-runtime: the runtime of a Sandbox that names none'),
+    crds: strict(
+      {
+        serveV1alpha1: bool(
+          "serve v1alpha1 beside v1beta1 (upstream clients of v1alpha1). kube-apiserver keeps a watch cache per served version and converts every write of these kinds to v1alpha1 through the operator's webhook for it (about 5 calls per warm claim, PERFORMANCE.md); false, when no client uses v1alpha1, saves that",
+        ),
+      },
+      'the CustomResourceDefinitions',
+    ),
     certManager: strict(
       {
         enabled: bool(
@@ -92,6 +100,7 @@ export type Values = Static<typeof ValuesSchema>;
 export const DEFAULT_VALUES: Values = {
   layout: 'crd',
   defaultRuntime: 'standard',
+  crds: { serveV1alpha1: true },
   certManager: { enabled: false },
   images: {
     operator: `sandbox-operator:${APP_VERSION}`,

@@ -126,9 +126,11 @@ export class QemuMicrovmDriver {
         { hint: 'use a template with network: egress' },
       );
     }
-    const readyTimeoutMs = opts.readyTimeoutMs ?? 15_000;
     // A spare has its own id and no host forwards (both are fixed when QEMU starts).
     const spare = opts.id === undefined && !opts.hostForwards?.length ? this.spares.take(template) : undefined;
+    // A spare is loaded already and only resumes; a new QEMU first loads the whole state file, which on a host busy
+    // booting a pool's refill (TCG) was seen to take over 15 s, so it gets the deadline a restore has.
+    const readyTimeoutMs = opts.readyTimeoutMs ?? (spare ? 15_000 : 30_000);
     let vm: Vm;
     let start: () => Promise<void>;
     if (spare) {

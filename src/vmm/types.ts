@@ -89,7 +89,10 @@ export interface CloneOptions {
   id?: string;
   /** Loopback-only host forwards (egress lane only). */
   hostForwards?: readonly HostForward[];
-  /** Deadline for the clone to answer. @default 15000 */
+  /**
+   * Deadline for the clone to answer. @default 15000 from a pre-loaded spare (it only resumes), 30000 when a new QEMU
+   * loads the state file first (as a restore does)
+   */
   readyTimeoutMs?: number;
   /** Free-form labels persisted with the VM (e.g. sandbox name). */
   labels?: Record<string, string>;

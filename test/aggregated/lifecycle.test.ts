@@ -200,6 +200,19 @@ describe('aggregated sandboxes: lifecycle verbs', () => {
     } finally {
       await other.cleanup();
     }
+    // Nor can the e2b API, which serves another namespace: the snapshot is not in its list, and deleting it there
+    // is a 404 that leaves it in place (a Sandbox is still created from it here).
+    assert.notEqual(env.e2b.namespace, ns.name);
+    const e2b = { 'x-api-key': env.e2b.apiKey };
+    const listed = (await (await fetch(`${env.e2b.apiUrl}/snapshots`, { headers: e2b })).json()) as Array<{
+      snapshotID: string;
+    }>;
+    assert.ok(!listed.some((x) => x.snapshotID === snap.snapshotID), JSON.stringify(listed));
+    const del = await fetch(`${env.e2b.apiUrl}/templates/${snap.snapshotID}`, { method: 'DELETE', headers: e2b });
+    assert.equal(del.status, 404);
+    assert.deepEqual(Object.keys((await del.json()) as object).sort(), ['code', 'message']);
+    await create('from-snap-2', { 'sandbox.cocoonstack.io/snapshot': snap.snapshotID });
+    assert.equal(await sh('from-snap-2', 'cat /tmp/s'), 'snapped');
     const id = (await plugin('snapshot', 'snap-src')).stdout.trim();
     assert.match(id, /^ck_/);
   });

@@ -68,6 +68,32 @@ describe('install manifests (helm chart, kustomize) on the real control plane', 
     assert.match(r2.stderr, /replica/);
   });
 
+  it('crds.serveV1alpha1=false leaves v1alpha1 defined but unserved, v1beta1 served and the storage version', async () => {
+    const versions = async (set: Record<string, string | boolean>) =>
+      (await helmTemplate(ns.name, set))
+        .filter((o) => o.kind === 'CustomResourceDefinition')
+        .flatMap((o) =>
+          (
+            o as unknown as { spec: { versions: Array<{ name: string; served: boolean; storage: boolean }> } }
+          ).spec.versions.map(
+            (v) => `${(o.metadata as { name: string }).name} ${v.name} served=${v.served} storage=${v.storage}`,
+          ),
+        );
+    const served = await versions({});
+    const unserved = await versions({ 'crds.serveV1alpha1': false });
+    const alpha = served.filter((v) => / v1alpha1 /.test(v));
+    assert.equal(alpha.length, 4, served.join('\n'));
+    assert.ok(
+      alpha.every((v) => v.endsWith('served=true storage=false')),
+      alpha.join('\n'),
+    );
+    assert.deepEqual(
+      unserved,
+      served.map((v) => (/ v1alpha1 /.test(v) ? v.replace('served=true', 'served=false') : v)),
+    );
+    assert.ok(unserved.filter((v) => / v1beta1 /.test(v)).every((v) => v.endsWith('served=true storage=true')));
+  });
+
   it('every object helm renders passes kubectl apply --dry-run=server, for each layout and cert-manager choice', async () => {
     const skipped = new Set<string>();
     for (const { name, set } of variantSets) {

@@ -7,6 +7,7 @@ import type { Fleet } from '../sandboxes/fleet.js';
 import type { SandboxdClient } from '../sandboxes/sandboxd-client.js';
 import type { SandboxStore } from '../sandboxes/store.js';
 import type { SandboxEntry } from '../sandboxes/entry.js';
+import { namespaceCheckpoints, type CheckpointRow } from '../sandboxes/checkpoints.js';
 import { ENVD_VERSION } from '../../api/envd.js';
 import { badRequest, metadataFilter } from './http.js';
 import type { TemplateAlias } from './templates.js';
@@ -67,45 +68,6 @@ export function listSandboxes(
   return { items, nextToken: more && last ? encodeToken(last) : undefined };
 }
 
-interface CheckpointRow {
-  id: string;
-  name?: string;
-  sandbox_id: string;
-  /** `<namespace>/<name>` of the sandbox it was taken of (absent on records older than this field). */
-  claim_ref?: string;
-  created_at: string;
-  /** The pool key of the sandbox it was taken of (its guest template, net, size). */
-  key: { template: string; net: string; size: string };
-}
-
-/**
- * Every node's checkpoints whose sandbox is (or was) one of this namespace's (by the claim_ref the node recorded, or
- * for an older record without one, by the live sandbox), with that sandbox's name while it lives; unreachable nodes
- * are skipped. Another namespace's checkpoints are neither listed nor templates here.
- */
-async function namespaceCheckpoints(
-  fleet: Fleet,
-  client: SandboxdClient,
-  store: SandboxStore,
-  namespace: string,
-): Promise<Array<{ ck: CheckpointRow; sandboxID?: string }>> {
-  const out: Array<{ ck: CheckpointRow; sandboxID?: string }> = [];
-  await Promise.all(
-    fleet.nodeNames().map(async (node) => {
-      const address = fleet.address(node);
-      if (!address) return;
-      const r = (await client.call(node, address, 'GET', '/v1/checkpoints').catch(() => undefined)) as
-        { checkpoints?: CheckpointRow[] } | undefined;
-      for (const ck of r?.checkpoints ?? []) {
-        const owner = store.getByClaim(ck.sandbox_id);
-        if ((ck.claim_ref?.split('/')[0] ?? owner?.namespace) !== namespace) continue;
-        out.push({ ck, ...(owner ? { sandboxID: owner.name } : {}) });
-      }
-    }),
-  );
-  return out;
-}
-
 export async function listSnapshots(
   fleet: Fleet,
   client: SandboxdClient,
@@ -116,11 +78,11 @@ export async function listSnapshots(
   const want = q.get('sandboxID');
   const name = q.get('name');
   return (await namespaceCheckpoints(fleet, client, store, namespace))
-    .filter(({ ck, sandboxID }) => (!want || sandboxID === want) && (!name || ck.name === name))
-    .map(({ ck, sandboxID }) => ({
+    .filter(({ ck, owner }) => (!want || owner?.name === want) && (!name || ck.name === name))
+    .map(({ ck, owner }) => ({
       snapshotID: ck.id,
       names: ck.name ? [ck.name] : [],
-      ...(sandboxID ? { sandboxID } : {}),
+      ...(owner ? { sandboxID: owner.name } : {}),
       createdAt: ck.created_at,
     }))
     .sort((a, b) => b.createdAt.localeCompare(a.createdAt));
@@ -138,20 +100,27 @@ export async function findSnapshot(
   return hit && { id: hit.ck.id, key: hit.ck.key };
 }
 
-/** Delete a snapshot wherever it is; false when no node has it. */
-export async function deleteSnapshot(fleet: Fleet, client: SandboxdClient, id: string): Promise<boolean> {
-  let found = false;
-  await Promise.all(
-    fleet.nodeNames().map(async (node) => {
-      const address = fleet.address(node);
-      if (!address) return;
-      await client.call(node, address, 'DELETE', `/v1/checkpoints/${encodeURIComponent(id)}`).then(
-        () => (found = true),
-        () => undefined,
-      );
-    }),
+/**
+ * Delete this namespace's snapshot `id` from every node that holds it; false when none does. Another namespace's
+ * checkpoint with that id is not this API's to delete, and reads as absent.
+ */
+export async function deleteSnapshot(
+  fleet: Fleet,
+  client: SandboxdClient,
+  store: SandboxStore,
+  namespace: string,
+  id: string,
+): Promise<boolean> {
+  const held = (await namespaceCheckpoints(fleet, client, store, namespace)).filter(({ ck }) => ck.id === id);
+  const deleted = await Promise.all(
+    held.map(({ node, address }) =>
+      client.call(node, address, 'DELETE', `/v1/checkpoints/${encodeURIComponent(id)}`).then(
+        () => true,
+        () => false,
+      ),
+    ),
   );
-  return found;
+  return deleted.includes(true);
 }
 
 /** The alias table as e2b's Template list; sizes from a live sandbox of the template when there is one. */

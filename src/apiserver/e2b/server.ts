@@ -199,7 +199,7 @@ export class E2bApi {
       );
     });
     this.route('DELETE', '/templates/{id}', async (_req, res, [id]) => {
-      if (!(await deleteSnapshot(this.o.fleet, this.o.client, id!)))
+      if (!(await deleteSnapshot(this.o.fleet, this.o.client, this.o.store, this.o.namespace, id!)))
         throw new E2bError(404, `snapshot "${id}" not found`);
       noContent(res);
     });

@@ -29,6 +29,7 @@ import {
   type StatusCause,
 } from '../status.js';
 import { SANDBOX_API_VERSION, toSandbox, type SandboxEntry, type StoredObject } from './entry.js';
+import { namespaceCheckpoints } from './checkpoints.js';
 import type { Fleet } from './fleet.js';
 import { NodeHttpError, NodeUnreachableError, type ClaimAnswer, type SandboxdClient } from './sandboxd-client.js';
 import type { SandboxStore } from './store.js';
@@ -271,20 +272,10 @@ export class SandboxCreator {
   ): Promise<Created> {
     const field = `metadata.annotations[${CocoonAnnotationKeys.snapshot}]`;
     const namespace = stored.metadata.namespace;
-    const holders = await Promise.all(
-      this.fleet.nodeNames().map(async (node) => {
-        const address = this.fleet.address(node);
-        if (!address || !this.fleet.isSynced(node)) return undefined;
-        const out = (await this.client.call(node, address, 'GET', '/v1/checkpoints').catch(() => undefined)) as
-          { checkpoints: Array<{ id: string; claim_ref?: string }> } | undefined;
-        // Another namespace's checkpoint is not this one's to clone, and reads as absent (a record older than
-        // claim_ref names none and stays usable).
-        const usable = (c: { id: string; claim_ref?: string }) =>
-          c.id === id && (c.claim_ref === undefined || c.claim_ref.startsWith(`${namespace}/`));
-        return out?.checkpoints.some(usable) ? { node, address } : undefined;
-      }),
-    );
-    const holder = holders.find((h) => h !== undefined);
+    // Another namespace's checkpoint is not this one's to clone, and reads as absent (checkpoints.ts).
+    const holder = (
+      await namespaceCheckpoints(this.fleet, this.client, this.store, namespace, { syncedOnly: true })
+    ).find(({ ck }) => ck.id === id);
     if (!holder)
       throw invalid('Sandbox', SANDBOXES.group, stored.metadata.name, [
         { reason: 'FieldValueNotFound', field, message: `Not found: snapshot "${id}" is on no reachable node` },

@@ -1,0 +1,69 @@
+/**
+ * Which node checkpoints a namespace may use. sandboxd records, with each checkpoint, the `<namespace>/<name>` of
+ * the sandbox it was taken of (claim_ref); a checkpoint is that namespace's alone, for every API that reaches it
+ * (a Sandbox created from a snapshot, the e2b snapshot list, create and delete). One rule, here, so the APIs cannot
+ * drift apart.
+ */
+import type { Fleet } from './fleet.js';
+import type { SandboxdClient } from './sandboxd-client.js';
+import type { SandboxEntry } from './entry.js';
+import type { SandboxStore } from './store.js';
+
+/** A row of sandboxd's `GET /v1/checkpoints` (docs/sandboxd-api.md). */
+export interface CheckpointRow {
+  id: string;
+  name?: string;
+  sandbox_id: string;
+  /** `<namespace>/<name>` of the sandbox it was taken of (absent on records older than this field). */
+  claim_ref?: string;
+  created_at: string;
+  /** The pool key of the sandbox it was taken of (its guest template, net, size). */
+  key: { template: string; net: string; size: string };
+}
+
+/** A checkpoint with the node that holds it and, while it lives, the sandbox it was taken of. */
+export interface HeldCheckpoint {
+  node: string;
+  address: string;
+  ck: CheckpointRow;
+  owner?: SandboxEntry;
+}
+
+/**
+ * The namespace a checkpoint belongs to: its claim_ref's, or for a record older than that field, the namespace of
+ * the live sandbox it was taken of. A legacy record whose sandbox is gone belongs to no namespace: nobody can prove
+ * it theirs, so no API serves it (sandboxd's own API, with its node token, still reaches it).
+ */
+export function checkpointNamespace(ck: CheckpointRow, owner: SandboxEntry | undefined): string | undefined {
+  if (ck.claim_ref !== undefined) return ck.claim_ref.split('/')[0];
+  return owner?.namespace;
+}
+
+/**
+ * Every reachable node's checkpoints that are `namespace`'s, asked in parallel; a node that does not answer is
+ * skipped (what it holds reads as absent until it is back). `syncedOnly` also skips nodes whose feed has not
+ * synced, for a caller about to act on the node's answer.
+ */
+export async function namespaceCheckpoints(
+  fleet: Fleet,
+  client: SandboxdClient,
+  store: SandboxStore,
+  namespace: string,
+  opts: { syncedOnly?: boolean } = {},
+): Promise<HeldCheckpoint[]> {
+  const out: HeldCheckpoint[] = [];
+  await Promise.all(
+    fleet.nodeNames().map(async (node) => {
+      const address = fleet.address(node);
+      if (!address || (opts.syncedOnly && !fleet.isSynced(node))) return;
+      const r = (await client.call(node, address, 'GET', '/v1/checkpoints').catch(() => undefined)) as
+        { checkpoints?: CheckpointRow[] } | undefined;
+      for (const ck of r?.checkpoints ?? []) {
+        const owner = store.getByClaim(ck.sandbox_id);
+        if (checkpointNamespace(ck, owner) !== namespace) continue;
+        out.push({ node, address, ck, ...(owner ? { owner } : {}) });
+      }
+    }),
+  );
+  return out;
+}
