@@ -103,6 +103,7 @@ export class NodeEngine extends EventEmitter {
   private readonly log: Logger;
   private readonly opts: Required<Omit<EngineOptions, 'driver' | 'logger' | 'runRoot'>>;
   private reaper: NodeJS.Timeout | undefined;
+  private reaping = false;
   /** Claims whose VM is still being cloned; they count against maxClaims like the ones in the table. */
   private pending = 0;
   readonly counters = { claims: 0, warmHits: 0, provisioned: 0, releases: 0, reaps: 0, forks: 0 };
@@ -403,7 +404,21 @@ export class NodeEngine extends EventEmitter {
     return rec;
   }
 
+  /**
+   * One sweep at a time: a sweep awaits each release (a VM's teardown), so on a busy host it can outlast the 1 s
+   * tick, and a second sweep over the same expired claims would release (and count) them twice.
+   */
   private async reapExpired(): Promise<void> {
+    if (this.reaping) return;
+    this.reaping = true;
+    try {
+      await this.sweepExpired();
+    } finally {
+      this.reaping = false;
+    }
+  }
+
+  private async sweepExpired(): Promise<void> {
     const now = Date.now();
     if (this.opts.checkpointTtlMs > 0) {
       const expired = this.checkpoints.expire(this.opts.checkpointTtlMs, now);

@@ -94,6 +94,30 @@ describe('simulated engine', () => {
     }
   });
 
+  it('reaps each expired lease once, when a teardown outlasts the reaper tick', async () => {
+    const { engine } = simEngine(join(dir, 'reap'), { cloneMs: 1 });
+    await engine.start();
+    try {
+      const recs = [];
+      for (let i = 0; i < 3; i++) recs.push(await engine.claim({ key: KEY, ttlSeconds: 1, claimRef: `ns/r${i}` }));
+      // Each teardown takes 1.5 s, longer than the 1 s tick: one sweep spans several ticks.
+      for (const r of recs) {
+        const vm = engine.vm(r.id);
+        const destroy = vm.destroy.bind(vm);
+        vm.destroy = async () => {
+          await sleep(1500);
+          await destroy();
+        };
+      }
+      await eventually(() => engine.claimedCount, { until: (n) => n === 0, timeoutMs: 15_000, intervalMs: 50 });
+      await sleep(2500); // the sweep still tearing down the last VM, and the ticks after it
+      assert.equal(engine.counters.reaps, 3, 'each lease reaped once');
+      assert.equal(engine.counters.releases, 3);
+    } finally {
+      await engine.close({ destroyVms: true });
+    }
+  });
+
   it('keeps checkpoints (as records on disk) across a restart, and serves claims from them', async () => {
     const data = join(dir, 'ck');
     const first = simEngine(data, { cloneMs: 5 });
