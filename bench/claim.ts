@@ -44,7 +44,22 @@ import { freePort } from '../src/net/free-port.js';
 import { KubeClient, Pods, SandboxClaims, Sandboxes, SandboxWarmPools, type KubeObject } from '../src/kube/index.js';
 import type { ClaimObj, PoolObj, SandboxObj } from '../src/operator/extensions/support.js';
 import { installCrds } from '../test/support/crds.js';
-import { apiserverCpuProfile, pprofTop } from './support/go-pprof.js';
+import {
+  addInto,
+  apiserverCounts,
+  byVerb,
+  conversionCounts,
+  diff,
+  etcdTail,
+  etcdWriteBuckets,
+  operatorCounts,
+  parseCounter,
+  perClaim,
+  total,
+  watchCacheCounts,
+  type Counts,
+} from './support/apiserver-metrics.js';
+import { apiserverCpuProfile, pprofCumulativeMs, pprofTop } from './support/go-pprof.js';
 import { claim, OperatorProcess, percentile, ReadyWaiter, setupPool, watchAll } from './claim-driver.js';
 import { chainFloor, writeFloor, type Spread } from './claim-floors.js';
 import { machineIdleSettings, processCpuMs } from './machine.js';
@@ -54,57 +69,14 @@ const NS = 'bench';
 const TRACE = process.env.SBX_TRACE_FILE ? createWriteStream(`${process.env.SBX_TRACE_FILE}.bench`) : undefined;
 const PHASES = { serial: { concurrency: 1, round: 20 }, c20: { concurrency: 20, round: 50 } } as const;
 type PhaseName = keyof typeof PHASES;
-
-/** Counter values by a key built from their labels (`verb resource[/subresource]`). */
-type Counts = Map<string, number>;
-
-function parseCounter(text: string, name: string, key: (labels: Record<string, string>) => string | undefined): Counts {
-  const out: Counts = new Map();
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
-    const close = line.startsWith(`${name}{`) ? line.lastIndexOf('}') : name.length - 1;
-    const labels: Record<string, string> = {};
-    for (const m of line.slice(name.length + 1, close).matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[m[1]!] = m[2]!;
-    const k = key(labels);
-    if (k === undefined) continue;
-    out.set(k, (out.get(k) ?? 0) + Number(line.slice(close + 1).trim()));
-  }
-  return out;
+/** A kube-apiserver CPU profile of one phase (--pprof), with the claims created inside it. */
+interface Profiled {
+  file: string;
+  pool: number;
+  run: number;
+  phase: PhaseName;
+  claims: number;
 }
-
-const resourceKey = (l: Record<string, string>) =>
-  l.resource ? `${l.resource}${l.subresource ? `/${l.subresource}` : ''}` : undefined;
-/** kube-apiserver's requests by `VERB resource[/subresource]` (non-resource paths such as /metrics left out). */
-const apiserverCounts = (text: string) =>
-  parseCounter(text, 'apiserver_request_total', (l) => {
-    const r = resourceKey(l);
-    return r && l.verb !== 'WATCH' ? `${l.verb} ${r}` : undefined;
-  });
-/** The operator's own requests (rest_client_requests_total), watches left out. */
-const operatorCounts = (text: string) =>
-  parseCounter(text, 'rest_client_requests_total', (l) => (l.verb === 'watch' ? undefined : `${l.verb} ${l.resource}`));
-
-/**
- * kube-apiserver's watch caches: re-initialisations (a full LIST from etcd, decoding every object) and watchers it
- * cut off for not keeping up, by resource.
- */
-const watchCacheCounts = (text: string) => {
-  const out = parseCounter(text, 'apiserver_watch_cache_initializations_total', (l) => `relist ${l.resource ?? '?'}`);
-  addInto(
-    out,
-    parseCounter(text, 'apiserver_terminated_watchers_total', (l) => `terminated watcher ${l.resource ?? '?'}`),
-  );
-  return out;
-};
-
-/** kube-apiserver's calls of the conversion webhook, by CRD and direction (failed ones marked). */
-const conversionCounts = (text: string) =>
-  parseCounter(
-    text,
-    'apiserver_crd_conversion_webhook_duration_seconds_count',
-    (l) =>
-      `${l.crd_name ?? '?'} ${l.from_version ?? '?'}->${l.to_version ?? '?'}${l.succeeded === 'false' ? ' failed' : ''}`,
-  );
 
 /** Set v1alpha1 (the second version of each generated CRD that has two) to served: false. */
 async function unserveV1alpha1(cluster: ClusterHandle): Promise<void> {
@@ -137,61 +109,6 @@ async function conversionsQuiet(c: KubeClient, timeoutMs: number): Promise<{ cal
       return { calls: last - first, seconds: +((still - t0) / 1000).toFixed(1) };
     if (performance.now() - t0 > timeoutMs) throw new Error(`conversion webhook still called after ${timeoutMs} ms`);
   }
-}
-
-/** kube-apiserver's view of etcd writes: cumulative bucket counts by upper bound (`le`), reads left out. */
-const etcdWriteBuckets = (text: string) =>
-  parseCounter(text, 'etcd_request_duration_seconds_bucket', (l) =>
-    /^(get|list)/i.test(l.operation ?? '') ? undefined : l.le,
-  );
-
-/** From cumulative buckets: the share of etcd writes slower than 50 and 100 ms, and the bucket holding the p99. */
-function etcdTail(buckets: Counts): Record<string, number | string> {
-  const all = buckets.get('+Inf') ?? 0;
-  if (!all) return { writes: 0 };
-  const under = (le: string) => buckets.get(le) ?? 0;
-  const bounds = [...buckets.keys()].filter((k) => k !== '+Inf').sort((a, b) => Number(a) - Number(b));
-  const p99 = bounds.find((b) => under(b) >= 0.99 * all);
-  return {
-    writes: all,
-    over50ms: +(1 - under('0.05') / all).toFixed(3),
-    over100ms: +(1 - under('0.1') / all).toFixed(3),
-    p99AtMostMs: p99 === undefined ? 'over the last bucket' : Number(p99) * 1000,
-  };
-}
-
-function diff(after: Counts, before: Counts): Counts {
-  const out: Counts = new Map();
-  for (const [k, v] of after) {
-    const d = v - (before.get(k) ?? 0);
-    if (d) out.set(k, d);
-  }
-  return out;
-}
-
-function addInto(into: Counts, from: Counts, factor = 1): void {
-  for (const [k, v] of from) into.set(k, (into.get(k) ?? 0) + v * factor);
-}
-
-const total = (c: Counts) => [...c.values()].reduce((a, b) => a + b, 0);
-
-/** Per-claim figures, rounded, largest first; entries under 0.05 per claim dropped. */
-function perClaim(c: Counts, claims: number): Record<string, number> {
-  return Object.fromEntries(
-    [...c]
-      .map(([k, v]) => [k, +(v / claims).toFixed(2)] as const)
-      .filter(([, v]) => Math.abs(v) >= 0.05)
-      .sort((a, b) => b[1] - a[1]),
-  );
-}
-
-function byVerb(c: Counts): Counts {
-  const out: Counts = new Map();
-  for (const [k, v] of c) {
-    const verb = k.split(' ')[0]!;
-    out.set(verb, (out.get(verb) ?? 0) + v);
-  }
-  return out;
 }
 
 /** Busy CPU time of the whole machine so far, in ms (/proc/stat; USER_HZ = 100). */
@@ -246,7 +163,7 @@ async function main(): Promise<void> {
   const pprofDir = values.pprof;
   const pprofSeconds = Number(values['pprof-seconds']);
   if (pprofDir) mkdirSync(pprofDir, { recursive: true });
-  const profiles: Array<{ file: string; pool: number; run: number; phase: PhaseName; claims: number }> = [];
+  const profiles: Profiled[] = [];
   const fsync = values.fsync !== 'false';
   const samples = Number(values.samples);
   const pools = values.pools.split(',').map(Number);
@@ -568,9 +485,7 @@ async function main(): Promise<void> {
  * its profile, the two sides and the difference, largest difference first (.per-claim.txt, and the first rows on
  * stderr).
  */
-async function summariseProfiles(
-  profiles: Array<{ file: string; pool: number; run: number; phase: PhaseName; claims: number }>,
-): Promise<void> {
+async function summariseProfiles(profiles: Profiled[]): Promise<void> {
   for (const p of profiles) {
     const top = await pprofTop(p.file, { lines: 50 });
     const cum = await pprofTop(p.file, { lines: 80, cum: true });
@@ -583,7 +498,7 @@ async function summariseProfiles(
     const small = of.find((p) => p.pool === Math.min(...sizes));
     if (!large || !small || large === small) continue;
     const perClaimMs = async (p: (typeof of)[number]) =>
-      new Map([...cumulativeMs(await pprofTop(p.file, { lines: 400, cum: true }))].map(([k, v]) => [k, v / p.claims]));
+      new Map([...(await pprofCumulativeMs(p.file, 400))].map(([k, v]) => [k, v / p.claims]));
     const [a, b] = [await perClaimMs(small), await perClaimMs(large)];
     const rows = [...new Set([...a.keys(), ...b.keys()])]
       .map((fn) => ({ fn, small: a.get(fn) ?? 0, large: b.get(fn) ?? 0 }))
@@ -597,24 +512,6 @@ async function summariseProfiles(
     writeFileSync(large.file.replace(/\.pb\.gz$/, `.per-claim-vs-pool${small.pool}.txt`), table);
     process.stderr.write(`${head}\n${lines.slice(0, 40).join('\n')}\n`);
   }
-}
-
-/** Function -> cumulative ms from `go tool pprof -top -cum` text (values in s, ms or us). */
-function cumulativeMs(top: string): Map<string, number> {
-  const unit = (v: string) => {
-    const m = /^([\d.]+)(s|ms|us|µs|ns|min|h)?$/.exec(v);
-    if (!m) return NaN;
-    const f = { s: 1000, ms: 1, us: 1e-3, µs: 1e-3, ns: 1e-6, min: 60_000, h: 3_600_000 }[m[2] ?? 's'] ?? NaN;
-    return Number(m[1]) * f;
-  };
-  const out = new Map<string, number>();
-  for (const line of top.split('\n')) {
-    const m = /^\s*(\S+)\s+[\d.]+%\s+[\d.]+%\s+(\S+)\s+[\d.]+%\s+(.+)$/.exec(line);
-    if (!m) continue;
-    const ms = unit(m[2]!);
-    if (Number.isFinite(ms)) out.set(m[3]!.trim(), ms);
-  }
-  return out;
 }
 
 /**

@@ -489,9 +489,11 @@ async function main(): Promise<void> {
     };
     const sandboxApiObjects = keys1.filter((k) => /agents\.x-k8s\.io\//.test(k));
     const p50 = (xs: number[]) => pct(xs, 50);
-    const row = (label: string, a: string, b: string) => `| ${label} | ${a} | ${b} |`;
     const rs = readsSmall;
     const rf = readsFull;
+    /** One table row: the same figure at the small count and at S. */
+    const row = (label: string, figure: (r: typeof rs) => string) => `| ${label} | ${figure(rs)} | ${figure(rf)} |`;
+    const p50p99 = (xs: number[]) => `${ms(p50(xs))} / ${ms(pct(xs, 99))}`;
     const invMax = Math.max(...inventories.map((i) => i.bytes));
     const perEntry = Math.max(...inventories.filter((i) => i.entries > 0).map((i) => i.bytes / i.entries));
     const verdict = (ok: boolean) => (ok ? 'pass' : 'MISS');
@@ -514,76 +516,41 @@ async function main(): Promise<void> {
       '',
       `| at N sandboxes | ${rs.count} | ${rf.count} |`,
       '|---|---|---|',
-      row(
-        'first page, limit 500 (Table), p50 / p99',
-        `${ms(p50(rs.firstPage))} / ${ms(pct(rs.firstPage, 99))}`,
-        `${ms(p50(rf.firstPage))} / ${ms(pct(rf.firstPage, 99))}`,
-      ),
-      row(
-        "same page from sandbox-apiserver's port (no aggregator hop), p50 / p99",
-        `${ms(p50(rs.firstPageDirect))} / ${ms(pct(rs.firstPageDirect, 99))}`,
-        `${ms(p50(rf.firstPageDirect))} / ${ms(pct(rf.firstPageDirect, 99))}`,
-      ),
-      row(
-        "floor: kube-apiserver's own first page (namespaces, Table), beside each, p50 / p99",
-        `${ms(p50(rs.floorPage))} / ${ms(pct(rs.floorPage, 99))}`,
-        `${ms(p50(rf.floorPage))} / ${ms(pct(rf.floorPage, 99))}`,
+      row('first page, limit 500 (Table), p50 / p99', (r) => p50p99(r.firstPage)),
+      row("same page from sandbox-apiserver's port (no aggregator hop), p50 / p99", (r) => p50p99(r.firstPageDirect)),
+      row("floor: kube-apiserver's own first page (namespaces, Table), beside each, p50 / p99", (r) =>
+        p50p99(r.floorPage),
       ),
       row(
         '`kubectl get sandboxes -A --chunk-size=500`, total',
-        `${(rs.kubectlMs / 1000).toFixed(2)} s (${rs.kubectlRows} rows)`,
-        `${(rf.kubectlMs / 1000).toFixed(2)} s (${rf.kubectlRows} rows)`,
+        (r) => `${(r.kubectlMs / 1000).toFixed(2)} s (${r.kubectlRows} rows)`,
       ),
-      row(
-        'Get by name p50 / p99',
-        `${ms(p50(rs.get))} / ${ms(pct(rs.get, 99))}`,
-        `${ms(p50(rf.get))} / ${ms(pct(rf.get, 99))}`,
-      ),
+      row('Get by name p50 / p99', (r) => p50p99(r.get)),
       row(
         'watch initial sync (WatchList to initial-events-end)',
-        `${(rs.watchSyncMs / 1000).toFixed(2)} s (${rs.watchEvents})`,
-        `${(rf.watchSyncMs / 1000).toFixed(2)} s (${rf.watchEvents})`,
+        (r) => `${(r.watchSyncMs / 1000).toFixed(2)} s (${r.watchEvents})`,
       ),
-      row('heap allocated per Get', `${rs.heap.bytesPerGet.toFixed(0)} B`, `${rf.heap.bytesPerGet.toFixed(0)} B`),
-      row(
-        'store heap (child process, all entries)',
-        `${rs.heap.storeHeapMiB.toFixed(0)} MiB`,
-        `${rf.heap.storeHeapMiB.toFixed(0)} MiB`,
-      ),
-      row(
-        `claim create → 201 Ready, serial p50 / p99 (n=${CLAIMS})`,
-        `${ms(p50(rs.claimSerial))} / ${ms(pct(rs.claimSerial, 99))}`,
-        `${ms(p50(rf.claimSerial))} / ${ms(pct(rf.claimSerial, 99))}`,
-      ),
-      row(
-        "same claims to sandbox-apiserver's port (no aggregator hop), serial p50 / p99",
-        `${ms(p50(rs.claimDirect))} / ${ms(pct(rs.claimDirect, 99))}`,
-        `${ms(p50(rf.claimDirect))} / ${ms(pct(rf.claimDirect, 99))}`,
+      row('heap allocated per Get', (r) => `${r.heap.bytesPerGet.toFixed(0)} B`),
+      row('store heap (child process, all entries)', (r) => `${r.heap.storeHeapMiB.toFixed(0)} MiB`),
+      row(`claim create → 201 Ready, serial p50 / p99 (n=${CLAIMS})`, (r) => p50p99(r.claimSerial)),
+      row("same claims to sandbox-apiserver's port (no aggregator hop), serial p50 / p99", (r) =>
+        p50p99(r.claimDirect),
       ),
       row(
         "... their mean inside sandbox-apiserver's create / inside the node's claim handling (servers' histograms)",
-        `${ms(rs.inServers.apiserverMs)} / ${ms(rs.inServers.nodeMs)} (client mean ${ms(mean(rs.claimDirect))})`,
-        `${ms(rf.inServers.apiserverMs)} / ${ms(rf.inServers.nodeMs)} (client mean ${ms(mean(rf.claimDirect))})`,
+        (r) => `${ms(r.inServers.apiserverMs)} / ${ms(r.inServers.nodeMs)} (client mean ${ms(mean(r.claimDirect))})`,
       ),
-      row(
-        "floor: kube-apiserver's own create (ConfigMap), serial p50 / p99, right after",
-        `${ms(p50(rs.floorCreate))} / ${ms(pct(rs.floorCreate, 99))}`,
-        `${ms(p50(rf.floorCreate))} / ${ms(pct(rf.floorCreate, 99))}`,
+      row("floor: kube-apiserver's own create (ConfigMap), serial p50 / p99, right after", (r) =>
+        p50p99(r.floorCreate),
       ),
-      row(
-        `claim create → 201 Ready, c=20 p50 / p99 (n=${CLAIMS * 2})`,
-        `${ms(p50(rs.claimC20))} / ${ms(pct(rs.claimC20, 99))}`,
-        `${ms(p50(rf.claimC20))} / ${ms(pct(rf.claimC20, 99))}`,
-      ),
+      row(`claim create → 201 Ready, c=20 p50 / p99 (n=${CLAIMS * 2})`, (r) => p50p99(r.claimC20)),
       row(
         'RSS sandboxd sum / max node (MiB)',
-        `${rs.rss.sandboxdSum!.toFixed(0)} / ${rs.rss.sandboxdMax!.toFixed(0)}`,
-        `${rf.rss.sandboxdSum!.toFixed(0)} / ${rf.rss.sandboxdMax!.toFixed(0)}`,
+        (r) => `${r.rss.sandboxdSum!.toFixed(0)} / ${r.rss.sandboxdMax!.toFixed(0)}`,
       ),
       row(
         'RSS sandbox-apiserver / kube-apiserver / etcd (MiB)',
-        `${rs.rss.sandboxApiserver!.toFixed(0)} / ${rs.rss.kubeApiserver!.toFixed(0)} / ${rs.rss.etcd!.toFixed(0)}`,
-        `${rf.rss.sandboxApiserver!.toFixed(0)} / ${rf.rss.kubeApiserver!.toFixed(0)} / ${rf.rss.etcd!.toFixed(0)}`,
+        (r) => `${r.rss.sandboxApiserver!.toFixed(0)} / ${r.rss.kubeApiserver!.toFixed(0)} / ${r.rss.etcd!.toFixed(0)}`,
       ),
       '',
       `RSS with ${S} warm and no claims: sandboxd sum ${rssFull.sandboxdSum!.toFixed(0)} MiB (max node ${rssFull.sandboxdMax!.toFixed(0)}), sandbox-apiserver ${rssFull.sandboxApiserver!.toFixed(0)} MiB`,

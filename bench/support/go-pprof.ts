@@ -48,18 +48,31 @@ export async function apiserverCpuProfile(cluster: ClusterHandle, seconds: numbe
 }
 
 /**
- * `go tool pprof -top` of a profile (or, with `base`, of the difference from it), the first `lines` rows; `cum`
- * sorts by cumulative time. Needs Go on PATH (the toolchain that builds the guest agent).
+ * `go tool pprof -top` of a profile, the first `lines` rows; `cum` sorts by cumulative time. Needs Go on PATH (the
+ * toolchain that builds the guest agent).
  */
-export async function pprofTop(
-  file: string,
-  opts: { base?: string; cum?: boolean; lines?: number; focus?: string } = {},
-): Promise<string> {
+export async function pprofTop(file: string, opts: { cum?: boolean; lines?: number } = {}): Promise<string> {
   const args = ['tool', 'pprof', '-top', `-nodecount=${opts.lines ?? 40}`];
   if (opts.cum) args.push('-cum');
-  if (opts.focus) args.push(`-focus=${opts.focus}`);
-  if (opts.base) args.push(`-diff_base=${opts.base}`);
   args.push(file);
   const { stdout } = await run('go', args, { maxBuffer: 16 * 2 ** 20 });
   return stdout;
+}
+
+/** Function -> cumulative CPU ms of its `lines` largest, read from `go tool pprof -top -cum` (values in s, ms, us, ...). */
+export async function pprofCumulativeMs(file: string, lines: number): Promise<Map<string, number>> {
+  const unit = (v: string) => {
+    const m = /^([\d.]+)(s|ms|us|µs|ns|min|h)?$/.exec(v);
+    if (!m) return NaN;
+    const f = { s: 1000, ms: 1, us: 1e-3, µs: 1e-3, ns: 1e-6, min: 60_000, h: 3_600_000 }[m[2] ?? 's'] ?? NaN;
+    return Number(m[1]) * f;
+  };
+  const out = new Map<string, number>();
+  for (const line of (await pprofTop(file, { lines, cum: true })).split('\n')) {
+    const m = /^\s*(\S+)\s+[\d.]+%\s+[\d.]+%\s+(\S+)\s+[\d.]+%\s+(.+)$/.exec(line);
+    if (!m) continue;
+    const ms = unit(m[2]!);
+    if (Number.isFinite(ms)) out.set(m[3]!.trim(), ms);
+  }
+  return out;
 }
