@@ -281,13 +281,18 @@ async function materialiseOnce(
     mem: { kind: 'file', path: join(dir, 'mem'), share: true },
     incoming: true,
   };
-  const fd = openSync(fullState, 'r');
   let proc: QemuProcess | undefined;
   let qmp: QmpClient | undefined;
   const logFile = join(runDir, 'qemu.log');
   try {
-    proc = driver.launch(plan, [fd]).proc;
-    closeSync(fd);
+    // QEMU has its own copy once launched; ours is closed then and only then. Closing it again later would close
+    // whatever file or socket had been given the same number meanwhile (a fork's state file, the claim table).
+    const fd = openSync(fullState, 'r');
+    try {
+      proc = driver.launch(plan, [fd]).proc;
+    } finally {
+      closeSync(fd);
+    }
     qmp = await unlessExited(proc, QmpClient.connect(join(runDir, 'qmp.sock')), 'checkpoint', logFile);
     await qmp.execute('migrate-incoming', { uri: 'fd:3' });
     await unlessExited(proc, waitIncoming(qmp, 60_000), 'checkpoint load', logFile);
@@ -317,11 +322,6 @@ async function materialiseOnce(
     rmSync(dir, { recursive: true, force: true });
     throw err;
   } finally {
-    try {
-      closeSync(fd);
-    } catch {
-      /* closed */
-    }
     qmp?.close();
     await proc?.kill();
     rmSync(runDir, { recursive: true, force: true });
