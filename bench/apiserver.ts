@@ -27,6 +27,7 @@ import { createLogger } from '../src/log/logger.js';
 import type { ClaimObj } from '../src/operator/extensions/support.js';
 import { installCrds } from '../test/support/crds.js';
 import { claim, OperatorProcess, percentile, ReadyWaiter, setupPool, waitPool, watchAll } from './claim-driver.js';
+import { sumWhere } from './support/apiserver-metrics.js';
 import { startSimulatedNode } from './support/simulated-node.js';
 import { timed } from './support/timed.js';
 
@@ -82,12 +83,7 @@ async function serverCreateTime(p: Awaited<ReturnType<typeof startPlatform>>): P
     req.end();
   });
   const val = (suffix: string) =>
-    Number(
-      text
-        .split('\n')
-        .find((l) => l.startsWith(`apiserver_request_duration_seconds_${suffix}{verb="create",resource="sandboxes"}`))
-        ?.split(' ')[1] ?? 0,
-    );
+    sumWhere(text, `apiserver_request_duration_seconds_${suffix}`, { verb: 'create', resource: 'sandboxes' });
   return { sum: val('sum'), count: val('count') };
 }
 

@@ -21,6 +21,7 @@ import { readClusterEnvironment, startCluster } from '../src/cluster/index.js';
 import { KubeClient, Namespaces, Sandboxes, type KubeObject } from '../src/kube/index.js';
 import type { SandboxObject } from '../src/operator/sandbox/index.js';
 import { installCrds } from '../test/support/crds.js';
+import { sumWhere } from './support/apiserver-metrics.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -109,20 +110,6 @@ class ReadyWatch {
 
 function pct(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? NaN;
-}
-
-/** Sum of samples of `metric` whose labels match (string equality or regex). */
-function sum(text: string, metric: string, match: Record<string, string | RegExp>): number {
-  let total = 0;
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(`${metric}{`)) continue;
-    const m = /^[^{]+\{(.*)\}\s+(\S+)/.exec(line);
-    if (!m) continue;
-    const labels = Object.fromEntries([...m[1]!.matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((x) => [x[1], x[2]]));
-    if (Object.entries(match).every(([k, v]) => (typeof v === 'string' ? labels[k] === v : v.test(labels[k] ?? ''))))
-      total += Number(m[2]);
-  }
-  return total;
 }
 
 const RESOURCES = ['sandboxes', 'pods', 'services', 'persistentvolumeclaims'];
@@ -252,7 +239,7 @@ async function main(): Promise<void> {
     log(`${L0_N} Sandboxes Ready; settling`);
     let last = -1;
     for (;;) {
-      const w = sum(await opMetrics(), 'rest_client_requests_total', { verb: /^(create|update|patch|delete)/ });
+      const w = sumWhere(await opMetrics(), 'rest_client_requests_total', { verb: /^(create|update|patch|delete)/ });
       if (w === last) break;
       last = w;
       await sleep(2000);
@@ -262,13 +249,13 @@ async function main(): Promise<void> {
       const op = await opMetrics();
       const out: Record<string, number> = {};
       for (const r of RESOURCES) {
-        out[`apiserver LIST ${r}`] = sum(api, 'apiserver_request_total', { verb: 'LIST', resource: r });
-        out[`apiserver writes ${r}`] = sum(api, 'apiserver_request_total', { verb: WRITES, resource: r });
+        out[`apiserver LIST ${r}`] = sumWhere(api, 'apiserver_request_total', { verb: 'LIST', resource: r });
+        out[`apiserver writes ${r}`] = sumWhere(api, 'apiserver_request_total', { verb: WRITES, resource: r });
       }
-      out['operator LIST'] = sum(op, 'rest_client_requests_total', { verb: 'list' });
-      out['operator writes'] = sum(op, 'rest_client_requests_total', { verb: /^(create|update|patch|delete)/ });
-      out['operator GET'] = sum(op, 'rest_client_requests_total', { verb: 'get' });
-      out['operator reconciles'] = sum(op, 'controller_runtime_reconcile_total', { controller: 'sandbox' });
+      out['operator LIST'] = sumWhere(op, 'rest_client_requests_total', { verb: 'list' });
+      out['operator writes'] = sumWhere(op, 'rest_client_requests_total', { verb: /^(create|update|patch|delete)/ });
+      out['operator GET'] = sumWhere(op, 'rest_client_requests_total', { verb: 'get' });
+      out['operator reconciles'] = sumWhere(op, 'controller_runtime_reconcile_total', { controller: 'sandbox' });
       return out;
     };
     const diff = (a: Record<string, number>, b: Record<string, number>) =>

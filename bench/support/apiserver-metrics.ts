@@ -24,6 +24,13 @@ export function parseCounter(
   return out;
 }
 
+/** The sum of `name`'s samples whose labels match (a string: equal; a RegExp: matches). */
+export function sumWhere(text: string, name: string, match: Record<string, string | RegExp>): number {
+  const matches = (l: Record<string, string>) =>
+    Object.entries(match).every(([k, v]) => (typeof v === 'string' ? l[k] === v : v.test(l[k] ?? '')));
+  return parseCounter(text, name, (l) => (matches(l) ? '' : undefined)).get('') ?? 0;
+}
+
 const resourceKey = (l: Record<string, string>) =>
   l.resource ? `${l.resource}${l.subresource ? `/${l.subresource}` : ''}` : undefined;
 /** kube-apiserver's requests by `VERB resource[/subresource]` (non-resource paths such as /metrics left out). */

@@ -81,6 +81,14 @@ describe('SandboxClaim: operator SIGKILLed and restarted with claims pending', (
           intervalMs: 250,
           what: 'every pending claim Ready after the restart',
         });
+        // A list can be ahead of the watch: wait until the watch has delivered every claim's Ready write too, so the
+        // checks below judge every write the operator made rather than those that happened to arrive first.
+        await eventually(async () => new Set(writes.filter((w) => w.ready === 'True').map((w) => w.name)).size, {
+          until: (n) => n === CLAIMS,
+          timeoutMs: 30_000,
+          intervalMs: 100,
+          what: 'the watch to deliver every claim\'s Ready write',
+        });
       } finally {
         stop.abort();
         await watching;

@@ -14,6 +14,7 @@ import { readClusterEnvironment, runKubectl, type ClusterInfo } from '../../src/
 import { startPlatform, type Platform, type SandboxdNode } from '../../src/cli/platform.js';
 import { KubeClient } from '../../src/kube/index.js';
 import { createLogger } from '../../src/log/logger.js';
+import { onFileTeardown } from './file-teardown.js';
 
 export const AGGREGATED_ENV = 'SBX_TEST_AGGREGATED';
 export const TEST_TEMPLATE = 'sandbox/minimal';
@@ -87,16 +88,15 @@ function withHelpers(info: AggregatedInfo): AggregatedEnv {
   };
 }
 
+/** Stops the private platform, once one was started (a file run on its own). */
+let stopPrivate: (() => Promise<void>) | undefined;
+if (!process.env[AGGREGATED_ENV]) onFileTeardown(() => stopPrivate?.());
+
 async function load(): Promise<AggregatedEnv> {
   const path = process.env[AGGREGATED_ENV];
   if (path) return withHelpers(JSON.parse(readFileSync(path, 'utf8')) as AggregatedInfo);
   const started = await startAggregatedForTests();
-  let stopping = false;
-  process.on('beforeExit', () => {
-    if (stopping) return;
-    stopping = true;
-    void started.stop();
-  });
+  stopPrivate = () => started.stop();
   return withHelpers(started.info);
 }
 

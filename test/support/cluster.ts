@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { installCrds } from './crds.js';
+import { onFileTeardown } from './file-teardown.js';
 import { runKubectl, startCluster, readClusterEnvironment, type ClusterInfo } from '../../src/cluster/index.js';
 
 /**
@@ -12,6 +13,9 @@ export interface TestCluster extends ClusterInfo {
 }
 
 let shared: Promise<TestCluster> | undefined;
+/** Stops the private control plane, once one was started (a file run on its own). */
+let stopPrivate: (() => Promise<void>) | undefined;
+if (!process.env.SBX_TEST_CLUSTER) onFileTeardown(() => stopPrivate?.());
 
 export function getTestCluster(): Promise<TestCluster> {
   shared ??= load();
@@ -34,13 +38,8 @@ async function load(): Promise<TestCluster> {
     simulatedNodes: 2,
     progress: (l) => process.stderr.write(`${l}\n`),
   });
+  stopPrivate = () => cluster.stop();
   await installCrds(cluster.kubectl);
-  let stopping = false;
-  process.on('beforeExit', () => {
-    if (stopping) return;
-    stopping = true;
-    void cluster.stop();
-  });
   return cluster;
 }
 

@@ -7,7 +7,7 @@ import type { Fleet } from '../sandboxes/fleet.js';
 import type { SandboxdClient } from '../sandboxes/sandboxd-client.js';
 import type { SandboxStore } from '../sandboxes/store.js';
 import type { SandboxEntry } from '../sandboxes/entry.js';
-import { namespaceCheckpoints, type CheckpointRow } from '../sandboxes/checkpoints.js';
+import { namespaceCheckpoints, type HeldCheckpoint } from '../sandboxes/checkpoints.js';
 import { ENVD_VERSION } from '../../api/envd.js';
 import { badRequest, metadataFilter } from './http.js';
 import type { TemplateAlias } from './templates.js';
@@ -88,16 +88,15 @@ export async function listSnapshots(
     .sort((a, b) => b.createdAt.localeCompare(a.createdAt));
 }
 
-/** This namespace's snapshot `id`, with the pool key of the sandbox it was taken of. */
+/** This namespace's snapshot `id` and the node that holds it (its row carries the pool key it was taken of). */
 export async function findSnapshot(
   fleet: Fleet,
   client: SandboxdClient,
   store: SandboxStore,
   namespace: string,
   id: string,
-): Promise<{ id: string; key: CheckpointRow['key'] } | undefined> {
-  const hit = (await namespaceCheckpoints(fleet, client, store, namespace)).find(({ ck }) => ck.id === id);
-  return hit && { id: hit.ck.id, key: hit.ck.key };
+): Promise<HeldCheckpoint | undefined> {
+  return (await namespaceCheckpoints(fleet, client, store, namespace)).find(({ ck }) => ck.id === id);
 }
 
 /**

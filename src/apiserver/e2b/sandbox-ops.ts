@@ -97,7 +97,7 @@ export class SandboxOps {
     const snapshot = alias
       ? undefined
       : await findSnapshot(this.d.fleet, this.d.client, this.d.store, this.d.namespace, templateId);
-    const pool = alias ?? snapshot?.key;
+    const pool = alias ?? snapshot?.ck.key;
     if (!pool)
       throw new E2bError(
         404,
@@ -116,9 +116,9 @@ export class SandboxOps {
     if ((body.autoResume as { enabled?: unknown } | undefined)?.enabled === true)
       throw badRequest('autoResume: not supported by this server; resume with Sandbox.connect');
     const net = internet === undefined ? pool.net : internet ? 'egress' : 'none';
-    if (snapshot && net !== snapshot.key.net)
+    if (snapshot && net !== snapshot.ck.key.net)
       throw badRequest(
-        `allow_internet_access: a sandbox from snapshot ${snapshot.id} keeps the network of the sandbox it was taken of (${snapshot.key.net === 'egress' ? 'with' : 'without'} internet access)`,
+        `allow_internet_access: a sandbox from snapshot ${snapshot.ck.id} keeps the network of the sandbox it was taken of (${snapshot.ck.key.net === 'egress' ? 'with' : 'without'} internet access)`,
       );
     for (let attempt = 0; ; attempt++) {
       const name = newSandboxId();
@@ -134,7 +134,7 @@ export class SandboxOps {
             [CocoonAnnotationKeys.ttlSeconds]: String(timeout),
             [CocoonAnnotationKeys.size]: pool.size,
             [CocoonAnnotationKeys.net]: net,
-            ...(snapshot ? { [CocoonAnnotationKeys.snapshot]: snapshot.id } : {}),
+            ...(snapshot ? { [CocoonAnnotationKeys.snapshot]: snapshot.ck.id } : {}),
             ...(autoPause ? { [CocoonAnnotationKeys.onExpiry]: 'hibernate' } : {}),
           },
         },
@@ -161,6 +161,7 @@ export class SandboxOps {
           dryRun: false,
           fieldValidation: 'Strict',
           warnings: [],
+          ...(snapshot ? { snapshotHolder: snapshot } : {}),
         });
         const token = created.object.metadata?.annotations?.[CocoonAnnotationKeys.token];
         if (!created.entry || !token)

@@ -29,7 +29,7 @@ import {
   type StatusCause,
 } from '../status.js';
 import { SANDBOX_API_VERSION, toSandbox, type SandboxEntry, type StoredObject } from './entry.js';
-import { namespaceCheckpoints } from './checkpoints.js';
+import { checkpointNamespace, namespaceCheckpoints, type HeldCheckpoint } from './checkpoints.js';
 import type { Fleet } from './fleet.js';
 import { NodeHttpError, NodeUnreachableError, type ClaimAnswer, type SandboxdClient } from './sandboxd-client.js';
 import type { SandboxStore } from './store.js';
@@ -56,6 +56,12 @@ export interface CreateRequest {
   dryRun: boolean;
   fieldValidation: 'Strict' | 'Warn' | 'Ignore';
   warnings: string[];
+  /**
+   * Where the snapshot the body names is held, when the caller has just asked the nodes (the e2b API must, to learn
+   * the snapshot's pool key before it writes the Sandbox): used if it is that snapshot, of this namespace, on a node
+   * still synced, so the nodes are not asked twice. Without it, create asks them.
+   */
+  snapshotHolder?: HeldCheckpoint;
 }
 
 export interface NamespaceState {
@@ -237,7 +243,7 @@ export class SandboxCreator {
         },
       ]);
     const snapshot = obj.metadata?.annotations?.[CocoonAnnotationKeys.snapshot]?.trim();
-    if (snapshot) return this.fromSnapshot(k, snapshot, ttl, stored, req.dryRun, onExpiry);
+    if (snapshot) return this.fromSnapshot(k, snapshot, ttl, stored, req, onExpiry);
     if (!this.fleet.servesKey(key))
       throw serviceUnavailable(
         `no node serves pool (${describePoolKey(key)}); create a SandboxWarmPool for it or check the nodes' pools`,
@@ -267,15 +273,24 @@ export class SandboxCreator {
     id: string,
     ttl: number,
     stored: StoredObject,
-    dryRun: boolean,
+    { dryRun, snapshotHolder: given }: CreateRequest,
     onExpiry: 'hibernate' | undefined,
   ): Promise<Created> {
     const field = `metadata.annotations[${CocoonAnnotationKeys.snapshot}]`;
     const namespace = stored.metadata.namespace;
-    // Another namespace's checkpoint is not this one's to clone, and reads as absent (checkpoints.ts).
-    const holder = (
-      await namespaceCheckpoints(this.fleet, this.client, this.store, namespace, { syncedOnly: true })
-    ).find(({ ck }) => ck.id === id);
+    // Another namespace's checkpoint is not this one's to clone, and reads as absent (checkpoints.ts); a holder the
+    // caller passes is held to the same rule as one found here.
+    const usable =
+      given &&
+      given.ck.id === id &&
+      checkpointNamespace(given.ck, this.store.getByClaim(given.ck.sandbox_id)) === namespace &&
+      this.fleet.isSynced(given.node) &&
+      this.fleet.address(given.node) === given.address;
+    const holder = usable
+      ? given
+      : (await namespaceCheckpoints(this.fleet, this.client, this.store, namespace, { syncedOnly: true })).find(
+          ({ ck }) => ck.id === id,
+        );
     if (!holder)
       throw invalid('Sandbox', SANDBOXES.group, stored.metadata.name, [
         { reason: 'FieldValueNotFound', field, message: `Not found: snapshot "${id}" is on no reachable node` },
