@@ -58,7 +58,8 @@ export function qualifiedNameProblem(key: string): string | undefined {
   return undefined;
 }
 
-function labelValueProblem(key: string, value: string): string | undefined {
+/** Kubernetes label-value check; returns the problem or undefined. */
+export function labelValueProblem(key: string, value: string): string | undefined {
   if (value === '') return undefined;
   if (value.length > 63 || !NAME_RE.test(value)) return `label "${key}" has an invalid value "${value}"`;
   return undefined;

@@ -22,10 +22,17 @@ export type SandboxPauseOptions = Static<typeof SandboxPauseOptionsSchema>;
 export const SandboxResumeOptionsSchema = Type.Object({ ...typeMeta });
 export type SandboxResumeOptions = Static<typeof SandboxResumeOptionsSchema>;
 
+/** The most children one fork makes: every API that forks (sandboxd, sandbox-apiserver, e2b) bounds count by it. */
+export const MAX_FORK_COUNT = 16;
+
 export const SandboxForkOptionsSchema = Type.Object({
   ...typeMeta,
   count: Type.Optional(
-    Int32({ minimum: 1, description: 'Children to make (default 1; the node bounds it, 16 here).' }),
+    Int32({
+      minimum: 1,
+      maximum: MAX_FORK_COUNT,
+      description: `Children to make (default 1, at most ${MAX_FORK_COUNT}).`,
+    }),
   ),
   ttlSeconds: Type.Optional(
     Int32({ minimum: 0, description: "Each child's lease (0: the node's default; never the parent's remainder)." }),
@@ -66,12 +73,25 @@ export const SandboxSnapshotResultSchema = Type.Object({
 });
 export type SandboxSnapshotResult = Static<typeof SandboxSnapshotResultSchema>;
 
+/**
+ * The longest one exec may run: a day. Without a bound, the caller's deadline (the timeout plus a margin, in ms)
+ * passes Node's 2^31-1 ms timer limit near 24.8 days, and Node then fires it at once: the request failed with a 503
+ * "retry" while the node ran the command, and a retry ran it again.
+ */
+export const MAX_EXEC_TIMEOUT_SECONDS = 86_400;
+
 export const SandboxExecOptionsSchema = Type.Object({
   ...typeMeta,
   command: Type.Array(Str(), { minItems: 1, description: 'argv of the command to run in the sandbox.' }),
   workingDir: Type.Optional(Str()),
   env: Type.Optional(Type.Unsafe<Record<string, string>>({ type: 'object', additionalProperties: { type: 'string' } })),
-  timeoutSeconds: Type.Optional(Int32({ minimum: 1 })),
+  timeoutSeconds: Type.Optional(
+    Int32({
+      minimum: 1,
+      maximum: MAX_EXEC_TIMEOUT_SECONDS,
+      description: `Seconds the command may run (default 60, at most ${MAX_EXEC_TIMEOUT_SECONDS}).`,
+    }),
+  ),
 });
 export type SandboxExecOptions = Static<typeof SandboxExecOptionsSchema>;
 

@@ -7,6 +7,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { KubeObject } from '../api/meta.js';
 import { readJsonBody, sendJson, warningHeader } from './http.js';
 import { parseListOptions, type ListOptions } from './list-options.js';
+import { parseFieldSelector } from './selectors.js';
 import { negotiate } from './negotiation.js';
 import { renderList, renderOne, type Renderer } from './render.js';
 import { badRequest, invalid, methodNotAllowed } from './status.js';
@@ -94,7 +95,7 @@ export async function handleResource<T>(
     }
     case 'list': {
       const shape = negotiate(req.headers.accept, 'list');
-      const opts = parseListOptions(q, storage.fields);
+      const opts = namedScope(parseListOptions(q, storage.fields), info.name, storage.fields);
       const out = storage.list(info.namespace, opts);
       if (out.omittedNodes.length)
         warnings.push(`sandboxes of unreachable nodes are not listed: ${out.omittedNodes.join(', ')}`);
@@ -109,9 +110,10 @@ export async function handleResource<T>(
     }
     case 'watch': {
       const shape = negotiate(req.headers.accept, 'watch');
-      const opts = parseListOptions(q, storage.fields);
+      const opts = namedScope(parseListOptions(q, storage.fields), info.name, storage.fields);
       const plan = storage.watch(info.namespace, opts);
-      const timeout = Math.min(opts.timeoutSeconds ?? MAX_WATCH_SECONDS, MAX_WATCH_SECONDS) * 1000;
+      // timeoutSeconds=0 means the server's default, as upstream's ListResource reads it, not "close at once".
+      const timeout = Math.min(opts.timeoutSeconds || MAX_WATCH_SECONDS, MAX_WATCH_SECONDS) * 1000;
       let unsubscribe = () => {};
       const stream = new WatchStream<T>({
         res,
@@ -149,4 +151,20 @@ export async function handleResource<T>(
     default:
       throw methodNotAllowed(req.method ?? '', what);
   }
+}
+
+/**
+ * A list or watch that names one object (`/watch/namespaces/ns/sandboxes/foo`, or a `metadata.name=foo` field
+ * selector, which request-info turns into the name) was authorized for that name alone, so it serves that object
+ * alone, as upstream's ListResource does: an empty field selector becomes `metadata.name=<name>`, and one that does
+ * not require that exact name is a 400. Before, the path's name was authorized and then ignored, so RBAC
+ * `resourceNames` let a watch see every Sandbox of the namespace.
+ */
+function namedScope(opts: ListOptions, name: string | undefined, fields: readonly string[]): ListOptions {
+  if (!name) return opts;
+  if (opts.fieldSelector.empty)
+    return { ...opts, fieldSelector: parseFieldSelector(`metadata.name=${name.replace(/([\\,=])/g, '\\$1')}`, fields) };
+  if (opts.fieldSelector.equal('metadata.name') !== name)
+    throw badRequest("fieldSelector metadata.name doesn't match requested name");
+  return opts;
 }

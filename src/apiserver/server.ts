@@ -116,7 +116,7 @@ export class ApiServer {
         );
       await this.route(info, req, res, url);
       if (info.verb === 'watch' && res.statusCode === 200)
-        this.watchStarts.inc({ client: user.name.startsWith('system:') ? user.name : 'other' });
+        this.watchStarts.inc({ client: watchClientLabel(user.name) });
     } catch (err) {
       const failure = toStatusFailure(err);
       if (failure.httpCode >= 500)
@@ -124,9 +124,9 @@ export class ApiServer {
       sendStatus(res, failure);
     } finally {
       const verb = info?.verb ?? 'unknown';
-      const resource = info?.isResourceRequest ? info.resource : '';
+      const { resource, subresource } = requestSeriesLabels(info, this.o.storages);
       const count = () => {
-        this.requests.inc({ verb, resource, subresource: info?.subresource ?? '', code: String(res.statusCode) });
+        this.requests.inc({ verb, resource, subresource, code: String(res.statusCode) });
         if (verb !== 'watch') this.latency.observe({ verb, resource }, (performance.now() - started) / 1000);
       };
       if (res.writableFinished) count();
@@ -162,4 +162,33 @@ export class ApiServer {
     }
     throw pathNotFound(url.pathname);
   }
+}
+
+/**
+ * The `client` label of a watch start: a `system:` component by name (a fixed set: the controller-manager, the
+ * garbage collector's informers...), every ServiceAccount as one value (there is one name per account, without
+ * bound), anyone else as `other`.
+ */
+export function watchClientLabel(user: string): string {
+  if (user.startsWith('system:serviceaccount:')) return 'system:serviceaccount';
+  return user.startsWith('system:') ? user : 'other';
+}
+
+/**
+ * The resource and subresource labels of a request's series: what the URL names only when this server serves it,
+ * else `unknown`. The URL is the caller's, and denied or unknown paths are counted too, so labelling them as given
+ * would let any client (even one with no RBAC) add series without bound.
+ */
+export function requestSeriesLabels(
+  info: RequestInfo | undefined,
+  storages: ApiServerOptions['storages'],
+): { resource: string; subresource: string } {
+  if (!info?.isResourceRequest) return { resource: '', subresource: '' };
+  const sub = info.subresource ?? '';
+  const storage = storages.get(`${info.apiGroup}/${info.apiVersion}/${info.resource}`);
+  if (!storage) return { resource: 'unknown', subresource: sub && 'unknown' };
+  return {
+    resource: info.resource,
+    subresource: sub && (storage.descriptor.subresources.some((s) => s.name === sub) ? sub : 'unknown'),
+  };
 }

@@ -1,10 +1,29 @@
 /**
- * Two small pieces every plain-HTTP listener of the e2b planes needs: listening with the bind error as the
- * rejection, and splicing two byte streams (an upgraded connection and its upstream) until either side ends.
+ * Small pieces every plain-HTTP listener of the e2b planes needs: the timeouts of a server whose requests stream,
+ * listening with the bind error as the rejection, and splicing two byte streams (an upgraded connection and its
+ * upstream) until either side ends.
  */
-import type { Server } from 'node:http';
+import type { Server, ServerOptions } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
+
+/**
+ * Options of a server whose requests may stream for as long as the client likes (envd's process output, file
+ * transfers, a proxied guest port): no whole-request deadline, but the headers must arrive within
+ * `headersTimeout` (60 s). Node derives headersTimeout from requestTimeout when it is not given, so
+ * `requestTimeout: 0` alone leaves a connection that never finishes its headers open for ever, and a client that
+ * opens many holds the process's file descriptors without sending a token.
+ */
+export function streamingServerOptions(
+  o: { headersTimeoutMs?: number; connectionsCheckingIntervalMs?: number } = {},
+): ServerOptions {
+  return {
+    keepAliveTimeout: 90_000,
+    requestTimeout: 0,
+    headersTimeout: o.headersTimeoutMs ?? 60_000,
+    ...(o.connectionsCheckingIntervalMs ? { connectionsCheckingInterval: o.connectionsCheckingIntervalMs } : {}),
+  };
+}
 
 export function listenOn(server: Server, host: string, port: number): Promise<AddressInfo> {
   return new Promise((resolve, reject) => {

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { SandboxError } from '../errors.js';
 import type { PoolKey } from './pool-key.js';
 
 /**
@@ -75,6 +76,11 @@ const random = new RandomPool();
 export class ClaimRecords {
   private readonly claims = new Map<string, SandboxRecord>();
   private readonly byClaimRef = new Map<string, string>();
+  /**
+   * claimRefs of claims still being made (a clone, a fork, a checkpoint's clone in flight): taken like a live
+   * claim's, so a second claim of the same ref arriving meanwhile gets its 409 at once instead of a second VM.
+   */
+  private readonly reservedRefs = new Set<string>();
   /**
    * Counts changes; starts at the start time in microseconds, so a restarted daemon's counter is above every
    * value its previous run handed out and readers can order rows across restarts.
@@ -159,6 +165,33 @@ export class ClaimRecords {
 
   get(id: string): SandboxRecord | undefined {
     return this.claims.get(id);
+  }
+
+  /** Whether `claimRef` is a live claim's or one being made (reserveRefs). */
+  refTaken(claimRef: string): boolean {
+    return this.reservedRefs.has(claimRef) || this.byRef(claimRef) !== undefined;
+  }
+
+  /** 409 (sandboxd.conflict) unless `claimRef` is free: neither live nor being made. */
+  assertRefFree(claimRef: string): void {
+    if (this.refTaken(claimRef))
+      throw new SandboxError('sandboxd.conflict', `claim_ref ${claimRef} is already claimed`);
+  }
+
+  /**
+   * Take `refs` for claims about to be made, synchronously (call it before the first await of the claim): 409 if
+   * any is taken, and then none is reserved. The returned function gives them back; call it once the records are
+   * in the table (they hold the refs from then on) or the claim failed.
+   */
+  reserveRefs(refs: readonly string[]): () => void {
+    for (const r of refs) this.assertRefFree(r);
+    for (const r of refs) this.reservedRefs.add(r);
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      for (const r of refs) this.reservedRefs.delete(r);
+    };
   }
 
   byRef(claimRef: string): SandboxRecord | undefined {

@@ -1,3 +1,4 @@
+import { MAX_FORK_COUNT } from '../api/index.js';
 import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { mkdirSync, rmSync } from 'node:fs';
@@ -83,13 +84,21 @@ export interface ClaimRequest {
   primeAfter?: boolean;
 }
 
-/** The most children one fork makes (the node's limit; the API answers 400 above it). */
-export const MAX_FORK_COUNT = 16;
+/** The most children one fork makes (the node's limit; the API answers 400 above it), the same for every API. */
+export { MAX_FORK_COUNT };
 
 /** A fork child's identity when the caller gives one (sandbox-apiserver: the child Sandbox's object). */
 export interface ForkChild {
   claimRef: string;
   object: unknown;
+}
+
+/**
+ * The claimRefs a claim must hold alone: a Kubernetes object's name is unique among live claims (docs/sandboxd-api.md
+ * "Claims": a second claim of a live claim_ref is 409); a claim_ref without an object is only a label.
+ */
+function uniqueRefs(req: { claimRef?: string; object?: unknown }): string[] {
+  return req.claimRef && req.object !== undefined ? [req.claimRef] : [];
 }
 
 export class NodeEngine extends EventEmitter {
@@ -307,12 +316,18 @@ export class NodeEngine extends EventEmitter {
     this.assertKnownTemplate(req.key.template);
     if (req.provisionOnMiss === false)
       throw new SandboxError('sandboxd.warm-miss', `no warm sandbox for ${keyString(req.key)}`);
-    const vm = await this.reserving(1, () => this.pools.provision(req.key));
-    this.counters.provisioned++;
-    if (req.primeAfter) this.pools.primeLater(vm);
-    const record = this.record(vm, req.key, 'provisioned', req);
-    this.pools.refillSoon(req.key);
-    return record;
+    // The ref is held from here (this tick, before the clone's await) until the record holds it.
+    const unreserve = this.claims.reserveRefs(uniqueRefs(req));
+    try {
+      const vm = await this.reserving(1, () => this.pools.provision(req.key));
+      this.counters.provisioned++;
+      if (req.primeAfter) this.pools.primeLater(vm);
+      const record = this.record(vm, req.key, 'provisioned', req);
+      this.pools.refillSoon(req.key);
+      return record;
+    } finally {
+      unreserve();
+    }
   }
 
   /**
@@ -325,6 +340,7 @@ export class NodeEngine extends EventEmitter {
         'sandboxd.at-capacity',
         `node ${this.opts.nodeName} is at capacity (${this.opts.maxClaims} claims)`,
       );
+    for (const ref of uniqueRefs(req)) this.claims.assertRefFree(ref);
     const vm = this.pools.take(req.key);
     if (!vm) return undefined;
     this.counters.warmHits++;
@@ -351,6 +367,11 @@ export class NodeEngine extends EventEmitter {
 
   byRef(claimRef: string): SandboxRecord | undefined {
     return this.claims.byRef(claimRef);
+  }
+
+  /** 409 (sandboxd.conflict) if `claimRef` is a live claim's or one being made (a clone or fork in flight). */
+  assertClaimRefFree(claimRef: string): void {
+    this.claims.assertRefFree(claimRef);
   }
 
   /** The version of the latest change to the claim table (the change feed's snapshot version). */
@@ -507,23 +528,34 @@ export class NodeEngine extends EventEmitter {
       throw new SandboxError('sandboxd.bad-request', `count: must be 1..${MAX_FORK_COUNT} (got ${count})`);
     if (objects && objects.length !== count)
       throw new SandboxError('sandboxd.bad-request', `objects: ${objects.length} given for count ${count}`);
-    for (const o of objects ?? [])
-      if (this.claims.byRef(o.claimRef))
-        throw new SandboxError('sandboxd.conflict', `claim_ref ${o.claimRef} is already claimed`);
+    const refs = (objects ?? []).map((o) => o.claimRef);
+    const twice = refs.findIndex((r, i) => refs.indexOf(r) !== i);
+    if (twice >= 0)
+      throw new SandboxError(
+        'sandboxd.bad-request',
+        `objects[${twice}].claim_ref: ${refs[twice]} is given twice (each child needs its own)`,
+      );
+    for (const r of refs) this.claims.assertRefFree(r);
     if (!this.hasRoom(count))
       throw new SandboxError('sandboxd.at-capacity', `forking ${count} would exceed ${this.opts.maxClaims} claims`);
-    const children = await this.reserving(count, () =>
-      this.vm(id).fork(count, { labels: { [LABEL_NODE]: this.opts.nodeName } }),
-    );
-    this.counters.forks += children.length;
-    // A tenant's sandbox forks into the same tenant's sandboxes.
-    return children.map((vm, i) =>
-      this.record(vm, rec.key, 'fork', {
-        ttlSeconds,
-        tenant: rec.tenant,
-        ...(objects ? { claimRef: objects[i]!.claimRef, object: objects[i]!.object } : {}),
-      }),
-    );
+    // The children's refs are held from here (before the fork's await, which takes seconds) until their records are.
+    const unreserve = this.claims.reserveRefs(refs);
+    try {
+      const children = await this.reserving(count, () =>
+        this.vm(id).fork(count, { labels: { [LABEL_NODE]: this.opts.nodeName } }),
+      );
+      this.counters.forks += children.length;
+      // A tenant's sandbox forks into the same tenant's sandboxes.
+      return children.map((vm, i) =>
+        this.record(vm, rec.key, 'fork', {
+          ttlSeconds,
+          tenant: rec.tenant,
+          ...(objects ? { claimRef: objects[i]!.claimRef, object: objects[i]!.object } : {}),
+        }),
+      );
+    } finally {
+      unreserve();
+    }
   }
 
   // ------------------------------------------------------------------ checkpoints
@@ -567,18 +599,22 @@ export class NodeEngine extends EventEmitter {
   ): Promise<SandboxRecord> {
     const ck = this.checkpoints.get(id);
     if (!ck) throw new SandboxError('sandboxd.not-found', `checkpoint ${id} not found`);
-    if (identity && this.claims.byRef(identity.claimRef))
-      throw new SandboxError('sandboxd.conflict', `claim_ref ${identity.claimRef} is already claimed`);
+    if (identity) this.claims.assertRefFree(identity.claimRef);
     if (!this.hasRoom()) throw new SandboxError('sandboxd.at-capacity', `node ${this.opts.nodeName} is at capacity`);
-    const vm = await this.reserving(1, () =>
-      this.driver.clone(ck.template, { labels: { [LABEL_NODE]: this.opts.nodeName }, keepSpares: false }),
-    );
-    return this.record(vm, ck.key, 'checkpoint', {
-      ttlSeconds,
-      fromCheckpoint: id,
-      ...identity,
-      ...(onExpiry ? { onExpiry } : {}),
-    });
+    const unreserve = this.claims.reserveRefs(identity ? [identity.claimRef] : []);
+    try {
+      const vm = await this.reserving(1, () =>
+        this.driver.clone(ck.template, { labels: { [LABEL_NODE]: this.opts.nodeName }, keepSpares: false }),
+      );
+      return this.record(vm, ck.key, 'checkpoint', {
+        ttlSeconds,
+        fromCheckpoint: id,
+        ...identity,
+        ...(onExpiry ? { onExpiry } : {}),
+      });
+    } finally {
+      unreserve();
+    }
   }
 
   /** Publish the sandbox's current state as a node-local template (PromotedTemplates) named `name`. */

@@ -6,7 +6,9 @@ import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
 import { identify, isOperator, mayAccessSandbox, tenantOf, type AuthConfig, type Principal } from './auth.js';
 import type { NodeEngine, SandboxRecord } from './engine.js';
+import { MAX_EXEC_TIMEOUT_SECONDS } from '../api/index.js';
 import { collectBody } from '../net/body.js';
+import { decodeSegments } from '../net/path.js';
 import { ChangeFeed, sandboxRow } from './change-feed.js';
 import { registerLifecycleRoutes, type PauseMode } from './lifecycle-routes.js';
 import type { PeerDirectory } from './peers.js';
@@ -171,7 +173,14 @@ export class SandboxdApi {
         );
       }
       routeName = match.pattern.source;
-      const params = (match.pattern.exec(url.pathname) ?? []).slice(1).map(decodeURIComponent);
+      const params = decodeSegments(
+        (match.pattern.exec(url.pathname) ?? []).slice(1),
+        (raw) =>
+          new SandboxError(
+            'sandboxd.bad-request',
+            `the path segment ${JSON.stringify(raw)} has an invalid percent-encoding`,
+          ),
+      );
       let who: Principal | undefined = { kind: 'anonymous' };
       if (!match.public) {
         who = identify(req.headers.authorization, this.opts.auth);
@@ -215,9 +224,9 @@ export class SandboxdApi {
     const noRedirect = body.no_redirect === true;
     const object = storedObject(body.object, claimRef);
     e.assertKnownTemplate(key.template);
-    // A Kubernetes object's name is unique among live claims: the second create of one name spends no VM.
-    if (object !== undefined && e.byRef(claimRef!))
-      throw new SandboxError('sandboxd.conflict', `claim_ref ${claimRef} is already claimed`);
+    // A Kubernetes object's name is unique among live claims and claims being made (the engine holds the ref from
+    // before its clone's await): the second create of one name spends no VM and is never redirected.
+    if (object !== undefined) e.assertClaimRefFree(claimRef!);
     if (!noRedirect && e.warmCount(key) === 0) {
       const peers = this.opts.peers?.withWarm(key) ?? [];
       if (peers.length) return { answer: { redirect: peers.slice(0, 3) } };
@@ -381,7 +390,7 @@ export class SandboxdApi {
         !body.argv.every((a: unknown) => typeof a === 'string')
       )
         throw new SandboxError('sandboxd.bad-request', 'argv: must be a non-empty array of strings');
-      const timeout = optionalInt(body.timeout_seconds, 'timeout_seconds', 1);
+      const timeout = optionalInt(body.timeout_seconds, 'timeout_seconds', 1, MAX_EXEC_TIMEOUT_SECONDS);
       const env = isObject(body.env) ? (body.env as Record<string, string>) : undefined;
       const result = await e.vm(rec.id).run(body.argv as string[], {
         cwd: optionalString(body.cwd, 'cwd'),
@@ -525,10 +534,13 @@ function strictKeys(obj: Record<string, unknown>, allowed: string[], where: stri
     if (!allowed.includes(k)) throw new SandboxError('sandboxd.bad-request', `${where}: unknown field "${k}"`);
 }
 
-export function optionalInt(v: unknown, field: string, min: number): number | undefined {
+export function optionalInt(v: unknown, field: string, min: number, max?: number): number | undefined {
   if (v === undefined || v === null) return undefined;
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < min)
-    throw new SandboxError('sandboxd.bad-request', `${field}: must be an integer >= ${min}`);
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || (max !== undefined && v > max))
+    throw new SandboxError(
+      'sandboxd.bad-request',
+      `${field}: must be an integer >= ${min}${max !== undefined ? ` and <= ${max}` : ''}`,
+    );
   return v;
 }
 

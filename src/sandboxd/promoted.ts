@@ -10,7 +10,7 @@ import { digestRecord, type FileDigest } from './placement/record.js';
 import { keyString, normalizeTemplate, type PoolKey } from './pool-key.js';
 
 /**
- * Node-local templates made from a sandbox (`POST /v1/sandboxes/{id}/promote`, docs/placement.md "Promote: `POST /v1/sandboxes/{id}/promote {template, token?}`"): the VM's
+ * Node-local templates made from a sandbox (`POST /v1/sandboxes/{id}/promote`, docs/placement.md "Promote: `POST /v1/sandboxes/{id}/promote {template}`"): the VM's
  * state at that moment, published under (name, the sandbox's net, its size); claims and pools for that key clone
  * from it like from a built-in template. Kept in `<data-dir>/templates/<id>/` with their records in state.json, so
  * they survive restarts; promoting the same key again replaces the template (clones already running keep theirs).

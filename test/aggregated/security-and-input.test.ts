@@ -130,13 +130,19 @@ describe('aggregated sandboxes: security and bad input', () => {
     assert.equal(health.status, 200, 'health needs no credentials');
   });
 
-  it('never returns the token on get, list or watch', async () => {
-    let created = await call(env, 'POST', base, { body: JSON.stringify(sandboxManifest('tok')) });
+  /** Create a Sandbox as the admin, retried while the shared pools refill (capacity is not checked here). */
+  const createNamed = async (name: string) => {
+    let created = await call(env, 'POST', base, { body: JSON.stringify(sandboxManifest(name)) });
     for (let i = 0; created.status === 503 && i < 300; i++) {
-      await new Promise((r) => setTimeout(r, 100)); // the shared pools refill (capacity is not checked here)
-      created = await call(env, 'POST', base, { body: JSON.stringify(sandboxManifest('tok')) });
+      await new Promise((r) => setTimeout(r, 100));
+      created = await call(env, 'POST', base, { body: JSON.stringify(sandboxManifest(name)) });
     }
     assert.equal(created.status, 201, created.body);
+    return created;
+  };
+
+  it('never returns the token on get, list or watch', async () => {
+    const created = await createNamed('tok');
     const token = JSON.parse(created.body).metadata.annotations['sandbox.cocoonstack.io/token'] as string;
     assert.ok(token);
     for (const path of [`${base}/tok`, base, `/apis/agents.x-k8s.io/v1beta1/sandboxes`]) {
@@ -146,6 +152,50 @@ describe('aggregated sandboxes: security and bad input', () => {
     }
     const w = await env.kubectl(['get', '--raw', `${base}?watch=1&timeoutSeconds=1`]);
     assert.ok(w.includes('"tok"') && !w.includes(token), 'token leaked on watch');
+  });
+
+  it('a watch of one named Sandbox (RBAC resourceNames) streams that Sandbox alone', async () => {
+    await createNamed('watched');
+    await createNamed('unwatched');
+    await env.kubectl([
+      'create',
+      'role',
+      'one-watcher',
+      '-n',
+      ns.name,
+      '--verb=watch,list',
+      '--resource=sandboxes.agents.x-k8s.io',
+      '--resource-name=watched',
+    ]);
+    await env.kubectl(['create', 'rolebinding', 'one-watcher', '-n', ns.name, '--role=one-watcher', '--user=one']);
+    const watchPath = `/apis/agents.x-k8s.io/v1beta1/watch/namespaces/${ns.name}/sandboxes`;
+    const named = await call(env, 'GET', `${watchPath}/watched?timeoutSeconds=1`, { as: 'one' });
+    assert.equal(named.status, 200, named.body);
+    const names = named.body
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => (JSON.parse(l) as { object: { metadata: { name: string } } }).object.metadata.name);
+    assert.deepEqual(names, ['watched'], 'only the named Sandbox is streamed');
+    // The same through the field selector kubectl sends for `get sandbox watched --watch`.
+    const bySelector = await call(
+      env,
+      'GET',
+      `${base}?watch=1&timeoutSeconds=1&fieldSelector=metadata.name%3Dwatched`,
+      {
+        as: 'one',
+      },
+    );
+    assert.equal(bySelector.status, 200, bySelector.body);
+    assert.ok(bySelector.body.includes('"watched"') && !bySelector.body.includes('"unwatched"'));
+    const all = await call(env, 'GET', `${base}?watch=1&timeoutSeconds=1`, { as: 'one' });
+    assert.equal(all.status, 403, "the collection is not this user's to watch");
+    const mismatch = await call(
+      env,
+      'GET',
+      `${watchPath}/watched?timeoutSeconds=1&fieldSelector=metadata.name%3Dunwatched`,
+    );
+    assert.equal(mismatch.status, 400, mismatch.body);
+    assert.match(status(mismatch).message, /fieldSelector metadata.name doesn't match requested name/);
   });
 
   it('400 naming metadata.name when neither name nor generateName is given', async () => {

@@ -48,8 +48,11 @@ describe('claims before refills (foreground gating)', () => {
   });
   after(() => env?.stop());
 
-  it('a refill does not start while claims keep arriving, and starts within its bound once they stop', async (t) => {
-    assert.ok(STREAM_MS < REFILL_MAX_DELAY_MS + MAX_HOLD_MS - QUIET_MS, 'the stream ends before the hold bound');
+  /**
+   * One stream of CLAIMS claims (names `r<round>-<i>`) and the refill after it, timed from the test's side. The pool
+   * is full again when it returns.
+   */
+  async function stream(round: number) {
     const selector = `${LabelKeys.warmPoolSandbox}=${fnv1a32('pool')}`;
     const list = await env.client.list<SandboxObj>(Sandboxes, env.ns, { labelSelector: selector });
     const warm = new Set(list.items.map((s) => s.metadata.name!));
@@ -88,39 +91,60 @@ describe('claims before refills (foreground gating)', () => {
       Array.from({ length: CLAIMS }, async (_, i) => {
         await sleep(Math.max(0, t0 + i * PACE_MS - performance.now()));
         started.push(performance.now());
-        await env.client.create(SandboxClaims, claimManifest(env.ns, `c${i}`, 'pool'));
+        await env.client.create(SandboxClaims, claimManifest(env.ns, `r${round}-${i}`, 'pool'));
         answered.push(performance.now());
       }),
     );
-    const lastStart = Math.max(...started);
-    const lastAnswer = Math.max(...answered);
     started.sort((a, b) => a - b);
+    answered.sort((a, b) => a - b);
     const gap = Math.max(...started.slice(1).map((t, i) => t - started[i]!));
     // If the test itself stalled, claims were not arriving and the refill could rightly go: say so, not "gating broke".
     assert.ok(gap < QUIET_MS, `claims did not keep arriving: a ${gap.toFixed(0)} ms gap between two creates`);
-    assert.ok(lastStart - t0 > REFILL_MAX_DELAY_MS, 'the stream outlasts the refill debounce');
+    assert.ok(started.at(-1)! - t0 > REFILL_MAX_DELAY_MS, 'the stream outlasts the refill debounce');
 
-    for (let i = 0; i < CLAIMS; i++) await waitClaim(env.ns, `c${i}`);
+    for (let i = 0; i < CLAIMS; i++) await waitClaim(env.ns, `r${round}-${i}`);
     const full = performance.now();
     await eventually(() => ready.size, { until: (n) => n >= CLAIMS, timeoutMs: 60_000, what: 'the refill Ready' });
     const pool = await waitPoolReady(env.ns, 'pool', POOL, 30_000);
     ctrl.abort();
     await watching;
-
     assert.ok(created.length > 0, 'the pool refilled');
-    const first = Math.min(...created);
-    const at = (t: number) => `${(t - t0).toFixed(0)} ms`;
-    const timeline = `claims ${CLAIMS} from 0 to ${at(lastStart)} (last answered ${at(lastAnswer)}), all Ready by ${at(full)}; first refill member ${at(first)}`;
-    assert.ok(first > lastStart, `a refill member was created while claims were arriving: ${timeline}`);
-    assert.ok(
-      first - lastAnswer <= START_BOUND_MS,
-      `the refill started ${(first - lastAnswer).toFixed(0)} ms after the last claim (bound ${START_BOUND_MS}): ${timeline}`,
-    );
-    assert.ok(
-      refilled - lastAnswer <= REFILL_BOUND_MS,
-      `the pool was full ${(refilled - lastAnswer).toFixed(0)} ms after the last claim (bound ${REFILL_BOUND_MS})`,
-    );
     assert.equal(pool.status?.readyReplicas, POOL);
-    t.diagnostic(`${timeline}; pool full ${at(refilled)}`);
+    return { t0, started, answered, first: Math.min(...created), full, refilled };
+  }
+
+  it('a refill does not start while claims keep arriving, and starts within its bound once they stop', async (t) => {
+    assert.ok(STREAM_MS < REFILL_MAX_DELAY_MS + MAX_HOLD_MS - QUIET_MS, 'the stream ends before the hold bound');
+    // The test paces the creates it sends, but the operator sees claims as the apiserver accepts them: on a loaded
+    // machine (an etcd fsync stall) the apiserver can answer a run of creates in one burst after a pause of more than
+    // QUIET_MS, and the operator then rightly sees a quiet moment. A round with such a pause before the first refill
+    // member cannot judge the gating; it is reported and run again, up to three rounds.
+    for (let round = 0; ; round++) {
+      const { t0, started, answered, first, full, refilled } = await stream(round);
+      const at = (x: number) => `${(x - t0).toFixed(0)} ms`;
+      const lastStart = started.at(-1)!;
+      const lastAnswer = answered.at(-1)!;
+      const timeline = `claims ${CLAIMS} from 0 to ${at(lastStart)} (last answered ${at(lastAnswer)}), all Ready by ${at(full)}; first refill member ${at(first)}`;
+      const pause = answered.findIndex(
+        (x, i) => i > 0 && x - answered[i - 1]! >= QUIET_MS && answered[i - 1]! + QUIET_MS <= first,
+      );
+      if (first <= lastStart && pause > 0 && round < 2) {
+        t.diagnostic(
+          `round ${round} not judged: the apiserver answered no create for ${(answered[pause]! - answered[pause - 1]!).toFixed(0)} ms from ${at(answered[pause - 1]!)}; ${timeline}`,
+        );
+        continue;
+      }
+      assert.ok(first > lastStart, `a refill member was created while claims were arriving: ${timeline}`);
+      assert.ok(
+        first - lastAnswer <= START_BOUND_MS,
+        `the refill started ${(first - lastAnswer).toFixed(0)} ms after the last claim (bound ${START_BOUND_MS}): ${timeline}`,
+      );
+      assert.ok(
+        refilled - lastAnswer <= REFILL_BOUND_MS,
+        `the pool was full ${(refilled - lastAnswer).toFixed(0)} ms after the last claim (bound ${REFILL_BOUND_MS})`,
+      );
+      t.diagnostic(`round ${round}: ${timeline}; pool full ${at(refilled)}`);
+      return;
+    }
   });
 });

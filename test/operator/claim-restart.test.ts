@@ -87,7 +87,7 @@ describe('SandboxClaim: operator SIGKILLed and restarted with claims pending', (
           until: (n) => n === CLAIMS,
           timeoutMs: 30_000,
           intervalMs: 100,
-          what: 'the watch to deliver every claim\'s Ready write',
+          what: "the watch to deliver every claim's Ready write",
         });
       } finally {
         stop.abort();

@@ -9,9 +9,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { SandboxError } from '../../src/errors.js';
-import { entryName, packRecord, unpackRecord } from '../../src/sandboxd/placement/blob.js';
+import { entryName, MAX_RECORD_ENTRIES, packRecord, unpackRecord } from '../../src/sandboxd/placement/blob.js';
 import { digestRecord, META_FORMAT, parseMeta } from '../../src/sandboxd/placement/record.js';
-import { hostileCases, sampleFiles, truncated } from '../support/hostile-peer.js';
+import { goodEntries, hostileCases, metaFor, sampleFiles, tarOf, truncated } from '../support/hostile-peer.js';
 
 const ID = 'ck_00112233445566aa';
 const CAP = 64 << 20;
@@ -93,6 +93,27 @@ describe('checkpoint record streams', () => {
       await assert.rejects(stat(join(root, 'sbx-hostile-escape')), /ENOENT/);
     });
   }
+
+  it('refuses a stream of more entries than a record has (directory headers included), before making them', async () => {
+    const files = sampleFiles();
+    const [meta, exportDir, ...rest] = goodEntries(metaFor(ID, files), files);
+    // Otherwise a well-formed record: only thousands of empty directories under export/ before its files.
+    const dirs = Array.from({ length: 5000 }, (_, i) => ({
+      header: { name: `export/d${i}/`, type: 'directory' as const },
+    }));
+    const dest = await mkdtemp(join(root, 'dirs-'));
+    await assert.rejects(
+      unpackRecord(tarOf([meta!, exportDir!, ...dirs, ...rest]), dest, { maxTotalBytes: CAP }),
+      (err: unknown) => {
+        assert.ok(err instanceof SandboxError, String(err));
+        assert.equal(err.code, 'placement.bad-record');
+        assert.match(err.message, new RegExp(`more than ${MAX_RECORD_ENTRIES} entries \\(directories included\\)`));
+        return true;
+      },
+    );
+    const made = await readdir(join(dest, 'export'));
+    assert.ok(made.length < MAX_RECORD_ENTRIES, `${made.length} directories were made`);
+  });
 
   it('a stream cut anywhere is refused', async () => {
     const { dir, meta } = await sourceRecord(1 << 20);

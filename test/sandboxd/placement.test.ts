@@ -314,6 +314,18 @@ describe('checkpoint placement on three nodes (real microVMs, peers from NodeInv
     assert.equal(claim.status, 200, JSON.stringify(claim.json));
     const id = claim.json.id as string;
     await exec('a', id, ['sh', '-c', 'echo promoted-content > /p.txt']);
+    // Node-level state: neither the sandbox's own token (header or body) nor a tenant may promote.
+    const token = claim.json.token as string;
+    const asSandbox = await call(nodes.a.base, 'POST', `/v1/sandboxes/${id}/promote`, { template: 'mine:v1' }, token);
+    assert.deepEqual([asSandbox.status, asSandbox.json.error], [401, 'invalid api token'], 'a sandbox token');
+    const inBody = await call(
+      nodes.a.base,
+      'POST',
+      `/v1/sandboxes/${id}/promote`,
+      { template: 'mine:v1', token },
+      null,
+    );
+    assert.equal(inBody.status, 401, 'a token in the body is no identity');
     const bad = await api.a('POST', `/v1/sandboxes/${id}/promote`, { template: TEMPLATE });
     assert.equal(bad.status, 409, 'a built-in template name cannot be taken');
     const p = await api.a('POST', `/v1/sandboxes/${id}/promote`, { template: 'placement-test:v1' });

@@ -163,10 +163,11 @@ describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
       ],
       ['PUT', '/v1/pools', { pools: [{ ...KEY, warm: -1 }] }, /warm: must be an integer >= 0/],
       ['POST', '/v1/claim', 'x'.repeat((1 << 20) + 10), /larger than/],
+      ['GET', '/v1/sandboxes/%E0%A4%A', undefined, /invalid percent-encoding/],
     ];
     for (const [method, path, body, want] of cases) {
       const r = await call(base, method, path, body);
-      assert.equal(r.status, 400, `${method} ${path} ${JSON.stringify(body).slice(0, 60)} -> ${r.status}`);
+      assert.equal(r.status, 400, `${method} ${path} ${String(JSON.stringify(body)).slice(0, 60)} -> ${r.status}`);
       assert.match(String(r.json.error), want);
     }
     // Nothing was claimed by any of that.

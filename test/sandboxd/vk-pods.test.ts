@@ -335,6 +335,9 @@ describe('virtual kubelet: nodes, pods as microVMs, kubelet API', { timeout: BUI
     const stale = await run('POST', `/run/${ns.name}/web/not-${uid}/main${cmd('touch /tmp/run-by-stale-uid')}`);
     assert.equal(stale.status, 404, stale.body);
     assert.match(stale.body, /UID/);
+    const malformed = await run('POST', `/run/${ns.name}/%E0%A4%A/main${cmd('touch /tmp/run-by-malformed')}`);
+    assert.equal(malformed.status, 400, malformed.body);
+    assert.match(malformed.body, /invalid percent-encoding/);
     // Neither ran; the pod's own UID (and no UID, like the kubelet) does.
     const ls = await run('POST', `/run/${ns.name}/web/${uid}/main${cmd('ls /tmp')}`);
     assert.equal(ls.status, 200, ls.body);

@@ -11,7 +11,7 @@ import { connect as netConnect, type AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { ENVD_PORT } from '../../api/envd.js';
 import type { Logger } from '../../log/logger.js';
-import { listenOn, splice } from '../../net/serve.js';
+import { listenOn, splice, streamingServerOptions } from '../../net/serve.js';
 import type { SandboxEntry } from '../sandboxes/entry.js';
 import type { SandboxdClient } from '../sandboxes/sandboxd-client.js';
 import type { SandboxStore } from '../sandboxes/store.js';
@@ -46,10 +46,7 @@ export class SandboxRouter {
   private readonly envd = new Map<string, Promise<string | undefined>>();
 
   constructor(private readonly o: RouterOptions) {
-    this.server = createServer(
-      { keepAliveTimeout: 90_000, requestTimeout: 0 },
-      (req, res) => void this.forward(req, res),
-    );
+    this.server = createServer(streamingServerOptions(), (req, res) => void this.forward(req, res));
     this.server.on(
       'upgrade',
       (req: IncomingMessage, socket: Duplex, head: Buffer) => void this.splice(req, socket, head),
@@ -157,7 +154,18 @@ export class SandboxRouter {
   }
 
   private async splice(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
-    const r = await this.resolve(req);
+    // Node removes the server's error listener from an upgraded socket: without one, a client that resets the
+    // connection while it is resolved (or answered an error) throws ECONNRESET as an uncaught exception, which ends
+    // the process that also serves the Kubernetes API.
+    socket.on('error', () => socket.destroy());
+    let r: Awaited<ReturnType<SandboxRouter['resolve']>>;
+    try {
+      r = await this.resolve(req);
+    } catch (err) {
+      this.o.logger.warn({ err }, 'e2b router: resolving an upgrade failed');
+      socket.end('HTTP/1.1 502 Bad Gateway\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+      return;
+    }
     if (!r.ok) {
       socket.end(
         `HTTP/1.1 ${r.status} Error\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(r.body)}\r\nconnection: close\r\n\r\n${r.body}`,

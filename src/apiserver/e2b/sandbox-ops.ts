@@ -5,6 +5,7 @@
  * through the apiserver's SandboxdClient, and the node's answer is applied to the store at once, so the next read
  * of either API sees it.
  */
+import { labelValueProblem, qualifiedNameProblem } from '../../api/claim-injection.js';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { CocoonAnnotationKeys } from '../../api/keys.js';
 import { envdAccessToken } from '../../api/envd.js';
@@ -34,15 +35,11 @@ export function newSandboxId(): string {
   return s;
 }
 
-const LABEL_KEY =
-  /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
-const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$/;
-
 /** Metadata entries that are valid labels become labels too (`kubectl get sandboxes -l owner=me`). */
 function metadataLabels(metadata: Record<string, string>): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(metadata))
-    if (LABEL_KEY.test(k) && k.length <= 253 && LABEL_VALUE.test(v) && !k.includes('cocoonstack.io')) out[k] = v;
+    if (!qualifiedNameProblem(k) && !labelValueProblem(k, v) && !k.includes('cocoonstack.io')) out[k] = v;
   return out;
 }
 

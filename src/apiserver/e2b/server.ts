@@ -5,7 +5,9 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { MAX_FORK_COUNT } from '../../api/index.js';
 import type { Logger } from '../../log/logger.js';
+import { decodeSegments } from '../../net/path.js';
 import { listenOn } from '../../net/serve.js';
 import type { Fleet } from '../sandboxes/fleet.js';
 import type { SandboxdClient } from '../sandboxes/sandboxd-client.js';
@@ -81,12 +83,10 @@ export class E2bApi {
           exists ? `method ${req.method} not allowed on ${url.pathname}` : `no endpoint ${url.pathname}`,
         );
       }
-      let params: string[];
-      try {
-        params = (match.pattern.exec(url.pathname) ?? []).slice(1).map(decodeURIComponent);
-      } catch {
-        throw new E2bError(400, 'malformed path');
-      }
+      const params = decodeSegments(
+        (match.pattern.exec(url.pathname) ?? []).slice(1),
+        () => new E2bError(400, 'malformed path'),
+      );
       await match.handler(req, res, params, url);
     } catch (err) {
       const e = err instanceof E2bError ? err : new E2bError(500, (err as Error).message);
@@ -175,7 +175,7 @@ export class E2bApi {
     });
     this.route('POST', '/sandboxes/{id}/fork', async (req, res, [id]) => {
       const body = await readJson(req);
-      const count = optionalInt(body.count, 'count', 1, 16) ?? 1;
+      const count = optionalInt(body.count, 'count', 1, MAX_FORK_COUNT) ?? 1;
       const t = optionalInt(body.timeout, 'timeout', 0, MAX_TIMEOUT_SECONDS) || DEFAULT_TIMEOUT_SECONDS;
       const children = await ops.fork(id!, count, t);
       sendJson(

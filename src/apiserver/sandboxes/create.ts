@@ -13,6 +13,7 @@ import {
   type Sandbox,
   kubeTime,
 } from '../../api/index.js';
+import { labelValueProblem, qualifiedNameProblem } from '../../api/claim-injection.js';
 import { derivePoolKey, describePoolKey, type PoolKeyOf } from '../../api/pool-key.js';
 import { validateStructural } from '../../api/structural-validate.js';
 import type { Logger } from '../../log/logger.js';
@@ -97,6 +98,47 @@ function nameCauses(name: string, field: string): StatusCause[] {
   return [];
 }
 
+/** Upstream's limit on the total size of an object's annotations (apimachinery TotalAnnotationSizeLimitB). */
+const MAX_ANNOTATION_BYTES = 256 * 1024;
+
+/**
+ * The root metadata's own checks, which the schema check (run without metadata) leaves out. `decode`: a value of the
+ * wrong JSON type, which upstream's decoder refuses with a 400 before anything is validated (a number where a string
+ * belongs once reached `.trim()` and answered 500); `causes`: label and annotation keys and values that are not
+ * valid, as upstream's ValidateObjectMeta names them (422).
+ */
+function metadataCauses(meta: Record<string, unknown>): { decode?: string; causes: StatusCause[] } {
+  for (const f of ['name', 'generateName', 'namespace'] as const)
+    if (meta[f] !== undefined && typeof meta[f] !== 'string')
+      return { decode: `metadata.${f}: must be a string, not ${typeof meta[f]}`, causes: [] };
+  const causes: StatusCause[] = [];
+  for (const kind of ['labels', 'annotations'] as const) {
+    const m = meta[kind];
+    if (m === undefined || m === null) continue;
+    if (typeof m !== 'object' || Array.isArray(m))
+      return { decode: `metadata.${kind}: must be an object of strings`, causes: [] };
+    let bytes = 0;
+    for (const [k, v] of Object.entries(m)) {
+      if (typeof v !== 'string')
+        return {
+          decode: `metadata.${kind}[${k}]: must be a string, not ${v === null ? 'null' : typeof v}`,
+          causes: [],
+        };
+      const problem = qualifiedNameProblem(k) ?? (kind === 'labels' ? labelValueProblem(k, v) : undefined);
+      if (problem)
+        causes.push({ reason: 'FieldValueInvalid', field: `metadata.${kind}`, message: `Invalid value: ${problem}` });
+      bytes += Buffer.byteLength(k) + Buffer.byteLength(v);
+    }
+    if (kind === 'annotations' && bytes > MAX_ANNOTATION_BYTES)
+      causes.push({
+        reason: 'FieldValueTooLong',
+        field: 'metadata.annotations',
+        message: `Too long: must have at most ${MAX_ANNOTATION_BYTES} bytes`,
+      });
+  }
+  return { causes };
+}
+
 /** Seconds of lease the object asks for (0 = the node's default); 400s name the field. */
 export function leaseSeconds(obj: Sandbox, now = Date.now()): number {
   const shutdown = obj.spec.shutdownTime;
@@ -159,6 +201,8 @@ export class SandboxCreator {
     if (meta.namespace && meta.namespace !== req.namespace)
       throw badRequest('the namespace of the provided object does not match the namespace sent on the request');
     if (meta.resourceVersion) throw badRequest('resourceVersion should not be set on objects to be created');
+    const metaProblems = metadataCauses(meta);
+    if (metaProblems.decode) throw badRequest(metaProblems.decode);
     const result = validateStructural(SCHEMA, { ...raw, metadata: {} });
     if (result.unknown.length) {
       const msgs = result.unknown.map((f) => `unknown field "${f}"`);
@@ -175,7 +219,7 @@ export class SandboxCreator {
           message: 'Required value: name or generateName is required',
         },
       ]);
-    causes.push(...nameCauses(name, meta.name ? 'metadata.name' : 'metadata.generateName'));
+    causes.push(...nameCauses(name, meta.name ? 'metadata.name' : 'metadata.generateName'), ...metaProblems.causes);
     if (meta.finalizers?.length)
       causes.push({
         reason: 'FieldValueForbidden',
@@ -317,8 +361,25 @@ export class SandboxCreator {
       )) as ClaimAnswer;
       return this.answered(holder.node, holder.address, answer);
     } catch (err) {
-      if (err instanceof NodeHttpError && err.status === 409) throw alreadyExists(SANDBOXES, stored.metadata.name);
       if (err instanceof StatusFailure) throw err;
+      if (err instanceof NodeHttpError) {
+        if (err.status === 409) throw alreadyExists(SANDBOXES, stored.metadata.name);
+        // The node's own answers to a clone it will not make, as plain creates map them.
+        if (err.status === 429)
+          throw serviceUnavailable(`node ${holder.node} has no room for a clone of snapshot ${id}: ${err.message}`, 2);
+        if (err.status === 404)
+          throw invalid('Sandbox', SANDBOXES.group, stored.metadata.name, [
+            {
+              reason: 'FieldValueNotFound',
+              field,
+              message: `Not found: snapshot "${id}" is gone from node ${holder.node}`,
+            },
+          ]);
+        if (err.status === 400) throw badRequest(`node ${holder.node} refused the clone: ${err.message}`);
+      }
+      if (err instanceof NodeUnreachableError && !err.timedOut)
+        throw serviceUnavailable(`node ${holder.node}, which holds snapshot ${id}, is unreachable; retry`, 2);
+      // A timeout may have cloned: the node's feed then shows the sandbox under this name, and a retry gets 409.
       throw internalError(`claim from snapshot ${id} on node ${holder.node} failed: ${(err as Error).message}`);
     } finally {
       this.inFlight.delete(k);

@@ -262,7 +262,12 @@ export class SandboxStorage {
     try {
       await this.client.release(e.node, e.address, e.claimId);
     } catch (err) {
-      if (err instanceof NodeHttpError) throw internalError(`releasing ${e.claimId} on node ${e.node}: ${err.message}`);
+      if (err instanceof NodeHttpError) {
+        // The node refuses a release while the sandbox is busy (a fork or checkpoint of it in flight): the caller's
+        // to retry, as a Conflict, not the server's fault.
+        if (err.status === 409) throw conflict(SANDBOXES, name, `node ${e.node}: ${err.message}; retry the delete`);
+        throw internalError(`releasing ${e.claimId} on node ${e.node}: ${err.message}`);
+      }
       throw serviceUnavailable(`node ${e.node} is unreachable (${(err as Error).message}); retry the delete`, 2);
     }
     const gone = this.store.remove(e.claimId, { tombstone: true }) ?? e;

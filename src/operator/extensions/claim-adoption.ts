@@ -23,7 +23,7 @@ import {
 import type { ClaimContext } from './claim-context.js';
 import { desiredPodMetadata } from './claim-metadata.js';
 import { normalizeCreatedBy } from './metrics.js';
-import { isSandboxReady, type ClaimObj, type PoolObj, type SandboxObj, type TemplateObj } from './support.js';
+import { isNewer, isSandboxReady, type ClaimObj, type PoolObj, type SandboxObj, type TemplateObj } from './support.js';
 
 const HUB_API_VERSION = `${EXTENSIONS_GROUP}/${HUB_VERSION}`;
 /** Adoption attempts per pass before falling back to a cold start. */
@@ -63,6 +63,11 @@ export async function adoptWarm(
   const ns = claim.metadata.namespace!;
   const uid = claim.metadata.uid!;
   const client = ctx.d.manager.client;
+  // With a template the claim's pod metadata does not depend on the candidate: a conflict (metadata-conflict) is
+  // the claim's error, found before any candidate is taken.
+  const templateMetadata = template
+    ? desiredPodMetadata(claim, template.spec.podTemplate.metadata, template.metadata.name!)
+    : undefined;
   for (let attempt = 0; attempt < MAX_ADOPTION_ATTEMPTS; attempt++) {
     const pick = ctx.candidates.take(ns, pool.metadata.name!);
     if (!pick) return undefined;
@@ -71,7 +76,15 @@ export async function adoptWarm(
       ctx.candidates.settle(ns, pick.name);
       continue;
     }
-    const patch = adoptionPatch(claim, sb, template);
+    let patch: unknown;
+    try {
+      patch = adoptionPatch(claim, sb, template, templateMetadata);
+    } catch (err) {
+      // Nothing was written: the candidate goes back to the queue, else it would stay in flight for ever.
+      ctx.candidates.settle(ns, pick.name);
+      offerCandidate(ctx, sb);
+      throw err;
+    }
     try {
       const out = await client.patch<SandboxObj>(Sandboxes, ns, pick.name, patch, 'merge');
       ctx.bindings.remember(uid, out);
@@ -89,9 +102,11 @@ export async function adoptWarm(
     } catch (err) {
       ctx.candidates.settle(ns, pick.name);
       if (isConflict(err)) {
-        // Changed since we saw it (maybe adopted elsewhere): offer the cache's view again and move on at once.
+        // Changed since we saw it (maybe adopted elsewhere): move on at once. The cache's view is offered again
+        // only when it is newer than the one that failed; the same stale view would only 409 again, and the
+        // informer's next event for it offers it then.
         const latest = ctx.d.sandboxes.getByName(ns, pick.name);
-        if (latest) offerCandidate(ctx, latest);
+        if (latest && isNewer(latest, sb)) offerCandidate(ctx, latest);
         continue;
       }
       if (isNotFound(err)) continue;
@@ -107,19 +122,23 @@ export async function adoptWarm(
  * The adoption patch: guarded by the candidate's resourceVersion, it makes the claim the only controller, drops the
  * pool's labels and carries the claim's pod-template metadata.
  */
-function adoptionPatch(claim: ClaimObj, sb: SandboxObj, template: TemplateObj | undefined): unknown {
+function adoptionPatch(
+  claim: ClaimObj,
+  sb: SandboxObj,
+  template: TemplateObj | undefined,
+  templateMetadata: PodMetadata | undefined,
+): unknown {
   const l = sb.metadata.labels ?? {};
   const templateName = template?.metadata.name ?? sb.metadata.annotations?.[AnnotationKeys.sandboxTemplateRef] ?? '';
   const createdBy = claim.metadata.labels?.[LabelKeys.createdBy];
-  let base: PodMetadata | undefined;
-  if (template) base = template.spec.podTemplate.metadata;
-  else {
-    base = structuredClone(sb.spec.podTemplate.metadata ?? {});
+  let ptMetadata = templateMetadata;
+  if (!ptMetadata) {
+    const base = structuredClone(sb.spec.podTemplate.metadata ?? {});
     if (base.annotations?.[AnnotationKeys.safeToEvict] === 'true') delete base.annotations[AnnotationKeys.safeToEvict];
     for (const k of [LabelKeys.warmPoolSandbox, LabelKeys.sandboxTemplateHash, LabelKeys.sandboxPodTemplateHash])
       delete base.labels?.[k];
+    ptMetadata = desiredPodMetadata(claim, base, templateName);
   }
-  const ptMetadata = desiredPodMetadata(claim, base, templateName);
   const keptRefHash = l[LabelKeys.sandboxTemplateRefHash];
   if (!template && keptRefHash)
     ptMetadata.labels = { ...ptMetadata.labels, [LabelKeys.sandboxTemplateRefHash]: keptRefHash };

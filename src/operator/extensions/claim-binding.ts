@@ -28,6 +28,8 @@ export class Deferred extends SandboxError {
 export class ClaimBindings {
   /** claim UID -> the Sandbox we bound it to (our write's response), until the cache catches up. */
   private readonly bindings = new Map<string, SandboxObj>();
+  /** `<namespace>/<name>` of a remembered Sandbox -> its claim's UID, so a Sandbox delete can drop the copy. */
+  private readonly claimOf = new Map<string, string>();
   /** claim UID -> a candidate whose adoption outcome is unknown (transport error); checked with a GET first. */
   private readonly uncertain = new Map<string, string>();
   private fence: Promise<void> | undefined;
@@ -50,7 +52,25 @@ export class ClaimBindings {
 
   /** Our write bound (or re-wrote) the claim's Sandbox: this response is the freshest view until the cache has it. */
   remember(claimUid: string, sb: SandboxObj): void {
+    const prev = this.bindings.get(claimUid);
+    if (prev && this.claimOf.get(keyOf(prev)) === claimUid) this.claimOf.delete(keyOf(prev));
     this.bindings.set(claimUid, sb);
+    this.claimOf.set(keyOf(sb), claimUid);
+  }
+
+  /**
+   * The informer saw a Sandbox deleted. A remembered copy of that very object (same UID) is stale from now on: kept,
+   * it would outlive the cache's copy and keep the claim bound (and Ready) to a Sandbox that no longer exists
+   * (docs/claim-model.md "The pass", step 4). A copy of a newer object under the same name stays.
+   */
+  sandboxDeleted(sb: SandboxObj): void {
+    const key = keyOf(sb);
+    const uid = this.claimOf.get(key);
+    if (uid === undefined) return;
+    const mine = this.bindings.get(uid);
+    if (mine && keyOf(mine) === key && mine.metadata.uid !== sb.metadata.uid) return;
+    this.claimOf.delete(key);
+    if (mine && keyOf(mine) === key) this.bindings.delete(uid);
   }
 
   /** An adoption of `sandboxName` whose outcome is unknown: the next lookup asks the apiserver first. */
@@ -59,6 +79,8 @@ export class ClaimBindings {
   }
 
   forget(claimUid: string): void {
+    const mine = this.bindings.get(claimUid);
+    if (mine && this.claimOf.get(keyOf(mine)) === claimUid) this.claimOf.delete(keyOf(mine));
     this.bindings.delete(claimUid);
     this.uncertain.delete(claimUid);
     this.preexisting.delete(claimUid);
@@ -76,7 +98,7 @@ export class ClaimBindings {
         const ref = controllerOf(sb);
         if (ref?.kind === SandboxClaims.kind) {
           const have = this.bindings.get(ref.uid);
-          if (!have || have.metadata.name === sb.metadata.name) this.bindings.set(ref.uid, newest(have, sb) ?? sb);
+          if (!have || have.metadata.name === sb.metadata.name) this.remember(ref.uid, newest(have, sb) ?? sb);
         }
       }
     })();
@@ -108,7 +130,7 @@ export class ClaimBindings {
         if (!isNotFound(err)) throw err;
       }
       this.uncertain.delete(uid);
-      if (fresh && isControlledBy(fresh, claim)) this.bindings.set(uid, fresh);
+      if (fresh && isControlledBy(fresh, claim)) this.remember(uid, fresh);
     }
     const statusName = claim.status?.sandbox?.name;
     const byStatus = statusName ? owned(this.view(ns, statusName, uid)) : undefined;
@@ -148,7 +170,7 @@ export class ClaimBindings {
     });
     this.preexisting.delete(uid);
     const found = list.items.find((sb) => isControlledBy(sb, claim) && !sb.metadata.deletionTimestamp);
-    if (found) this.bindings.set(uid, found);
+    if (found) this.remember(uid, found);
     return found;
   }
 }

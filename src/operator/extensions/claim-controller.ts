@@ -77,7 +77,10 @@ export class ClaimReconciler implements ClaimContext {
     d.sandboxes.addHandler({
       onAdd: offer,
       onUpdate: (_o, n) => offer(n),
-      onDelete: (sb) => this.candidates.forget(sb.metadata.namespace!, sb.metadata.name!),
+      onDelete: (sb) => {
+        this.candidates.forget(sb.metadata.namespace!, sb.metadata.name!);
+        this.bindings.sandboxDeleted(sb);
+      },
     });
     const observeClaim = (c: ClaimObj) => {
       this.bindings.observeClaim(c);

@@ -40,6 +40,14 @@ export const POOL_BY_TEMPLATE_INDEX = 'ext:pool-by-template';
 const ORPHAN_INDEX = 'ext:warm-orphans';
 /** Re-check while expectations are pending, in case a watch event is lost. */
 const EXPECTATIONS_RECHECK_MS = 30_000;
+/** A member changed under a delete (409): the pass looks again this soon, whether or not the change wakes it. */
+const CHANGED_MEMBER_RECHECK_MS = 200;
+
+/** A pass's deletes: issued (or gone already), and refused because the member changed since the cache's view. */
+interface PassDeletes {
+  removed: Set<string>;
+  changed: Set<string>;
+}
 
 export interface WarmPoolDeps {
   manager: Manager;
@@ -123,6 +131,7 @@ export class WarmPoolReconciler {
     let requeueMs: number | undefined;
     const requeue = (ms: number) => (requeueMs = requeueMs === undefined ? ms : Math.min(requeueMs, ms));
     const removed = new Set<string>();
+    const dels: PassDeletes = { removed, changed: new Set() };
     let refillPending = false;
 
     if (!config.warmPoolDisableCrManagement) {
@@ -134,7 +143,7 @@ export class WarmPoolReconciler {
 
       // Orphans carrying this pool's label: delete if stale, else adopt.
       for (const sb of sandboxes.byIndex(ORPHAN_INDEX, `${ns}/${poolHash(pool.metadata.name!)}`)) {
-        if (template && !matchesTemplate(sb, template)) await this.deleteMember(uid, sb, removed);
+        if (template && !matchesTemplate(sb, template)) await this.deleteMember(uid, sb, dels);
         else await this.adoptOrphan(pool, sb);
       }
 
@@ -148,7 +157,7 @@ export class WarmPoolReconciler {
             const sb = sandboxes.getByName(ns, name);
             if (!sb) continue;
             verdict ??= !sameRef || !matchesTemplate(sb, template);
-            if (verdict) await this.deleteMember(uid, sb, removed);
+            if (verdict) await this.deleteMember(uid, sb, dels);
           }
         }
       }
@@ -171,7 +180,7 @@ export class WarmPoolReconciler {
           continue;
         }
         if (isUnschedulable(sb)) held++;
-        else await this.deleteMember(uid, sb, removed);
+        else await this.deleteMember(uid, sb, dels);
       }
       this.reportProgress(pool, held, stats.notReady.size, config.warmPoolReadinessGraceMs);
       if (held) requeue(60_000);
@@ -179,7 +188,9 @@ export class WarmPoolReconciler {
       const desired = pool.spec.replicas ?? 1;
       const current = stats.members.size - [...removed].filter((n) => stats.members.has(n)).length;
       const refillWait = this.refill.wait(uid, current, desired);
-      if (!this.membership.satisfied(uid)) requeue(EXPECTATIONS_RECHECK_MS);
+      // A member that changed under our delete may be a claim's by now: no counting on it until the cache shows it.
+      if (dels.changed.size) requeue(CHANGED_MEMBER_RECHECK_MS);
+      else if (!this.membership.satisfied(uid)) requeue(EXPECTATIONS_RECHECK_MS);
       else if (refillWait > 0) {
         refillPending = true;
         requeue(refillWait);
@@ -202,7 +213,8 @@ export class WarmPoolReconciler {
             return (b.metadata.creationTimestamp ?? '').localeCompare(a.metadata.creationTimestamp ?? '');
           })
           .slice(0, Math.min(current - desired, config.warmPoolMaxBatchSize));
-        await this.inWaves(victims, (sb) => this.deleteMember(uid, sb, removed));
+        await this.inWaves(victims, (sb) => this.deleteMember(uid, sb, dels));
+        if (dels.changed.size) requeue(CHANGED_MEMBER_RECHECK_MS);
       }
     }
 
@@ -342,19 +354,29 @@ export class WarmPoolReconciler {
     }
   }
 
-  private async deleteMember(poolUid: string, sb: SandboxObj, removed: Set<string>): Promise<void> {
+  /**
+   * Delete a member as the cache shows it: guarded by its uid and resourceVersion, so a member that changed since
+   * (above all, one a claim has just adopted, which the cache may not show yet; adopted Sandboxes are not the
+   * pool's, docs/extensions.md "Warm pool") is left alone, and the next pass decides from the newer view.
+   */
+  private async deleteMember(poolUid: string, sb: SandboxObj, dels: PassDeletes): Promise<void> {
     const name = sb.metadata.name!;
-    if (removed.has(name)) return;
-    removed.add(name);
+    if (dels.removed.has(name) || dels.changed.has(name)) return;
+    dels.removed.add(name);
     const counted = memberOf(sb) === poolUid;
     if (counted) this.membership.expect(poolUid, 'dels', 1);
     try {
       await this.d.manager.client.delete(Sandboxes, sb.metadata.namespace, name, {
-        preconditions: { uid: sb.metadata.uid },
+        preconditions: { uid: sb.metadata.uid, resourceVersion: sb.metadata.resourceVersion },
       });
     } catch (err) {
+      // Not deleted by us: no delete event will lower the expectation.
       if (counted) this.membership.lower(poolUid, 'dels');
-      if (!isNotFound(err) && !isConflict(err)) throw err;
+      if (isConflict(err)) {
+        // Still there (or no longer ours): it counts as it is until the cache shows otherwise.
+        dels.removed.delete(name);
+        dels.changed.add(name);
+      } else if (!isNotFound(err)) throw err;
     }
   }
 

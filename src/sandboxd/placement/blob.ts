@@ -16,7 +16,8 @@ import { MAX_SMALL_FILE_BYTES, parseMeta, type FileDigest, type RecordMeta } fro
  * Unpacking trusts nothing in the stream: names that are empty, absolute, hold a backslash or a `..` segment, or
  * resolve outside the destination are rejected; so is every entry that is not a regular file or a directory
  * (symlinks, hard links, devices, FIFOs), every file meta.json does not list, and any declared size above the cap
- * (checked on meta.json's sizes and on each header before a byte of the body is read). Each file is hashed as it is
+ * (checked on meta.json's sizes and on each header before a byte of the body is read), and a stream of more than
+ * MAX_RECORD_ENTRIES entries, directories included (a record has five). Each file is hashed as it is
  * written and checked against meta.json; a stream that ends early is an error. Files are created exclusively
  * (O_EXCL|O_NOFOLLOW) below the destination, so nothing is written anywhere else.
  */
@@ -35,6 +36,12 @@ export interface Unpacked {
 }
 
 const EXPORT = 'export';
+/**
+ * Most entries one record stream may hold, directories included: a record is meta.json, export/ and meta.json's
+ * files (at most 16, record.ts); the rest is slack for a writer that repeats a directory header. Without it a hostile
+ * peer could stream directory headers (no body, 512 bytes each) for as long as it likes, each one a mkdir.
+ */
+export const MAX_RECORD_ENTRIES = 64;
 /** Blocks of zeros are left as holes: a checkpoint's RAM file is mostly untouched pages, which stay unallocated. */
 const BLOCK = 4096;
 const ZEROS = Buffer.alloc(BLOCK);
@@ -101,10 +108,15 @@ export async function unpackRecord(src: Readable, dest: string, limits: UnpackLi
   let meta: RecordMeta | undefined;
   const received = new Set<string>();
   let bytes = 0;
+  let entries = 0;
   try {
     for await (const source of extract) {
       const h = source.header;
       const entry = source as AsyncIterable<Buffer>;
+      if (++entries > MAX_RECORD_ENTRIES)
+        rejectRecord(
+          `the stream holds more than ${MAX_RECORD_ENTRIES} entries (directories included); a record has meta.json, ${EXPORT}/ and its files`,
+        );
       const name = entryName(h.name, dest);
       if (h.size > limits.maxTotalBytes)
         rejectRecord(`entry "${name}" declares ${h.size} bytes, above the cap of ${limits.maxTotalBytes}`);

@@ -101,6 +101,8 @@ export function registerCheckpointRoutes(
     const claimRef = optionalString(body.claim_ref, 'claim_ref');
     const object = storedObject(body.object, claimRef);
     const identity = object !== undefined ? { claimRef: claimRef!, object } : undefined;
+    // A live (or being made) claim_ref is 409 before a redirect or a pull; the engine holds the ref over its clone.
+    if (identity) engine.assertClaimRefFree(identity.claimRef);
     const onExpiry = onExpiryOf(body);
     const noRedirect = body.no_redirect === true;
     const answer = (tier: ClaimTier, status: number, payload: unknown) => {
@@ -180,9 +182,14 @@ export function registerCheckpointRoutes(
     await blob(res, id!, false);
   });
 
+  // A promoted template is node-level state: every claim and pool of its key on this node clones it, whoever asks,
+  // and promoting a key again replaces it. So promote is an operator's act, not a sandbox's or a tenant's (tenants
+  // never drive node-level state): with a sandbox token one tenant could plant its memory and files under a name
+  // another tenant claims, or take over that tenant's promoted name.
   api.route('POST', '/v1/sandboxes/{id}/promote', async (req, res, who, [id]) => {
+    requireOperator(who);
     const body = await readJson(req);
-    const rec = api.authorizedSandbox(who, id!, optionalString(body.token, 'token'));
+    const rec = api.authorizedSandbox(who, id!);
     const template = optionalString(body.template, 'template');
     if (!template)
       throw new SandboxError('sandboxd.bad-request', 'template: required (the name later claims use, e.g. myproj:v1)');

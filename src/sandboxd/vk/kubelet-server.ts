@@ -13,6 +13,7 @@ import type { TLSSocket } from 'node:tls';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { httpErrorOf } from '../../error-http.js';
 import { SandboxError } from '../../errors.js';
+import { decodeSegments } from '../../net/path.js';
 import { failureStatus } from '../../kube/index.js';
 import type { Logger } from '../../log/logger.js';
 import type { NodeEngine } from '../engine.js';
@@ -65,6 +66,18 @@ const defaultAuthorize = (s: { CN?: string; O?: string | string[] }) => {
   const orgs = Array.isArray(s.O) ? s.O : s.O ? [s.O] : [];
   return s.CN === 'kube-apiserver-kubelet-client' || s.CN === 'kube-apiserver' || orgs.includes('system:masters');
 };
+
+/** The URL's path segments, percent-decoded; a malformed escape is the client's 400. */
+function pathSegments(url: URL): string[] {
+  return decodeSegments(
+    url.pathname.split('/').filter(Boolean),
+    (raw) =>
+      new SandboxError(
+        'kubelet.bad-request',
+        `the path segment ${JSON.stringify(raw)} has an invalid percent-encoding`,
+      ),
+  );
+}
 
 export class KubeletServer {
   private readonly server: Server;
@@ -141,7 +154,7 @@ export class KubeletServer {
     try {
       this.authenticate(req);
       const url = new URL(req.url ?? '/', 'https://kubelet');
-      const parts = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
+      const parts = pathSegments(url);
       const [root] = parts;
       if (root === 'healthz' || root === 'readyz' || root === 'livez') {
         res.writeHead(200, { 'Content-Type': 'text/plain' }).end('ok');
@@ -185,7 +198,7 @@ export class KubeletServer {
     try {
       this.authenticate(req);
       const url = new URL(req.url ?? '/', 'https://kubelet');
-      const parts = url.pathname.split('/').filter(Boolean).map(decodeURIComponent);
+      const parts = pathSegments(url);
       const [root] = parts;
       const upgrade = (req.headers.upgrade ?? '').toLowerCase();
       if (upgrade === 'spdy/3.1' && root === 'portForward' && (parts.length === 3 || parts.length === 4)) {
