@@ -54,6 +54,7 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
     primeWarmVms: sim ? false : config.primeWarmVms,
     defaultTtlSeconds: config.defaultTtlSeconds,
     checkpointTtlMs: config.checkpointTtlHours * 3_600_000,
+    maxCheckpoints: config.maxCheckpoints,
     logger: log.child({ component: 'engine' }),
   });
   await engine.start();

@@ -49,11 +49,19 @@ export interface EngineOptions {
   maxTtlSeconds?: number;
   /** Checkpoints older than this are deleted (0: kept until deleted). */
   checkpointTtlMs?: number;
+  /**
+   * Most checkpoints this node keeps (its own and pulled copies); a checkpoint beyond is 429. A sandbox's token may
+   * checkpoint it, each one a copy of its RAM on disk: without a bound one tenant fills the node's disk. 0: none.
+   */
+  maxCheckpoints?: number;
   logger?: Logger;
   /** VM run dirs (sockets, logs). Default: under /run when root (QEMU drops to an unprivileged user that must
    * reach them, and unix socket paths are short there), else `<dataDir>/vms`. */
   runRoot?: string;
 }
+
+/** The default of `--max-checkpoints`. */
+export const DEFAULT_MAX_CHECKPOINTS = 256;
 
 /** One run root per data dir, so two daemons on one host never adopt each other's VMs. */
 export function defaultRunRoot(dataDir: string): string {
@@ -113,6 +121,8 @@ export class NodeEngine extends EventEmitter {
   private readonly opts: Required<Omit<EngineOptions, 'driver' | 'logger' | 'runRoot'>>;
   private reaper: NodeJS.Timeout | undefined;
   private reaping = false;
+  /** Checkpoints being taken; they count against maxCheckpoints like the ones in the store. */
+  private checkpointsInFlight = 0;
   /** Claims whose VM is still being cloned; they count against maxClaims like the ones in the table. */
   private pending = 0;
   readonly counters = { claims: 0, warmHits: 0, provisioned: 0, releases: 0, reaps: 0, forks: 0 };
@@ -131,6 +141,7 @@ export class NodeEngine extends EventEmitter {
       defaultTtlSeconds: opts.defaultTtlSeconds ?? 300,
       maxTtlSeconds: opts.maxTtlSeconds ?? 86_400,
       checkpointTtlMs: opts.checkpointTtlMs ?? 0,
+      maxCheckpoints: opts.maxCheckpoints ?? DEFAULT_MAX_CHECKPOINTS,
     };
     this.log = opts.logger ?? silentLogger;
     mkdirSync(this.opts.dataDir, { recursive: true });
@@ -563,12 +574,25 @@ export class NodeEngine extends EventEmitter {
   async checkpoint(id: string, name?: string): Promise<CheckpointRecord> {
     const rec = this.mustGet(id);
     this.assertNotEgress(rec, 'checkpoint');
-    const template = await this.vm(id).checkpoint(name ? `${name}@${id}` : undefined);
-    const ck = await this.checkpoints.add(id, rec.key, template, name, rec.claimRef);
-    // Written before the answer (a checkpoint takes seconds; the write is nothing next to it), so a checkpoint
-    // the API has answered for is never lost to a crash, and its directory never looks orphaned at the next start.
-    await this.state.flush();
-    return ck;
+    // Counted with the ones being taken, so concurrent requests cannot pass the bound together.
+    const max = this.opts.maxCheckpoints;
+    if (max > 0 && this.checkpoints.list().length + this.checkpointsInFlight >= max)
+      throw new SandboxError(
+        'sandboxd.at-capacity',
+        `node ${this.opts.nodeName} keeps at most ${max} checkpoints (--max-checkpoints)`,
+        { hint: 'delete checkpoints that are no longer needed (DELETE /v1/checkpoints/{id})' },
+      );
+    this.checkpointsInFlight++;
+    try {
+      const template = await this.vm(id).checkpoint(name ? `${name}@${id}` : undefined);
+      const ck = await this.checkpoints.add(id, rec.key, template, name, rec.claimRef);
+      // Written before the answer (a checkpoint takes seconds; the write is nothing next to it), so a checkpoint
+      // the API has answered for is never lost to a crash, and its directory never looks orphaned at the next start.
+      await this.state.flush();
+      return ck;
+    } finally {
+      this.checkpointsInFlight--;
+    }
   }
 
   listCheckpoints(): CheckpointRecord[] {

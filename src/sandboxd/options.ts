@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { Command, Option } from 'commander';
 import { SandboxError } from '../errors.js';
 import { SIM_CLONE_MS } from '../vmm/index.js';
+import { DEFAULT_MAX_CHECKPOINTS } from './engine.js';
 import { NETS, parsePoolKey, SIZES, type PoolKey } from './pool-key.js';
 
 /** sandboxd flags; the only place sandboxd reads its configuration (and the environment). */
@@ -44,6 +45,7 @@ export interface SandboxdConfig {
   /** Checkpoint placement (docs/placement.md). */
   readonly checkpointPeerHeal: boolean;
   readonly checkpointTtlHours: number;
+  readonly maxCheckpoints: number;
   readonly checkpointHealConcurrency: number;
   readonly checkpointHealTimeoutMs: number;
   readonly checkpointMaxBytes: number;
@@ -178,6 +180,12 @@ export function sandboxdCommand(): Command {
     )
     .option('--checkpoint-heal-concurrency <n>', 'checkpoint pulls at once (beyond: 503 with Retry-After)', Number, 2)
     .option('--checkpoint-heal-timeout <seconds>', 'time budget of one heal, over all owners tried', Number, 1800)
+    .option(
+      '--max-checkpoints <n>',
+      'most checkpoints this node keeps: taking one beyond is 429 (pulled copies count, and are kept; 0: no limit)',
+      Number,
+      DEFAULT_MAX_CHECKPOINTS,
+    )
     .option('--checkpoint-max-gib <n>', "most GiB a pulled checkpoint's files may declare together", Number, 64)
     .option('--pools <list>', 'initial warm targets: template[:net[:size]]=N, comma separated', '')
     .option('--kubeconfig <path>', 'enables NodeInventory publishing and virtual-kubelet nodes')
@@ -281,6 +289,9 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
     errors.push(`--sim-clone-ms: must be a number >= 0 (got ${String(o.simCloneMs)})`);
   const heal = Boolean(o.checkpointPeerHeal);
   const ttlHours = Number(o.checkpointTtlHours);
+  const maxCheckpoints = Number(o.maxCheckpoints);
+  if (!(Number.isInteger(maxCheckpoints) && maxCheckpoints >= 0))
+    errors.push(`--max-checkpoints: must be an integer >= 0 (got ${String(o.maxCheckpoints)})`);
   if (!(ttlHours >= 0)) errors.push(`--checkpoint-ttl-hours: must be >= 0 (got ${String(o.checkpointTtlHours)})`);
   for (const [flag, v] of [
     ['--checkpoint-heal-concurrency', o.checkpointHealConcurrency],
@@ -332,6 +343,7 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
       .filter(Boolean),
     checkpointPeerHeal: heal,
     checkpointTtlHours: ttlHours,
+    maxCheckpoints,
     checkpointHealConcurrency: Number(o.checkpointHealConcurrency),
     checkpointHealTimeoutMs: Number(o.checkpointHealTimeout) * 1000,
     checkpointMaxBytes: Number(o.checkpointMaxGib) * 2 ** 30,

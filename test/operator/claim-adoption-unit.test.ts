@@ -9,7 +9,8 @@ import { fnv1a32, LabelKeys } from '../../src/api/index.js';
 import { StatusError } from '../../src/kube/index.js';
 import { CandidateQueues } from '../../src/operator/extensions/candidates.js';
 import { adoptWarm, offerCandidate } from '../../src/operator/extensions/claim-adoption.js';
-import type { ClaimContext } from '../../src/operator/extensions/claim-context.js';
+import { ClaimBindings } from '../../src/operator/extensions/claim-binding.js';
+import type { ClaimContext, ClaimDeps } from '../../src/operator/extensions/claim-context.js';
 import type { ClaimObj, PoolObj, SandboxObj } from '../../src/operator/extensions/support.js';
 
 const TEAM = 'sandbox.users.io/team';
@@ -114,5 +115,66 @@ describe('warm adoption bookkeeping', () => {
     });
     assert.equal((await adoptWarm(ctx, claim(), pool, undefined))?.metadata.name, 'm1');
     assert.deepEqual(sent, ['10', '11']);
+  });
+});
+
+describe('a bound Sandbox deleted (ClaimBindings)', () => {
+  function bindingsWith(getClaim: () => Promise<ClaimObj>) {
+    const gets: string[] = [];
+    const deps = {
+      sandboxes: { addIndex: () => {}, getByName: () => undefined },
+      manager: {
+        client: {
+          get: (_rt: unknown, _ns: string, name: string) => {
+            gets.push(name);
+            return getClaim();
+          },
+        },
+      },
+    } as unknown as ClaimDeps;
+    return { bindings: new ClaimBindings(deps), gets };
+  }
+  const adopted = (): SandboxObj => {
+    const sb = member('m1', '7');
+    sb.metadata.ownerReferences = [
+      {
+        apiVersion: 'extensions.agents.x-k8s.io/v1beta1',
+        kind: 'SandboxClaim',
+        name: 'c',
+        uid: 'claim-uid',
+        controller: true,
+      },
+    ];
+    return sb;
+  };
+
+  it('stops the pass when the claim is gone (its delete event is still on the way), with one GET', async () => {
+    const { bindings, gets } = bindingsWith(() =>
+      Promise.reject(
+        new StatusError(404, { kind: 'Status', reason: 'NotFound', code: 404, message: 'gone' }, 'get', '/c'),
+      ),
+    );
+    assert.equal(await bindings.confirmClaim(claim()), true, 'nothing deleted: no GET');
+    bindings.remember('claim-uid', adopted());
+    bindings.sandboxDeleted(adopted());
+    assert.equal(await bindings.confirmClaim(claim()), false, 'the claim was deleted: it must not take another member');
+    assert.deepEqual(gets, ['c']);
+  });
+
+  it('lets a claim that still exists be bound anew, and asks only once', async () => {
+    const { bindings, gets } = bindingsWith(() => Promise.resolve(claim()));
+    bindings.remember('claim-uid', adopted());
+    bindings.sandboxDeleted(adopted());
+    assert.equal(await bindings.confirmClaim(claim()), true);
+    assert.equal(await bindings.confirmClaim(claim()), true);
+    assert.deepEqual(gets, ['c']);
+  });
+
+  it('keeps a binding whose Sandbox was replaced under the same name (another UID was deleted)', async () => {
+    const { bindings, gets } = bindingsWith(() => Promise.resolve(claim()));
+    bindings.remember('claim-uid', adopted());
+    bindings.sandboxDeleted({ ...adopted(), metadata: { ...adopted().metadata, uid: 'older-uid' } });
+    assert.equal(await bindings.confirmClaim(claim()), true);
+    assert.deepEqual(gets, [], 'not unbound: no GET');
   });
 });

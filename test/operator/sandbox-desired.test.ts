@@ -8,6 +8,7 @@ import {
   podMetadataForCreate,
   podNameOf,
   repairedService,
+  serviceRepairPatch,
   selectorOf,
   servicePortsOf,
   syncedPodMetadata,
@@ -283,5 +284,20 @@ describe('sandbox desired state: pod, PVC, service', () => {
     const want = repairedService(live, s);
     assert.deepEqual(want.labels, { other: '1', [HASH]: '374de8f5' });
     assert.deepEqual(want.selector, { [HASH]: '374de8f5' });
+    assert.deepEqual(serviceRepairPatch(live, s), {
+      metadata: { labels: { [HASH]: '374de8f5' } },
+      spec: { selector: { a: null, [HASH]: '374de8f5' } },
+    });
+  });
+
+  it('service repair: a Service without ports, as the apiserver returns a headless one with none, needs no patch', () => {
+    const s = sb({ service: true });
+    const { ports: _none, ...spec } = buildService(s).spec;
+    assert.deepEqual(buildService(s).spec.ports ?? [], [], 'the pod template has no ports');
+    const live = { ...buildService(s), spec };
+    assert.equal(serviceRepairPatch(live, s), undefined);
+    // Ports it should not have are still removed.
+    const extra = { ...live, spec: { ...spec, ports: [{ name: 'x', port: 1, protocol: 'TCP', targetPort: 1 }] } };
+    assert.deepEqual(serviceRepairPatch(extra, s), { spec: { ports: [] } });
   });
 });

@@ -89,6 +89,32 @@ describe('SandboxWarmPool rollouts (spec §16 item 12, §14.2 TestWarmPoolRollou
     assert.equal(afterM?.metadata.name, before!.metadata.name);
   });
 
+  it('an orphan made for another template name is replaced, even when its spec is identical (§8 step 2)', async () => {
+    await createAll(env.client, templateManifest(env.ns, 'c'), poolManifest(env.ns, 'orphans', 'c', 1));
+    await waitPoolReady(env.ns, 'orphans', 1);
+    const [member] = await members(env, 'orphans');
+    assert.equal(member!.metadata.labels?.[LabelKeys.sandboxTemplateRefHash], fnv1a32('c'));
+    // OnReplenish: an owned member of the old template is kept when the pool moves to the spec-identical c2 ...
+    await env.client.create(SandboxTemplates, templateManifest(env.ns, 'c2'));
+    await env.client.patch(
+      SandboxWarmPools,
+      env.ns,
+      'orphans',
+      { spec: { sandboxTemplateRef: { name: 'c2' } } },
+      'merge',
+    );
+    await sleep(1000);
+    assert.equal((await members(env, 'orphans'))[0]?.metadata.name, member!.metadata.name, 'kept while owned');
+    // ... but once it is an orphan, it is stale for its template name and replaced rather than adopted.
+    await env.client.patch(Sandboxes, env.ns, member!.metadata.name!, { metadata: { ownerReferences: null } }, 'merge');
+    const [replacement] = await eventually(() => members(env, 'orphans'), {
+      until: (l) => l.length === 1 && l[0]!.metadata.name !== member!.metadata.name,
+      what: 'the orphan replaced by a member of c2',
+      timeoutMs: 30_000,
+    });
+    assert.equal(replacement!.metadata.labels?.[LabelKeys.sandboxTemplateRefHash], fnv1a32('c2'));
+  });
+
   it('switching the pool to an identical template B recreates the member, annotated with B', async () => {
     const [before] = await members(env, 'other');
     await env.client.create(SandboxTemplates, templateManifest(env.ns, 'b2'));

@@ -20,7 +20,10 @@ import { eventually } from '../support/eventually.js';
 
 const KEY = { template: 'sandbox/minimal', net: 'none', size: 'small' } as const;
 
-function simEngine(dir: string, opts: { cloneMs: number; refillConcurrency?: number; maxClaims?: number }) {
+function simEngine(
+  dir: string,
+  opts: { cloneMs: number; refillConcurrency?: number; maxClaims?: number; maxCheckpoints?: number },
+) {
   const driver = new SimulatedMicrovmDriver({ root: join(dir, 'sim'), cloneMs: opts.cloneMs });
   const engine = new NodeEngine({
     dataDir: dir,
@@ -30,6 +33,7 @@ function simEngine(dir: string, opts: { cloneMs: number; refillConcurrency?: num
     primeWarmVms: false,
     refillConcurrency: opts.refillConcurrency ?? 2,
     maxClaims: opts.maxClaims ?? 5000,
+    ...(opts.maxCheckpoints !== undefined ? { maxCheckpoints: opts.maxCheckpoints } : {}),
     refillDelayMs: 1,
     runRoot: join(dir, 'run'),
   });
@@ -141,6 +145,29 @@ describe('simulated engine', () => {
       assert.equal(second.engine.deleteCheckpoint(ck.id), true);
     } finally {
       await second.engine.close({ destroyVms: true });
+    }
+  });
+
+  it('keeps at most --max-checkpoints, counting the ones being taken; a delete makes room', async () => {
+    const { engine } = simEngine(join(dir, 'ck-cap'), { cloneMs: 5, maxCheckpoints: 3 });
+    await engine.start();
+    try {
+      const rec = await engine.claim({ key: KEY });
+      // Five at once: three are taken, two refused at once, however the checkpoints interleave.
+      const results = await Promise.allSettled(Array.from({ length: 5 }, () => engine.checkpoint(rec.id)));
+      const refused = results.filter((r) => r.status === 'rejected').map((r) => (r as PromiseRejectedResult).reason);
+      assert.equal(results.length - refused.length, 3);
+      assert.deepEqual(
+        refused.map((e: { code?: string }) => e.code),
+        ['sandboxd.at-capacity', 'sandboxd.at-capacity'],
+      );
+      assert.match(String(refused[0]), /keeps at most 3 checkpoints/);
+      assert.equal(engine.listCheckpoints().length, 3);
+      assert.equal(engine.deleteCheckpoint(engine.listCheckpoints()[0]!.id), true);
+      await engine.checkpoint(rec.id);
+      assert.equal(engine.listCheckpoints().length, 3);
+    } finally {
+      await engine.close({ destroyVms: true });
     }
   });
 

@@ -30,6 +30,13 @@ export class ClaimBindings {
   private readonly bindings = new Map<string, SandboxObj>();
   /** `<namespace>/<name>` of a remembered Sandbox -> its claim's UID, so a Sandbox delete can drop the copy. */
   private readonly claimOf = new Map<string, string>();
+  /**
+   * Claims whose bound Sandbox the informer saw deleted: before binding one anew, the claim is read from the
+   * apiserver (confirmClaim). Deleting a claim deletes its Sandbox (garbage collection), and that Sandbox's delete
+   * event can arrive before the claim's own: from the cache alone the claim looks alive and unbound, and would take
+   * another warm member for a claim that no longer exists.
+   */
+  private readonly unbound = new Set<string>();
   /** claim UID -> a candidate whose adoption outcome is unknown (transport error); checked with a GET first. */
   private readonly uncertain = new Map<string, string>();
   private fence: Promise<void> | undefined;
@@ -70,7 +77,28 @@ export class ClaimBindings {
     const mine = this.bindings.get(uid);
     if (mine && keyOf(mine) === key && mine.metadata.uid !== sb.metadata.uid) return;
     this.claimOf.delete(key);
-    if (mine && keyOf(mine) === key) this.bindings.delete(uid);
+    if (mine && keyOf(mine) === key) {
+      this.bindings.delete(uid);
+      this.unbound.add(uid);
+    }
+  }
+
+  /**
+   * Whether the claim may go on to be bound: false when its bound Sandbox was deleted and the apiserver no longer
+   * has this claim (deleted, or deleting), so the pass must stop. One GET, only after such a delete.
+   */
+  async confirmClaim(claim: ClaimObj): Promise<boolean> {
+    const uid = claim.metadata.uid!;
+    if (!this.unbound.has(uid)) return true;
+    let live: ClaimObj | undefined;
+    try {
+      live = await this.d.manager.client.get<ClaimObj>(SandboxClaims, claim.metadata.namespace, claim.metadata.name!);
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+    }
+    if (!live || live.metadata.uid !== uid || live.metadata.deletionTimestamp) return false;
+    this.unbound.delete(uid);
+    return true;
   }
 
   /** An adoption of `sandboxName` whose outcome is unknown: the next lookup asks the apiserver first. */
@@ -82,6 +110,7 @@ export class ClaimBindings {
     const mine = this.bindings.get(claimUid);
     if (mine && this.claimOf.get(keyOf(mine)) === claimUid) this.claimOf.delete(keyOf(mine));
     this.bindings.delete(claimUid);
+    this.unbound.delete(claimUid);
     this.uncertain.delete(claimUid);
     this.preexisting.delete(claimUid);
   }

@@ -129,6 +129,7 @@ export class ClaimReconciler implements ClaimContext {
     const claim = this.writes.latest(cached);
     this.deleteLegacyNetworkPolicy(claim);
     if (claim.metadata.deletionTimestamp) return;
+    if (!(await this.bindings.confirmClaim(claim))) return;
 
     const now = Date.now();
     const tl = timeLeft(claim.spec.lifecycle, claim.status?.conditions, now);

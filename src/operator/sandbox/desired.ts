@@ -14,7 +14,7 @@ import {
   type PodSpec,
   type Volume,
 } from '../../api/index.js';
-import { controllerOf, refGroup, type OwnerReference } from '../../kube/index.js';
+import { controllerOf, mergePatch, refGroup, type OwnerReference } from '../../kube/index.js';
 import { adaptPodForRuntime, type RuntimeName } from '../runtime/adapter.js';
 import type { PersistentVolumeClaim, Pod, SandboxObject, Service, ServicePort } from './types.js';
 
@@ -265,6 +265,22 @@ export function repairedService(
     selector: { [LabelKeys.sandboxNameHash]: h },
     ports,
   };
+}
+
+/**
+ * The merge patch that repairs an owned Service's drift, or undefined when it has none. No ports and an empty list
+ * are the same: the apiserver omits an empty `ports`, so a headless Service of a pod template without ports reads
+ * back without the field, and comparing `undefined` with `[]` sent a no-op PATCH on every pass.
+ */
+export function serviceRepairPatch(svc: Service, sb: SandboxObject): unknown {
+  const want = repairedService(svc, sb);
+  return mergePatch(
+    {
+      metadata: { labels: svc.metadata.labels ?? {} },
+      spec: { selector: svc.spec.selector ?? {}, ports: svc.spec.ports ?? [] },
+    },
+    { metadata: { labels: want.labels }, spec: { selector: want.selector, ports: want.ports ?? [] } },
+  );
 }
 
 /**

@@ -3,13 +3,14 @@
  * deleted when `false`, adopted only when unowned, adoptable and headless, refused when someone else controls it.
  */
 import { SANDBOX_FIELD_OWNER } from '../../api/index.js';
-import { controllerOf, isAlreadyExists, isNotFound, keyOf, mergePatch, Services } from '../../kube/index.js';
+import { controllerOf, isAlreadyExists, isNotFound, keyOf, Services } from '../../kube/index.js';
 import {
   buildService,
   cannotAdoptMessage,
   foreignOwnerMessage,
   isAdoptable,
   repairedService,
+  serviceRepairPatch,
   sandboxOwnerRef,
 } from './desired.js';
 import { ChildReconciler, deleteChild, liveGet, refuse, type Pass } from './pass.js';
@@ -110,14 +111,7 @@ export class ServiceReconciler extends ChildReconciler<Service> {
   }
 
   private async repairService(pass: Pass, svc: Service): Promise<void> {
-    const want = repairedService(svc, pass.sb);
-    const diff = mergePatch(
-      {
-        metadata: { labels: svc.metadata.labels ?? {} },
-        spec: { selector: svc.spec.selector ?? {}, ports: svc.spec.ports },
-      },
-      { metadata: { labels: want.labels }, spec: { selector: want.selector, ports: want.ports } },
-    );
+    const diff = serviceRepairPatch(svc, pass.sb);
     if (!diff) return;
     try {
       const updated = await this.client.patch<Service>(
