@@ -5,9 +5,15 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { collectBody } from '../net/body.js';
-import { badRequest, tooLarge, unsupportedMediaType, type StatusFailure } from './status.js';
+import { badRequest, requestTimeout, tooLarge, unsupportedMediaType, type StatusFailure } from './status.js';
 
 export const MAX_BODY_BYTES = 1 << 20;
+/**
+ * How long a request body may take to arrive: kube-apiserver's default request timeout. The server has no
+ * whole-request deadline (watches are long), so without this a client could hold a request open by sending its body
+ * a byte at a time.
+ */
+export const BODY_DEADLINE_MS = 60_000;
 
 export function sendJson(
   res: ServerResponse,
@@ -41,7 +47,11 @@ export function warningHeader(warnings: readonly string[]): Record<string, strin
 }
 
 /** The JSON request body (undefined when empty); 413 past the cap, 415 for anything but JSON, 400 when malformed. */
-export function readJsonBody(req: IncomingMessage, limit = MAX_BODY_BYTES): Promise<unknown> {
+export function readJsonBody(
+  req: IncomingMessage,
+  limit = MAX_BODY_BYTES,
+  deadlineMs = BODY_DEADLINE_MS,
+): Promise<unknown> {
   const type = (req.headers['content-type'] ?? 'application/json').split(';')[0]!.trim().toLowerCase();
   const declared = Number(req.headers['content-length'] ?? 0);
   return new Promise((resolve, reject) => {
@@ -53,14 +63,28 @@ export function readJsonBody(req: IncomingMessage, limit = MAX_BODY_BYTES): Prom
       req.resume();
       return reject(tooLarge(limit));
     }
-    collectBody(req, limit, () => tooLarge(limit)).then((chunks) => {
-      const size = chunks.reduce((n, c) => n + c.length, 0);
-      if (size === 0) return resolve(undefined);
-      try {
-        resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')));
-      } catch (err) {
-        reject(badRequest(`the request body is not valid JSON: ${(err as Error).message}`));
-      }
-    }, reject);
+    // Past the deadline: the 504 is answered, and the connection is closed a moment later (whatever is still
+    // arriving is not read).
+    const timer = setTimeout(() => {
+      reject(requestTimeout(`the request body did not arrive within ${deadlineMs / 1000} s`));
+      setTimeout(() => req.destroy(), 1000).unref();
+    }, deadlineMs);
+    timer.unref();
+    collectBody(req, limit, () => tooLarge(limit)).then(
+      (chunks) => {
+        clearTimeout(timer);
+        const size = chunks.reduce((n, c) => n + c.length, 0);
+        if (size === 0) return resolve(undefined);
+        try {
+          resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')));
+        } catch (err) {
+          reject(badRequest(`the request body is not valid JSON: ${(err as Error).message}`));
+        }
+      },
+      (err: unknown) => {
+        clearTimeout(timer);
+        reject(err);
+      },
+    );
   });
 }

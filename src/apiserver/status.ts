@@ -166,6 +166,9 @@ export function invalid(kind: string, group: string, name: string, causes: Statu
   });
 }
 
+/** 504 Timeout: the request did not complete in the allotted time (kube-apiserver's timeout filter). */
+export const requestTimeout = (message: string) => new StatusFailure(504, 'Timeout', message);
+
 export const internalError = (message: string) =>
   new StatusFailure(500, 'InternalError', `Internal error occurred: ${message}`);
 
