@@ -83,19 +83,29 @@ export class AgentFiles {
    * stream's credit, so a slow guest holds the source back instead of buffering it here.
    */
   async writeStream(path: string, source: AsyncIterable<Buffer>, opts: WriteOptions = {}): Promise<number> {
+    // A source that fails (an upload over its cap, a client gone mid-body, a corrupt gzip) cancels the guest's write:
+    // left alone, the agent's write waited for input for ever with the file open, holding one of its stream slots
+    // (1024, shared with exec and reads), so enough failed uploads stopped the sandbox answering at all.
+    const cancel = new AbortController();
+    const signal = opts.signal ? AbortSignal.any([opts.signal, cancel.signal]) : cancel.signal;
     const { id, done } = this.client.start(
       'file.write',
       { path, mode: opts.mode, append: opts.append, parents: opts.parents, uid: opts.uid, gid: opts.gid },
-      { timeoutMs: opts.timeoutMs, signal: opts.signal },
+      { timeoutMs: opts.timeoutMs, signal },
     );
     done.catch(() => undefined);
     const input = this.client.streamInput(id);
     const step = 256 << 10;
-    for await (const chunk of source) {
-      for (let off = 0; off < chunk.length; off += step) {
-        this.client.assertOpen();
-        if (!input.write(chunk.subarray(off, off + step))) await Promise.race([input.drained(), done]);
+    try {
+      for await (const chunk of source) {
+        for (let off = 0; off < chunk.length; off += step) {
+          this.client.assertOpen();
+          if (!input.write(chunk.subarray(off, off + step))) await Promise.race([input.drained(), done]);
+        }
       }
+    } catch (err) {
+      cancel.abort(err);
+      throw err;
     }
     this.client.assertOpen();
     input.end();

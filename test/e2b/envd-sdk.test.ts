@@ -6,6 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,7 +14,9 @@ import { after, before, describe, it } from 'node:test';
 import { CommandExitError, FileType, NotFoundError, Sandbox, TimeoutError } from 'e2b';
 import { ENVD_VERSION, envdAccessToken } from '../../src/api/envd.js';
 import { NodeEngine } from '../../src/sandboxd/engine.js';
+import { fileSignature } from '../../src/sandboxd/envd/access.js';
 import { EnvdServer } from '../../src/sandboxd/envd/server.js';
+import { MAX_WATCHERS } from '../../src/sandboxd/envd/watchers.js';
 import { eventually } from '../support/eventually.js';
 
 const KEY = { template: 'sandbox/base', net: 'none', size: 'small' } as const;
@@ -238,5 +241,107 @@ describe('envd data plane with the e2b SDK (real microVMs, one node)', () => {
       assert.ok(r.status === 200 ? text.includes('"error"') : r.status >= 400, `${r.status} ${text.toString()}`);
     }
     assert.equal((await sbx.commands.run('echo still')).stdout, 'still\n');
+  });
+  it(
+    'a multipart upload over the cap is answered 413 while it is still being sent, and the node goes on',
+    { timeout: 60_000 },
+    async () => {
+      // Before, the part's writer failed at the cap and busboy, waiting for that part to be read, never closed: the
+      // upload was never answered (and its guest write was never cancelled).
+      const boundary = 'sbx-boundary';
+      const status = await new Promise<number>((resolve, reject) => {
+        const req = httpRequest(`${base}/files?path=/tmp/over-cap.bin`, {
+          method: 'POST',
+          headers: {
+            'e2b-sandbox-id': claimId,
+            'x-access-token': envdAccessToken(token),
+            'content-type': `multipart/form-data; boundary=${boundary}`,
+          },
+        });
+        let answered = false;
+        req.on('response', (res) => {
+          answered = true;
+          res.resume();
+          resolve(res.statusCode ?? 0);
+          req.destroy();
+        });
+        req.on('error', (err) => {
+          if (!answered) reject(err);
+        });
+        req.write(`--${boundary}\r\ncontent-disposition: form-data; name="file"; filename="over-cap.bin"\r\n\r\n`);
+        const chunk = Buffer.alloc(1 << 20, 7);
+        let sent = 0;
+        const more = () => {
+          while (!answered && sent < 64) {
+            sent++;
+            if (!req.write(chunk)) return void req.once('drain', more);
+          }
+        };
+        more();
+      });
+      assert.equal(status, 413);
+      assert.equal(await sbx.files.exists('/tmp/over-cap.bin'), false, 'the partial file is removed');
+      assert.equal((await sbx.commands.run('echo after-413')).stdout, 'after-413\n');
+    },
+  );
+  it('a multi-file write puts each file at its own full path; a signed upload writes only its signed path', async () => {
+    // The SDK sends one multipart part per file, its filename the full target path and no path query; before,
+    // busboy kept only the filename's last component, and both files landed in the home directory as "x.txt".
+    const infos = await sbx.files.write([
+      { path: '/tmp/multi-a/x.txt', data: 'A' },
+      { path: '/tmp/multi-b/x.txt', data: 'B' },
+    ]);
+    assert.deepEqual(
+      infos.map((f) => f.path),
+      ['/tmp/multi-a/x.txt', '/tmp/multi-b/x.txt'],
+    );
+    assert.equal(await sbx.files.read('/tmp/multi-a/x.txt'), 'A');
+    assert.equal(await sbx.files.read('/tmp/multi-b/x.txt'), 'B');
+
+    const signed = new URLSearchParams({
+      path: '/tmp/signed.txt',
+      signature: fileSignature('/tmp/signed.txt', 'write', '', envdAccessToken(token)),
+    });
+    const form = (names: string[]) => {
+      const f = new FormData();
+      for (const n of names) f.append('file', new Blob([`to ${n}`]), n);
+      return f;
+    };
+    const post = (names: string[]) =>
+      fetch(`${base}/files?${signed}`, { method: 'POST', headers: { 'e2b-sandbox-id': claimId }, body: form(names) });
+    const one = await post(['/tmp/signed.txt']);
+    assert.equal(one.status, 200, await one.text());
+    assert.equal(await sbx.files.read('/tmp/signed.txt'), 'to /tmp/signed.txt');
+    const two = await post(['/tmp/signed.txt', '/tmp/unsigned.txt']);
+    assert.equal(two.status, 400);
+    assert.match(((await two.json()) as { message: string }).message, /signed upload writes the one path/);
+    assert.equal(await sbx.files.exists('/tmp/unsigned.txt'), false, 'nothing written where nobody signed');
+  });
+  it('a sandbox holds at most MAX_WATCHERS polled watchers; a removed one makes room', async () => {
+    const rpc = (method: string, body: unknown) =>
+      fetch(`${base}/filesystem.Filesystem/${method}`, {
+        method: 'POST',
+        headers: {
+          'e2b-sandbox-id': claimId,
+          'x-access-token': envdAccessToken(token),
+          'content-type': 'application/json',
+          'connect-protocol-version': '1',
+        },
+        body: JSON.stringify(body),
+      });
+    const ids: string[] = [];
+    for (let i = 0; i < MAX_WATCHERS; i++) {
+      const r = await rpc('CreateWatcher', { path: '/tmp' });
+      assert.equal(r.status, 200, await r.clone().text());
+      ids.push(((await r.json()) as { watcherId: string }).watcherId);
+    }
+    const over = await rpc('CreateWatcher', { path: '/tmp' });
+    assert.equal(over.status, 429);
+    assert.match(((await over.json()) as { message: string }).message, /holds 64 watchers/);
+    assert.equal((await rpc('RemoveWatcher', { watcherId: ids.pop() })).status, 200);
+    const again = await rpc('CreateWatcher', { path: '/tmp' });
+    assert.equal(again.status, 200);
+    ids.push(((await again.json()) as { watcherId: string }).watcherId);
+    for (const watcherId of ids) await rpc('RemoveWatcher', { watcherId });
   });
 });

@@ -118,4 +118,16 @@ describe('agent flow control (sandbox/minimal)', { timeout: BUILD_TIMEOUT_MS + 5
       await server.wait().catch(() => undefined);
     }
   });
+  it('a write whose source fails is cancelled in the guest: 1 100 failed uploads leave the agent answering', async () => {
+    // More failures than the agent's 1 024 stream slots: before, each left its guest write waiting for input with
+    // the file open, and the slots ran out ("too many concurrent operations" for every exec and read after).
+    const failing = async function* () {
+      yield Buffer.from('partial');
+      throw new Error('the upload broke off');
+    };
+    for (let i = 0; i < 1_100; i++)
+      await assert.rejects(vm.files.writeStream(`/tmp/failed-${i % 4}`, failing(), { timeoutMs: 0 }), /broke off/);
+    const after = await within(5000, 'an exec after 1 100 failed uploads', vm.run(['echo', 'still-here']));
+    assert.equal(after.value.stdout.toString(), 'still-here\n');
+  });
 });

@@ -22,12 +22,13 @@ export interface FilesOptions {
   maxUploadBytes: number;
 }
 
-function authorize(req: IncomingMessage, url: URL, sbx: SandboxContext, op: 'read' | 'write'): void {
-  if (hasAccessToken(req.headers, sbx.envdToken)) return;
+/** Who may do `op`: the sandbox's access token, or a signed URL (which covers its `path` alone). */
+function authorize(req: IncomingMessage, url: URL, sbx: SandboxContext, op: 'read' | 'write'): 'token' | 'signed' {
+  if (hasAccessToken(req.headers, sbx.envdToken)) return 'token';
   if (url.searchParams.has('signature')) {
     const problem = signatureProblem(url.searchParams, op, sbx.envdToken);
     if (problem) throw new HttpFailure(401, problem);
-    return;
+    return 'signed';
   }
   throw new HttpFailure(401, 'invalid or missing access token (X-Access-Token)');
 }
@@ -109,7 +110,7 @@ async function upload(
   sbx: SandboxContext,
   opts: FilesOptions,
 ): Promise<void> {
-  authorize(req, url, sbx, 'write');
+  const by = authorize(req, url, sbx, 'write');
   for (const h of Object.keys(req.headers))
     if (h.startsWith('x-metadata-'))
       throw new HttpFailure(400, `file metadata (${h}) needs envd 0.6.2; this sandbox's envd is ${ENVD_VERSION}`);
@@ -138,7 +139,8 @@ async function upload(
     written.push({ name: path.slice(path.lastIndexOf('/') + 1), type: 'file', path });
   };
   if (type.startsWith('multipart/form-data')) {
-    await multipart(req, queryPath, write);
+    // A signed URL covers its path alone: a second part would go to a filename nobody signed.
+    await multipart(req, queryPath, write, by === 'signed');
   } else {
     if (!queryPath) throw new HttpFailure(400, 'path: required for an octet-stream upload');
     const encoding = String(req.headers['content-encoding'] ?? 'identity').toLowerCase();
@@ -153,16 +155,26 @@ async function upload(
   res.end(payload);
 }
 
-/** Each `file` part in order: to the query's path when there is exactly one file, else to the part's filename. */
+/**
+ * Each `file` part in order: to the query's path when there is exactly one file, else to the part's filename, which
+ * the e2b SDK sets to the full target path (a multi-file write has no `path` query). `onlyQueryPath`: a signed
+ * upload, whose one part goes to the signed path; any other part is refused.
+ */
 function multipart(
   req: IncomingMessage,
   queryPath: string | null,
   write: (target: string, source: Readable) => Promise<void>,
+  onlyQueryPath = false,
 ): Promise<void> {
   return new Promise((resolve, reject) => {
     let bb: busboy.Busboy;
     try {
-      bb = busboy({ headers: req.headers, limits: { files: 1000, fields: 100, fieldSize: 64 << 10 } });
+      // preservePath: the filename is the target path; busboy would otherwise keep only its last component.
+      bb = busboy({
+        headers: req.headers,
+        preservePath: true,
+        limits: { files: 1000, fields: 100, fieldSize: 64 << 10 },
+      });
     } catch (err) {
       reject(new HttpFailure(400, `invalid multipart body: ${(err as Error).message}`));
       return;
@@ -170,6 +182,26 @@ function multipart(
     let chain = Promise.resolve();
     let failed: unknown;
     let parts = 0;
+    /** The part being written, so a failure or a client gone can end it (its writer then cancels the guest's write). */
+    let current: Readable | undefined;
+    let settled = false;
+    const resolveOrReject = () => {
+      if (settled) return;
+      settled = true;
+      void chain.then(
+        () => (failed ? reject(failed) : resolve()),
+        () => reject(failed),
+      );
+    };
+    // Stop parsing and answer. Once a part's writer has failed (over the cap), busboy waits for that part's stream
+    // to be read, which no one does any more, and never closes: the upload was never answered. So the parser is
+    // detached and the answer given from here.
+    const stop = (err: unknown) => {
+      failed ??= err;
+      req.unpipe(bb);
+      current?.destroy(err instanceof Error ? err : new Error(String(err)));
+      resolveOrReject();
+    };
     bb.on('file', (field, stream, info) => {
       parts++;
       if (field !== 'file' || failed) {
@@ -179,24 +211,23 @@ function multipart(
       const target = queryPath && parts === 1 ? queryPath : info.filename;
       chain = chain.then(async () => {
         if (failed) return void stream.resume();
+        if (onlyQueryPath && (parts > 1 || !queryPath))
+          throw new HttpFailure(400, 'a signed upload writes the one path it was signed for; send one file part');
         if (!target) throw new HttpFailure(400, 'a file part has no filename and the request no path');
-        await write(target, stream);
+        current = stream;
+        try {
+          await write(target, stream);
+        } finally {
+          current = undefined;
+        }
       });
-      chain.catch((err: unknown) => {
-        failed ??= err;
-        stream.resume();
-      });
+      chain.catch(stop);
     });
-    bb.on('error', (err: Error) => {
-      failed ??= new HttpFailure(400, `invalid multipart body: ${err.message}`);
-      req.unpipe(bb);
-      resolveOrReject();
+    bb.on('error', (err: Error) => stop(new HttpFailure(400, `invalid multipart body: ${err.message}`)));
+    // A client gone mid-body: busboy is never ended, so neither is the part being written.
+    req.on('close', () => {
+      if (!req.complete) stop(new HttpFailure(400, 'the upload broke off before its end'));
     });
-    const resolveOrReject = () =>
-      chain.then(
-        () => (failed ? reject(failed) : resolve()),
-        () => reject(failed),
-      );
     bb.on('close', resolveOrReject);
     req.pipe(bb);
   });

@@ -52,18 +52,22 @@ export async function watch(
       (e) => {
         const name = e.path.startsWith(prefix) ? e.path.slice(prefix.length) : e.path;
         const base = { name, type: TYPES[e.op] ?? EventType.UNSPECIFIED };
+        // No link of the chain may reject: nothing awaits it, so a rejection would be unhandled, and that ends
+        // sandboxd (a guest agent, which is not trusted, can answer a stat with values entryInfo throws on).
         if (!names || e.op === 'remove') {
-          chain = chain.then(() => onEvent(base));
+          chain = chain.then(() => onEvent(base)).catch(() => undefined);
           return;
         }
         const looked = agent.files.stat(e.path).then(
           (s: FileStat) => entryInfo(s, names),
           () => undefined,
         );
-        chain = chain.then(async () => {
-          const entry = await looked;
-          onEvent(entry ? { ...base, entry } : base);
-        });
+        chain = chain
+          .then(async () => {
+            const entry = await looked.catch(() => undefined);
+            onEvent(entry ? { ...base, entry } : base);
+          })
+          .catch(() => undefined);
       },
       { recursive: spec.recursive },
     )
@@ -74,25 +78,43 @@ export async function watch(
 }
 
 const MAX_BUFFERED = 10_000;
+/**
+ * Polled watchers one sandbox may hold: each buffers up to MAX_BUFFERED events in sandboxd's memory, shared by every
+ * sandbox of the node, and never expires on its own (e2b's SDK removes its watchers).
+ */
+export const MAX_WATCHERS = 64;
 
 /** Polled watchers of one sandbox: events buffered until fetched (at most 10 000; older ones are dropped). */
 export class Watchers {
   private readonly byId = new Map<string, { events: FsEventInit[]; close(): Promise<void>; lost: number }>();
+  /** Watchers being created (their guest watch not answered yet); they count against MAX_WATCHERS. */
+  private starting = 0;
 
   async create(agent: AgentClient, spec: WatchSpec): Promise<string> {
+    if (this.byId.size + this.starting >= MAX_WATCHERS)
+      throw new ConnectError(
+        `this sandbox holds ${MAX_WATCHERS} watchers; remove one (RemoveWatcher) before creating another`,
+        Code.ResourceExhausted,
+      );
     const id = randomUUID();
     const w: { events: FsEventInit[]; lost: number; close: () => Promise<void> } = {
       events: [],
       lost: 0,
       close: async () => undefined,
     };
-    const handle = await watch(agent, spec, (e) => {
-      if (w.events.length >= MAX_BUFFERED) {
-        w.events.shift();
-        w.lost++;
-      }
-      w.events.push(e);
-    });
+    this.starting++;
+    let handle: Awaited<ReturnType<typeof watch>>;
+    try {
+      handle = await watch(agent, spec, (e) => {
+        if (w.events.length >= MAX_BUFFERED) {
+          w.events.shift();
+          w.lost++;
+        }
+        w.events.push(e);
+      });
+    } finally {
+      this.starting--;
+    }
     w.close = handle.close;
     this.byId.set(id, w);
     handle.done.then(
