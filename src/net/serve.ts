@@ -25,6 +25,15 @@ export function streamingServerOptions(
   };
 }
 
+/**
+ * Give an upgraded socket an error listener, first thing in an `upgrade` handler. Node removes the server's own from
+ * a socket it hands to `upgrade`; without one, a client that resets the connection while it is being answered (a
+ * lookup, an error reply, a dial) throws ECONNRESET as an uncaught exception, which ends the process.
+ */
+export function guardUpgradedSocket(socket: Duplex): void {
+  socket.on('error', () => socket.destroy());
+}
+
 export function listenOn(server: Server, host: string, port: number): Promise<AddressInfo> {
   return new Promise((resolve, reject) => {
     server.once('error', reject);

@@ -546,12 +546,11 @@ export class NodeEngine extends EventEmitter {
         'sandboxd.bad-request',
         `objects[${twice}].claim_ref: ${refs[twice]} is given twice (each child needs its own)`,
       );
-    for (const r of refs) this.claims.assertRefFree(r);
-    if (!this.hasRoom(count))
-      throw new SandboxError('sandboxd.at-capacity', `forking ${count} would exceed ${this.opts.maxClaims} claims`);
     // The children's refs are held from here (before the fork's await, which takes seconds) until their records are.
     const unreserve = this.claims.reserveRefs(refs);
     try {
+      if (!this.hasRoom(count))
+        throw new SandboxError('sandboxd.at-capacity', `forking ${count} would exceed ${this.opts.maxClaims} claims`);
       const children = await this.reserving(count, () =>
         this.vm(id).fork(count, { labels: { [LABEL_NODE]: this.opts.nodeName } }),
       );
@@ -623,10 +622,9 @@ export class NodeEngine extends EventEmitter {
   ): Promise<SandboxRecord> {
     const ck = this.checkpoints.get(id);
     if (!ck) throw new SandboxError('sandboxd.not-found', `checkpoint ${id} not found`);
-    if (identity) this.claims.assertRefFree(identity.claimRef);
-    if (!this.hasRoom()) throw new SandboxError('sandboxd.at-capacity', `node ${this.opts.nodeName} is at capacity`);
     const unreserve = this.claims.reserveRefs(identity ? [identity.claimRef] : []);
     try {
+      if (!this.hasRoom()) throw new SandboxError('sandboxd.at-capacity', `node ${this.opts.nodeName} is at capacity`);
       const vm = await this.reserving(1, () =>
         this.driver.clone(ck.template, { labels: { [LABEL_NODE]: this.opts.nodeName }, keepSpares: false }),
       );

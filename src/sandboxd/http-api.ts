@@ -175,11 +175,7 @@ export class SandboxdApi {
       routeName = match.pattern.source;
       const params = decodeSegments(
         (match.pattern.exec(url.pathname) ?? []).slice(1),
-        (raw) =>
-          new SandboxError(
-            'sandboxd.bad-request',
-            `the path segment ${JSON.stringify(raw)} has an invalid percent-encoding`,
-          ),
+        (message) => new SandboxError('sandboxd.bad-request', message),
       );
       let who: Principal | undefined = { kind: 'anonymous' };
       if (!match.public) {

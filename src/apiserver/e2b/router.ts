@@ -11,7 +11,7 @@ import { connect as netConnect, type AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { ENVD_PORT } from '../../api/envd.js';
 import type { Logger } from '../../log/logger.js';
-import { listenOn, splice, streamingServerOptions } from '../../net/serve.js';
+import { guardUpgradedSocket, listenOn, splice, streamingServerOptions } from '../../net/serve.js';
 import type { SandboxEntry } from '../sandboxes/entry.js';
 import type { SandboxdClient } from '../sandboxes/sandboxd-client.js';
 import type { SandboxStore } from '../sandboxes/store.js';
@@ -154,10 +154,7 @@ export class SandboxRouter {
   }
 
   private async splice(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
-    // Node removes the server's error listener from an upgraded socket: without one, a client that resets the
-    // connection while it is resolved (or answered an error) throws ECONNRESET as an uncaught exception, which ends
-    // the process that also serves the Kubernetes API.
-    socket.on('error', () => socket.destroy());
+    guardUpgradedSocket(socket);
     let r: Awaited<ReturnType<SandboxRouter['resolve']>>;
     try {
       r = await this.resolve(req);

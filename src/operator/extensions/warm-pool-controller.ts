@@ -141,9 +141,10 @@ export class WarmPoolReconciler {
       const freshGen = template ? `${fnv1a32(tplName)}|${bpHash}` : undefined;
       const recreate = pool.spec.updateStrategy?.type === 'Recreate';
 
-      // Orphans carrying this pool's label: delete if stale, else adopt. Stale (docs/extensions.md "Warm pool"): made for another template
-      // name (its ref-hash label), else a spec that differs; so an orphan of a spec-identical template the pool no
-      // longer uses is replaced, not adopted under the old template's hash (and its NetworkPolicy's selection).
+      // Orphans carrying this pool's label: delete if stale, else adopt. Stale (docs/extensions.md "Warm pool"):
+      // made for another template name (its ref-hash label), else a spec that differs; so an orphan of a
+      // spec-identical template the pool no longer uses is replaced, not adopted under the old template's hash (and
+      // its NetworkPolicy's selection).
       const refHash = fnv1a32(tplName);
       for (const sb of sandboxes.byIndex(ORPHAN_INDEX, `${ns}/${poolHash(pool.metadata.name!)}`)) {
         const stale =

@@ -12,7 +12,7 @@ import { connectNodeAdapter } from '@connectrpc/connect-node';
 import { createContextValues } from '@connectrpc/connect';
 import { ENVD_PORT } from '../../api/envd.js';
 import { silentLogger, type Logger } from '../../log/logger.js';
-import { listenOn, streamingServerOptions } from '../../net/serve.js';
+import { guardUpgradedSocket, listenOn, streamingServerOptions } from '../../net/serve.js';
 import type { NodeEngine } from '../engine.js';
 import { hasAccessToken } from './access.js';
 import { sendJsonError } from './errors.js';
@@ -73,9 +73,7 @@ export class EnvdServer {
     });
     this.server = createServer(streamingServerOptions(), (req, res) => this.handle(req, res));
     this.server.on('upgrade', (req: IncomingMessage, socket, head: Buffer) => {
-      // Node removes the server's error listener from an upgraded socket; a client reset before the splice (while
-      // the guest port is dialled, or after a 404) would otherwise be an uncaught exception that ends sandboxd.
-      socket.on('error', () => socket.destroy());
+      guardUpgradedSocket(socket);
       const sbx = this.lookup(req);
       if (!sbx || sbx.port === ENVD_PORT) {
         socket.end('HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');

@@ -58,13 +58,20 @@ export async function watch(
           chain = chain.then(() => onEvent(base)).catch(() => undefined);
           return;
         }
+        // `looked` itself never rejects either: it may settle before its link runs, with no handler attached yet.
         const looked = agent.files.stat(e.path).then(
-          (s: FileStat) => entryInfo(s, names),
+          (s: FileStat) => {
+            try {
+              return entryInfo(s, names);
+            } catch {
+              return undefined;
+            }
+          },
           () => undefined,
         );
         chain = chain
           .then(async () => {
-            const entry = await looked.catch(() => undefined);
+            const entry = await looked;
             onEvent(entry ? { ...base, entry } : base);
           })
           .catch(() => undefined);

@@ -14,6 +14,7 @@ import { WebSocketServer, type WebSocket } from 'ws';
 import { httpErrorOf } from '../../error-http.js';
 import { SandboxError } from '../../errors.js';
 import { decodeSegments } from '../../net/path.js';
+import { guardUpgradedSocket } from '../../net/serve.js';
 import { failureStatus } from '../../kube/index.js';
 import type { Logger } from '../../log/logger.js';
 import type { NodeEngine } from '../engine.js';
@@ -71,11 +72,7 @@ const defaultAuthorize = (s: { CN?: string; O?: string | string[] }) => {
 function pathSegments(url: URL): string[] {
   return decodeSegments(
     url.pathname.split('/').filter(Boolean),
-    (raw) =>
-      new SandboxError(
-        'kubelet.bad-request',
-        `the path segment ${JSON.stringify(raw)} has an invalid percent-encoding`,
-      ),
+    (message) => new SandboxError('kubelet.bad-request', message),
   );
 }
 
@@ -194,7 +191,7 @@ export class KubeletServer {
   }
 
   private onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
-    socket.on('error', () => undefined);
+    guardUpgradedSocket(socket);
     try {
       this.authenticate(req);
       const url = new URL(req.url ?? '/', 'https://kubelet');
