@@ -16,7 +16,6 @@ import { freePort } from '../src/net/free-port.js';
 import { spawn } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { Agent, createServer } from 'node:http';
-import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -27,6 +26,7 @@ import { claimGatewayFixture } from '../test/support/claim-gateway.js';
 import { startFaultProxy, type FaultProxy } from '../test/support/fault-proxy.js';
 import { machineIdleSettings, processCpuMs, socketFloorMs } from './machine.js';
 import { callJson } from './support/http-json.js';
+import { RawHttp } from './support/raw-http.js';
 import { KubeClient, SandboxClaims } from '../src/kube/index.js';
 
 const args = process.argv.slice(2);
@@ -61,55 +61,6 @@ function callAs(
   token: string,
 ): Promise<{ status: number; json: Record<string, unknown> }> {
   return callJson({ host: '127.0.0.1', port, agent, token }, method, path, body);
-}
-
-/**
- * A bare keep-alive HTTP/1.1 client: writes a pre-built request, reads one Content-Length-framed response. node:http's
- * client alone costs ~0.4 ms per request here, more than the server's work, so claim latency is measured with this
- * (and with node:http, reported next to it). One request in flight per connection.
- */
-class RawHttp {
-  private buf: Buffer = Buffer.alloc(0);
-  private waiter: ((r: { status: number; body: string }) => void) | undefined;
-  private constructor(
-    private readonly socket: Socket,
-    private readonly token: string,
-  ) {
-    socket.setNoDelay(true);
-    socket.on('data', (c: Buffer) => {
-      this.buf = this.buf.length ? Buffer.concat([this.buf, c]) : c;
-      this.parse();
-    });
-  }
-  static open(port: number, token = TOKEN): Promise<RawHttp> {
-    return new Promise((resolve, reject) => {
-      const s = connect(port, '127.0.0.1', () => resolve(new RawHttp(s, token)));
-      s.once('error', reject);
-    });
-  }
-  private parse(): void {
-    const end = this.buf.indexOf('\r\n\r\n');
-    if (end < 0) return;
-    const head = this.buf.subarray(0, end).toString('latin1');
-    const len = Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? 0);
-    if (this.buf.length < end + 4 + len) return;
-    const body = this.buf.subarray(end + 4, end + 4 + len).toString();
-    this.buf = this.buf.subarray(end + 4 + len);
-    const w = this.waiter;
-    this.waiter = undefined;
-    w?.({ status: Number(head.slice(9, 12)), body });
-  }
-  post(path: string, body: string): Promise<{ status: number; body: string }> {
-    return new Promise((resolve) => {
-      this.waiter = resolve;
-      this.socket.write(
-        `POST ${path} HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${this.token}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
-      );
-    });
-  }
-  close(): void {
-    this.socket.destroy();
-  }
 }
 
 function pct(sorted: number[], p: number): number {
@@ -164,7 +115,7 @@ async function claims(
   let next = 0;
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
-      const raw = client === 'raw' ? await RawHttp.open(port, kube?.token) : undefined;
+      const raw = client === 'raw' ? await RawHttp.open(port, kube?.token ?? TOKEN) : undefined;
       try {
         while (next < n) {
           next++;
@@ -239,7 +190,7 @@ async function httpFloor(
     };
   }
   const lat: number[] = [];
-  const raw = await RawHttp.open(port);
+  const raw = await RawHttp.open(port, TOKEN);
   const body = JSON.stringify({ template: 'sandbox/minimal' });
   const cpu0 = serverPid ? processCpuMs(serverPid) : 0;
   for (let i = 0; i < 2000; i++) {

@@ -112,11 +112,19 @@ export const ERROR_CODES = {
   'sandboxd.http': { status: 502, meaning: 'a sandboxd node answered a call with an HTTP error' },
   'sandboxd.method-not-allowed': { status: 405, meaning: 'the route does not take this method' },
   'sandboxd.not-found': { status: 404, meaning: 'no such route, sandbox or checkpoint' },
+  'sandboxd.quota-exceeded': {
+    status: 403,
+    meaning: "the sandbox's namespace (or tenant) holds --max-checkpoints-per-namespace checkpoints on this node",
+  },
   'sandboxd.pool-not-served': {
     status: 503,
     meaning: "the claim gateway's node keeps no warm pool of the claim's pool key (claim on a node that does)",
   },
   'sandboxd.state': { status: 500, meaning: "sandboxd's state file cannot be read" },
+  'sandboxd.state-write': {
+    status: 503,
+    meaning: "sandboxd could not write a new claim to its claim table (its data dir's disk); the claim was undone",
+  },
   'sandboxd.too-large': { status: 413, meaning: 'a claim gateway request body over the 1 MiB cap' },
   'sandboxd.unauthorized': { status: 401, meaning: 'no token, or a token this node does not know' },
   'sandboxd.unreachable': { status: 503, meaning: 'a sandboxd node did not answer a call' },

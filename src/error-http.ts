@@ -5,6 +5,7 @@
  * sandbox-apiserver a Kubernetes Status, whose `reason` is the one given here). test/errors/error-codes.test.ts
  * checks that every code thrown in src/ is in the table, hence in each mapping.
  */
+import { randomBytes } from 'node:crypto';
 import { ERROR_CODES, type ErrorCode } from './error-codes.js';
 import { SandboxError } from './errors.js';
 
@@ -60,4 +61,27 @@ const INTERNAL: HttpMapping = Object.freeze({ status: 500, reason: 'InternalErro
 /** The status and reason `surface` answers a thrown value with: a SandboxError's by its code, anything else 500. */
 export function httpErrorOf(surface: HttpSurface, err: unknown): HttpMapping {
   return (err instanceof SandboxError && HTTP_MAPPINGS[surface].get(err.code)) || INTERNAL;
+}
+
+/** What a server may pass on to its client of an error answer it got from another process (a sandboxd node). */
+export interface RelayedError {
+  /** The text the client may see. */
+  message: string;
+  /** Set when the upstream's text was withheld: the id the full text is logged under, and the client is told. */
+  incident?: string;
+}
+
+/**
+ * The relay rule for upstream error texts, the same on every surface that forwards one (sandbox-apiserver's
+ * Kubernetes API, the e2b API). A 4xx text is about the caller's own request (a bad name, a quota, a conflict) and
+ * passes through. A 5xx text is the upstream's internals (host paths, errno strings, the node's state) and never
+ * does: the client gets `what` failed with an incident id, and the caller logs the full text under that id.
+ */
+export function relayUpstreamError(status: number, text: string, what: string): RelayedError {
+  if (status < 500) return { message: text };
+  const incident = randomBytes(6).toString('hex');
+  return {
+    message: `${what} failed (HTTP ${status}, incident ${incident}; the details are in the server's log)`,
+    incident,
+  };
 }

@@ -19,3 +19,12 @@ export const ENVD_VERSION = '0.5.7';
 export function envdAccessToken(sandboxToken: string): string {
   return createHmac('sha256', sandboxToken).update('sandbox-operator envd access token v1').digest('base64url');
 }
+
+/**
+ * The traffic access token of a sandbox whose envd access token is `envdToken`: what e2b's SDK sends as
+ * `E2B-Traffic-Access-Token` to the ports of a sandbox created with `allowPublicTraffic: false`. It grants those ports
+ * only (it cannot be turned back into the envd token), so it can be handed to whoever should reach a port.
+ */
+export function trafficAccessToken(envdToken: string): string {
+  return createHmac('sha256', envdToken).update('sandbox-operator traffic access token v1').digest('base64url');
+}

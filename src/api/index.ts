@@ -14,6 +14,7 @@ export * from './sandbox-warm-pool.js';
 export * from './sandbox-claim.js';
 export * from './node-inventory.js';
 export * from './sandbox-lifecycle.js';
+export * from './snapshot-name.js';
 export { CORE_SCHEMA_SOURCE, type CoreSchemaName, type CoreTypes } from './core.js';
 export type {
   PodSpec,

@@ -125,3 +125,61 @@ export const SANDBOX_FIELD_OWNER = 'sandbox-controller';
  * mapping per kind").
  */
 export const SHADOW_POOL_PREFIX = 'shadow-pool-';
+
+/**
+ * A sandbox created through the e2b API takes e2b's public-traffic behaviour (`network.allowPublicTraffic`, on unless
+ * the create turns it off): its in-sandbox ports other than envd's are served without a token (`"true"`). Written by
+ * the e2b API only; every other sandbox's ports need its envd or traffic access token (src/sandboxd/envd/access.ts).
+ */
+export const E2B_PUBLIC_TRAFFIC_ANNOTATION = 'e2b.dev/public-traffic';
+
+/**
+ * The one list of the labels and annotations on a Sandbox that only servers write (materialized on every read, or
+ * set by the claim binder, the claim gateway, a fork). A user who could set one would forge what the server says: a
+ * claim's identity and address, a gateway delivery, a claim binding, a fork's parent. So the aggregated create
+ * refuses them (422 naming the field) unless an internal writer allowed to write that key is creating, and a fork
+ * drops the parent's before writing its own. Every check of "is this key the server's" reads this list.
+ */
+export const ServerWrittenSandboxKeys = {
+  annotations: [
+    // materialized from the node's row (entry.ts); the token only in the create answer
+    CocoonAnnotationKeys.claimId,
+    CocoonAnnotationKeys.address,
+    CocoonAnnotationKeys.token,
+    CocoonAnnotationKeys.deadline,
+    // the claim gateway's delivery (gateway/request.ts) and the claim binder's Sandboxes (claim-binder.ts)
+    CocoonAnnotationKeys.deliveredBy,
+    CocoonAnnotationKeys.warmPool,
+    CocoonAnnotationKeys.claimedBy,
+    AnnotationKeys.sandboxTemplateRef,
+    // the e2b API's public-traffic opt-in: ports without a token
+    E2B_PUBLIC_TRAFFIC_ANNOTATION,
+  ],
+  labels: [
+    // materialized selector axes (entry.ts)
+    CocoonAnnotationKeys.node,
+    CocoonAnnotationKeys.phase,
+    // a fork's child names its parent; the claim binder's Sandbox names its claim
+    CocoonAnnotationKeys.forkedFrom,
+    LabelKeys.claimUid,
+  ],
+} as const satisfies Record<'annotations' | 'labels', readonly string[]>;
+
+/** The keys of ServerWrittenSandboxKeys the aggregated claim binder writes on the Sandboxes it creates. */
+export const ClaimBinderSandboxKeys: readonly string[] = [
+  LabelKeys.claimUid,
+  AnnotationKeys.sandboxTemplateRef,
+  CocoonAnnotationKeys.warmPool,
+];
+
+export function isServerWrittenSandboxKey(kind: 'annotations' | 'labels', key: string): boolean {
+  return (ServerWrittenSandboxKeys[kind] as readonly string[]).includes(key);
+}
+
+/** `map` without the server-written keys of its kind (what a fork or a template may carry into a new Sandbox). */
+export function withoutServerWrittenKeys(
+  kind: 'annotations' | 'labels',
+  map: Readonly<Record<string, string>> | undefined,
+): Record<string, string> {
+  return Object.fromEntries(Object.entries(map ?? {}).filter(([k]) => !isServerWrittenSandboxKey(kind, k)));
+}

@@ -4,6 +4,7 @@
  * server's validation, its OpenAPI and the kubectl plugin.
  */
 import { Type, type Static } from '@sinclair/typebox';
+import { ObjectMetaSchema } from './common.js';
 import { DateTime, Int32, Str, StringEnum } from './internal/schema-dsl.js';
 
 const typeMeta = { apiVersion: Type.Optional(Str()), kind: Type.Optional(Str()) };
@@ -72,6 +73,22 @@ export const SandboxSnapshotResultSchema = Type.Object({
   creationTimestamp: Type.Optional(DateTime()),
 });
 export type SandboxSnapshotResult = Static<typeof SandboxSnapshotResultSchema>;
+
+/**
+ * A snapshot as the resource `sandboxsnapshots` serves it (get, list, delete; read from the nodes, no etcd object):
+ * named by its snapshotID, in the namespace of the sandbox it was taken of.
+ */
+export const SandboxSnapshotV1beta1Schema = Type.Object({
+  ...typeMeta,
+  metadata: Type.Optional(ObjectMetaSchema),
+  snapshotName: Type.Optional(Str({ description: 'The name given when it was taken (SandboxSnapshotOptions.name).' })),
+  sandboxName: Type.Optional(Str({ description: 'The Sandbox it was taken of (it may be gone since).' })),
+  nodeNames: Type.Array(Str(), { description: 'The nodes that hold a copy; a new Sandbox from it starts on one.' }),
+  template: Str({ description: 'The guest template of the sandbox it was taken of.' }),
+  net: Str({ description: 'Its network lane.' }),
+  size: Str({ description: 'Its size.' }),
+});
+export type SandboxSnapshot = Static<typeof SandboxSnapshotV1beta1Schema>;
 
 /**
  * The longest one exec may run: a day. Without a bound, the caller's deadline (the timeout plus a margin, in ms)

@@ -37,6 +37,7 @@ import { EventLog } from './sandboxes/event-log.js';
 import { Fleet, type InventoryObj } from './sandboxes/fleet.js';
 import { SandboxdClient } from './sandboxes/sandboxd-client.js';
 import { SandboxStorage } from './sandboxes/storage.js';
+import { SnapshotStorage } from './sandboxes/snapshots.js';
 import { SandboxStore } from './sandboxes/store.js';
 import { ApiServer } from './server.js';
 import { ServingCertificate } from './serving-cert.js';
@@ -164,7 +165,11 @@ export async function buildApiServer(
   const inventories = new Informer<InventoryObj>(kube, NodeInventories, { logger: log, registry });
   const namespaces = new Informer<NamespaceObj>(kube, Namespaces, { logger: log, registry });
   const store = new SandboxStore(log.child({ component: 'store' }), new EventLog(config.watchCacheEvents));
-  const sandboxd = new SandboxdClient({ token: config.sandboxdToken, timeoutMs: config.nodeTimeoutMs });
+  const sandboxd = new SandboxdClient({
+    token: config.sandboxdToken,
+    timeoutMs: config.nodeTimeoutMs,
+    log: log.child({ component: 'sandboxd-client' }),
+  });
   const fleet = new Fleet(inventories, store, sandboxd, log.child({ component: 'fleet' }));
   const sandboxes = new SandboxStorage(
     store,
@@ -179,12 +184,13 @@ export async function buildApiServer(
     },
     log.child({ component: 'sandboxes' }),
   );
-  const storages = new Map<string, RestStorage<unknown>>([
-    [
-      `${sandboxes.descriptor.group}/${sandboxes.descriptor.version}/${sandboxes.descriptor.plural}`,
-      sandboxes as RestStorage<unknown>,
-    ],
-  ]);
+  const snapshots = new SnapshotStorage(store, fleet, sandboxd);
+  const storages = new Map<string, RestStorage<unknown>>(
+    [sandboxes as RestStorage<unknown>, snapshots as RestStorage<unknown>].map((s) => [
+      `${s.descriptor.group}/${s.descriptor.version}/${s.descriptor.plural}`,
+      s,
+    ]),
+  );
   const descriptors = [...storages.values()].map((s) => s.descriptor);
 
   const leaderControllers = controllers(kube, fleet, sandboxd, store, sandboxes, config, log, registry);
@@ -242,6 +248,7 @@ export async function buildApiServer(
     documents: [discovery, openapi],
     health,
     registry,
+    maxConnections: config.maxConnections,
     logger: log,
   });
   authnConfig.onChange(() => server.setSecureContext(tls()));

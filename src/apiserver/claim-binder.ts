@@ -12,7 +12,9 @@
  */
 import {
   AnnotationKeys,
+  ClaimBinderSandboxKeys,
   CocoonAnnotationKeys,
+  withoutServerWrittenKeys,
   LabelKeys,
   type Condition,
   type Sandbox,
@@ -283,6 +285,7 @@ export class ClaimBinder {
         dryRun: false,
         fieldValidation: 'Strict',
         warnings: [],
+        serverKeys: ClaimBinderSandboxKeys,
       });
       entry = created.entry;
     } catch (err) {
@@ -320,7 +323,8 @@ export class ClaimBinder {
         name: claim.metadata.name,
         labels: { [LabelKeys.claimUid]: claim.metadata.uid! },
         annotations: {
-          ...tpl.metadata.annotations,
+          // a template's author may not write what only servers write (the gateway's delivery marks, ...)
+          ...withoutServerWrittenKeys('annotations', tpl.metadata.annotations),
           [AnnotationKeys.sandboxTemplateRef]: tpl.metadata.name!,
           [CocoonAnnotationKeys.warmPool]: claim.spec.warmPoolRef.name,
         },

@@ -26,6 +26,7 @@ export interface ApiServerConfig {
   readonly authorizedCacheTtlMs: number;
   readonly unauthorizedCacheTtlMs: number;
   readonly nodeTimeoutMs: number;
+  readonly maxConnections: number;
   readonly watchCacheEvents: number;
   readonly enableWarmPoolDriver: boolean;
   readonly warmPoolSyncIntervalMs: number;
@@ -110,6 +111,12 @@ export function apiServerCommand(): Command {
     )
     .option('--node-timeout <d>', 'bound on every call to a sandboxd node', seconds('node-timeout'), 10_000)
     .option(
+      '--max-connections <n>',
+      'client connections open at once on the secure port (past it new ones are closed at once)',
+      int('max-connections', 1),
+      4096,
+    )
+    .option(
       '--watch-cache-events <n>',
       'changes kept for watches to resume from (older: 410, the client relists)',
       int('watch-cache-events', 1000),
@@ -174,6 +181,7 @@ interface RawOptions {
   authorizationWebhookCacheAuthorizedTtl: number;
   authorizationWebhookCacheUnauthorizedTtl: number;
   nodeTimeout: number;
+  maxConnections: number;
   watchCacheEvents: number;
   enableWarmPoolDriver: boolean;
   enableClaimBinder: boolean;
@@ -248,6 +256,7 @@ export function toApiServerConfig(o: RawOptions): ApiServerConfig {
     authorizedCacheTtlMs: o.authorizationWebhookCacheAuthorizedTtl,
     unauthorizedCacheTtlMs: o.authorizationWebhookCacheUnauthorizedTtl,
     nodeTimeoutMs: o.nodeTimeout,
+    maxConnections: o.maxConnections,
     watchCacheEvents: o.watchCacheEvents,
     enableWarmPoolDriver: o.enableWarmPoolDriver,
     enableClaimBinder: o.enableClaimBinder,

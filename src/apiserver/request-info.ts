@@ -6,6 +6,7 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { SandboxError } from '../errors.js';
+import { requestTarget } from '../net/request-target.js';
 import type { RequestInfo } from './types.js';
 
 const API_PREFIXES = new Set(['api', 'apis']);
@@ -35,9 +36,7 @@ function badRequest(message: string): SandboxError {
  * `//evil/x` as host `evil`, path `/x`. Dot segments are resolved here, once, for routing and authorization alike.
  */
 export function requestUrl(req: Pick<IncomingMessage, 'url'>): URL {
-  const raw = req.url ?? '';
-  if (!raw.startsWith('/')) throw badRequest(`request target ${JSON.stringify(raw.slice(0, 100))} is not a path`);
-  return new URL(`https://apiserver.invalid${raw}`);
+  return requestTarget(req, badRequest);
 }
 
 /** Go's URL.Path: the percent-decoded path (so an encoded `/` separates segments, as upstream). */

@@ -18,11 +18,14 @@ export interface RestStorage<T> {
   readonly descriptor: ResourceDescriptor;
   readonly renderer: Renderer<T>;
   readonly fields: readonly string[];
-  get(namespace: string, name: string): T;
+  /** Sync for a storage served from memory (sandboxes); a promise for one that asks the nodes (sandboxsnapshots). */
+  get(namespace: string, name: string): T | Promise<T>;
   list(
     namespace: string,
     opts: ListOptions,
-  ): { items: T[]; resourceVersion: string; continueToken: string | undefined; omittedNodes: string[] };
+  ):
+    | { items: T[]; resourceVersion: string; continueToken: string | undefined; omittedNodes: string[] }
+    | Promise<{ items: T[]; resourceVersion: string; continueToken: string | undefined; omittedNodes: string[] }>;
   watch(
     namespace: string,
     opts: ListOptions,
@@ -91,14 +94,14 @@ export async function handleResource<T>(
   switch (info.verb) {
     case 'get': {
       const shape = negotiate(req.headers.accept, 'object');
-      return sendJson(res, 200, renderOne(storage.renderer, storage.get(info.namespace, info.name), shape, q));
+      return sendJson(res, 200, renderOne(storage.renderer, await storage.get(info.namespace, info.name), shape, q));
     }
     case 'list': {
       const shape = negotiate(req.headers.accept, 'list');
       const opts = namedScope(parseListOptions(q, storage.fields), info.name, storage.fields);
-      const out = storage.list(info.namespace, opts);
+      const out = await storage.list(info.namespace, opts);
       if (out.omittedNodes.length)
-        warnings.push(`sandboxes of unreachable nodes are not listed: ${out.omittedNodes.join(', ')}`);
+        warnings.push(`${d.plural} of unreachable nodes are not listed: ${out.omittedNodes.join(', ')}`);
       const body = renderList(
         storage.renderer,
         out.items,

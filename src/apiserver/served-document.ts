@@ -5,7 +5,9 @@
  * returned `{status, headers, body}` as is; nothing here touches a socket.
  */
 import { createHash } from 'node:crypto';
+import { SandboxError } from '../errors.js';
 import { failureStatus } from '../kube/status-errors.js';
+import { requestTarget } from '../net/request-target.js';
 
 /** What the server writes back: `body` is absent for 304. */
 export interface StaticResponse {
@@ -127,6 +129,7 @@ function jsonStatus(code: number, reason: string, message: string): StaticRespon
 
 /** The path and query of a request-line URL. */
 export function splitUrl(url: string): { path: string; query: URLSearchParams } {
-  const parsed = new URL(url, 'https://apiserver.invalid');
+  // the one parse of request targets (a `//x` path is not an authority); the server has refused others already
+  const parsed = requestTarget({ url }, (message) => new SandboxError('apiserver.bad-request', message));
   return { path: parsed.pathname, query: parsed.searchParams };
 }

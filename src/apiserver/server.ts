@@ -10,8 +10,10 @@ import type { AddressInfo } from 'node:net';
 import type { SecureContextOptions } from 'node:tls';
 import { Counter, Histogram, type Registry } from 'prom-client';
 import type { Logger } from '../log/logger.js';
+import { closeIfBodyPending, guardRequests, oneRequestAtATime } from '../net/guard.js';
 import { HealthChecks } from './health.js';
-import { sendStatus } from './http.js';
+import { BODY_DEADLINE_MS, sendStatus } from './http.js';
+import { requestUrl } from './request-info.js';
 import { handleResource, type RestStorage } from './resource-handler.js';
 import { forbidden, pathNotFound, toStatusFailure, unauthorized } from './status.js';
 import type { Authenticator, Authorizer, RequestInfo, UserInfo } from './types.js';
@@ -34,7 +36,11 @@ export interface ApiServerOptions {
   health: HealthChecks;
   registry: Registry;
   logger: Logger;
+  /** Connections open at once (`--max-connections`); past it new ones are closed at once. Default 4096. */
+  maxConnections?: number;
 }
+
+export const DEFAULT_MAX_CONNECTIONS = 4096;
 
 export class ApiServer {
   readonly server: Server;
@@ -45,11 +51,15 @@ export class ApiServer {
   constructor(private readonly o: ApiServerOptions) {
     this.server = createServer(
       { ...o.tls, requestCert: true, rejectUnauthorized: false, minVersion: 'TLSv1.2', ALPNProtocols: ['http/1.1'] },
-      (req, res) => void this.handle(req, res),
+      // One request at a time per connection: pipelined requests cannot start reviews (or hold bodies) in parallel.
+      oneRequestAtATime(guardRequests(o.logger, 'sandbox-apiserver', (req, res) => this.handle(req, res))),
     );
     this.server.keepAliveTimeout = 120_000;
     this.server.headersTimeout = 60_000;
-    this.server.requestTimeout = 0; // watches are long; non-watch work is bounded where it happens
+    // Node's requestTimeout bounds receiving the request (headers and body), not the answer: a watch streams for as
+    // long as it likes, a body sent a byte at a time is ended with 408 and the connection closed.
+    this.server.requestTimeout = BODY_DEADLINE_MS + 5_000;
+    this.server.maxConnections = o.maxConnections ?? DEFAULT_MAX_CONNECTIONS;
     this.requests = new Counter({
       name: 'apiserver_request_total',
       help: 'Requests served, by verb, resource, subresource and HTTP code',
@@ -97,9 +107,10 @@ export class ApiServer {
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const started = performance.now();
-    const url = new URL(req.url ?? '/', 'https://sandbox-apiserver');
+    let url: URL | undefined;
     let info: RequestInfo | undefined;
     try {
+      url = requestUrl(req);
       if (this.o.health.handles(url.pathname)) return this.o.health.serve(url, res);
       const user = await this.authenticate(req);
       info = this.o.requestInfo(req.method ?? 'GET', url);
@@ -120,7 +131,8 @@ export class ApiServer {
     } catch (err) {
       const failure = toStatusFailure(err);
       if (failure.httpCode >= 500)
-        this.o.logger.error({ err, path: url.pathname, method: req.method }, 'request failed');
+        this.o.logger.error({ err, path: url?.pathname, method: req.method }, 'request failed');
+      closeIfBodyPending(req, res);
       sendStatus(res, failure);
     } finally {
       const verb = info?.verb ?? 'unknown';

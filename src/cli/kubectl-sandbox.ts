@@ -1,13 +1,24 @@
 /**
  * `kubectl sandbox` (the plugin executable `kubectl-sandbox`): the lifecycle verbs of aggregated-layout sandboxes
- * without typing `kubectl create --raw`: pause, resume, fork, snapshot and exec NAME. It talks to the same
- * subresources (`sandboxes/{name}/pause` ...) with the kubeconfig kubectl uses, so RBAC decides as for any client.
+ * without typing `kubectl create --raw`: pause, resume, fork, snapshot and exec NAME, and the snapshots those take
+ * (`snapshots`, `delete-snapshot ID`: the resource `sandboxsnapshots`). It talks to the same subresources
+ * (`sandboxes/{name}/pause` ...) with the kubeconfig kubectl uses, so RBAC decides as for any client.
  */
 import { KubeConfig } from '@kubernetes/client-node';
 import { Command } from 'commander';
 import { errorMessage } from '../errors.js';
 import { SLOW_VERB_TIMEOUT_MS } from '../apiserver/sandboxes/actions.js';
-import { KubeClient, objectPath, Sandboxes } from '../kube/index.js';
+import { SNAPSHOTS } from '../apiserver/sandboxes/snapshots.js';
+import { collectionPath, KubeClient, objectPath, Sandboxes, type ResourceType } from '../kube/index.js';
+
+/** sandbox-apiserver's snapshots (get, list, delete). */
+const SandboxSnapshots: ResourceType = {
+  group: SNAPSHOTS.group,
+  version: Sandboxes.version,
+  kind: 'SandboxSnapshot',
+  plural: SNAPSHOTS.resource,
+  namespaced: true,
+};
 
 /**
  * sandbox-apiserver gives a node's fork, snapshot or exec SLOW_VERB_TIMEOUT_MS; the client waits a little longer, so
@@ -31,18 +42,25 @@ async function connect(g: Global): Promise<{ client: KubeClient; namespace: stri
   };
 }
 
-/** POST the request kind to a subresource; the answer is the response kind. */
-async function act(g: Global, name: string, sub: string, kind: string, fields: Record<string, unknown> = {}) {
+/** One request with the plugin's client; the answer parsed. */
+async function call(
+  g: Global,
+  method: 'GET' | 'POST' | 'DELETE',
+  path: (namespace: string) => string,
+  body?: unknown,
+): Promise<Record<string, unknown>> {
   const { client, namespace } = await connect(g);
   try {
-    const body = { apiVersion: 'agents.x-k8s.io/v1beta1', kind, ...fields };
-    return JSON.parse(await client.raw('POST', objectPath(Sandboxes, namespace, name, sub), body)) as Record<
-      string,
-      unknown
-    >;
+    return JSON.parse(await client.raw(method, path(namespace), body)) as Record<string, unknown>;
   } finally {
     client.close();
   }
+}
+
+/** POST the request kind to a subresource; the answer is the response kind. */
+function act(g: Global, name: string, sub: string, kind: string, fields: Record<string, unknown> = {}) {
+  const body = { apiVersion: 'agents.x-k8s.io/v1beta1', kind, ...fields };
+  return call(g, 'POST', (ns) => objectPath(Sandboxes, ns, name, sub), body);
 }
 
 const int = (flag: string) => (v: string) => {
@@ -91,6 +109,29 @@ export function kubectlSandboxCommand(): Command {
     .action(async (name: string, o: { label?: string }) => {
       const out = await act(g(), name, 'snapshot', 'SandboxSnapshotOptions', o.label ? { name: o.label } : {});
       process.stdout.write(`${String(out.snapshotID)}\n`);
+    });
+  program
+    .command('snapshots')
+    .description("list the namespace's snapshots (ID, name, sandbox, nodes)")
+    .action(async () => {
+      const out = await call(g(), 'GET', (ns) => collectionPath(SandboxSnapshots, ns));
+      const items = (out.items ?? []) as Array<{
+        metadata: { name: string; creationTimestamp?: string };
+        snapshotName?: string;
+        sandboxName?: string;
+        nodeNames?: string[];
+      }>;
+      for (const i of items)
+        process.stdout.write(
+          `${i.metadata.name}\t${i.snapshotName ?? '-'}\t${i.sandboxName ?? '-'}\t${(i.nodeNames ?? []).join(',')}\t${i.metadata.creationTimestamp ?? ''}\n`,
+        );
+    });
+  program
+    .command('delete-snapshot <id>')
+    .description('delete a snapshot from every node that holds it (frees its place in the checkpoint quota)')
+    .action(async (id: string) => {
+      await call(g(), 'DELETE', (ns) => objectPath(SandboxSnapshots, ns, id));
+      process.stdout.write(`sandboxsnapshot/${id} deleted\n`);
     });
   program
     .command('exec <name> <command...>')

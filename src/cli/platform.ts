@@ -49,6 +49,7 @@ export interface PlatformOptions {
    * (docs/placement.md); the others redirect to an owner. Nodes find each other through their NodeInventory.
    */
   checkpointPeerHeal?: readonly string[];
+  /** etcd's fsync, and sandboxd's before it answers a claim (`sbx up --no-fsync`: both off). */
   etcdFsync: boolean;
   logger: Logger;
   progress: (line: string) => void;
@@ -225,6 +226,7 @@ async function startSandboxdNodes(
       ...vk,
       ...poolsFlag(opts),
       ...(opts.checkpointPeerHeal?.includes(node) ? ['--checkpoint-peer-heal', '--checkpoint-ttl-hours=24'] : []),
+      ...(opts.etcdFsync ? [] : ['--fsync=false']),
       ...(opts.sandboxdArgs ?? []),
       '--destroy-on-exit',
     ]);

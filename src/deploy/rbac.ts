@@ -16,6 +16,7 @@ import {
   type ResourceDef,
 } from '../api/index.js';
 import { SANDBOX_ACTIONS } from '../apiserver/sandboxes/actions.js';
+import { SNAPSHOTS } from '../apiserver/sandboxes/snapshots.js';
 
 export interface PolicyRule {
   apiGroups: string[];
@@ -45,6 +46,8 @@ const READ_POOLS_AND_TEMPLATES: PolicyRule = {
   verbs: READ,
 };
 const ours = (r: ResourceDef, sub = '') => ({ apiGroups: [r.group], resources: [`${r.plural}${sub}`] });
+/** sandbox-apiserver's snapshots (src/apiserver/sandboxes/snapshots.ts); served only, never a CRD. */
+const SNAPSHOTS_RULE = { apiGroups: [SNAPSHOTS.group], resources: [SNAPSHOTS.resource] };
 const core = (...resources: string[]) => ({ apiGroups: [''], resources });
 
 /**
@@ -282,7 +285,8 @@ export const BUILTIN_BINDINGS: Record<
 /**
  * The aggregated layout's roles for people (aggregated into the built-in admin/edit/view roles): sandboxes are
  * served by sandbox-apiserver, whose verbs are create/delete/get/list/watch plus the lifecycle actions, each a
- * `create` on its subresource (docs/aggregated-layout.md), listed from the subresources the server serves.
+ * `create` on its subresource (docs/aggregated-layout.md), listed from the subresources the server serves; the
+ * snapshots those take are `sandboxsnapshots` (get/list/delete, from its storage's descriptor).
  */
 export const USER_ROLES: ReadonlyArray<{ suffix: 'edit' | 'view'; aggregateTo: string[]; rules: PolicyRule[] }> = [
   {
@@ -295,7 +299,15 @@ export const USER_ROLES: ReadonlyArray<{ suffix: 'edit' | 'view'; aggregateTo: s
         resources: SANDBOX_ACTIONS.map((a) => `${SandboxResource.plural}/${a.name}`),
         verbs: ['create'],
       },
+      { ...SNAPSHOTS_RULE, verbs: ['get', 'list', 'delete'] },
     ],
   },
-  { suffix: 'view', aggregateTo: ['view'], rules: [{ ...ours(SandboxResource), verbs: READ }] },
+  {
+    suffix: 'view',
+    aggregateTo: ['view'],
+    rules: [
+      { ...ours(SandboxResource), verbs: READ },
+      { ...SNAPSHOTS_RULE, verbs: ['get', 'list'] },
+    ],
+  },
 ];

@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { connect as netConnect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { SandboxError } from '../errors.js';
+import { silentLogger, type Logger } from '../log/logger.js';
 import {
   AGENT_MAGIC,
   encodeExecPayload,
@@ -22,6 +23,7 @@ import {
   type Frame,
 } from './protocol.js';
 import { agentError } from './agent-errors.js';
+import { check, EvtFrame, HealthResult, HelloResult, problem, ResFrame, type Check } from './agent-schemas.js';
 import { AgentFiles } from './agent-files.js';
 import { startExecProcess, type ExecOptions, type ExecProcess, type ExecResult } from './agent-exec.js';
 import { connectGuestTcp } from './agent-tcp.js';
@@ -54,6 +56,8 @@ export interface AgentConnectOptions {
   /** Largest frame payload accepted from the guest. @default 1 MiB */
   maxPayload?: number;
   signal?: AbortSignal;
+  /** Where protocol errors of the guest are logged (the VM's logger). */
+  logger?: Logger;
 }
 
 interface Pending {
@@ -64,10 +68,35 @@ interface Pending {
   /** Output handlers; a returned promise holds the stream's credit until it settles (backpressure). */
   onOut?: (b: Buffer) => unknown;
   onErr?: (b: Buffer) => unknown;
+  /** The shape of the operation's result and events; a guest that answers otherwise broke the protocol. */
+  result?: Check;
+  event?: Check;
   timer?: NodeJS.Timeout;
-  /** With flow control: the stream's IN data (streamInput) and the accounting of its OUT/ERR data. */
+  /** The stream's IN data (streamInput) and the accounting of its OUT/ERR data (flow control). */
   input?: StreamInput;
   output?: StreamOutput;
+}
+
+const RES = check(ResFrame);
+/** The frame types a guest sends; any other is a protocol error. */
+const GUEST_FRAME_TYPES = new Set<number>([
+  FrameType.Res,
+  FrameType.Evt,
+  FrameType.Out,
+  FrameType.Err,
+  FrameType.Window,
+]);
+const EVT = check(EvtFrame);
+const HELLO = check(HelloResult);
+const HEALTH = check(HealthResult);
+
+/** A guest frame's JSON payload, or undefined when it is not JSON. */
+function parseJson(payload: Buffer): unknown {
+  try {
+    return JSON.parse(payload.toString('utf8'));
+  } catch {
+    return undefined;
+  }
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -94,8 +123,7 @@ export class AgentClient {
   private readonly decoder: FrameDecoder;
   private readonly requestTimeoutMs: number;
   private readonly closeListeners: ((err: SandboxError) => void)[] = [];
-  /** The agent offers `flow` and the host turned it on: streams opened from now on are flow-controlled. */
-  private flow = false;
+  private readonly log: Logger;
 
   private constructor(
     private readonly socket: Socket,
@@ -104,6 +132,7 @@ export class AgentClient {
   ) {
     this.files = new AgentFiles(this);
     this.requestTimeoutMs = opts.requestTimeoutMs ?? 30_000;
+    this.log = opts.logger ?? silentLogger;
     this.decoder = new FrameDecoder({ expectMagic: AGENT_MAGIC, maxPayload: opts.maxPayload ?? MAX_PAYLOAD });
     socket.on('data', (chunk: Buffer) => {
       let frames: Frame[];
@@ -113,7 +142,15 @@ export class AgentClient {
         this.fail(err instanceof SandboxError ? err : new SandboxError('agent.protocol', String(err)));
         return;
       }
-      for (const f of frames) this.onFrame(f);
+      for (const f of frames) {
+        if (this.closedErr) return;
+        // Nothing a guest sends may escape this listener: an exception here would end the whole process.
+        try {
+          this.onFrame(f);
+        } catch (err) {
+          this.protocolError(`frame of type ${f.type} for ${f.id} failed on the host: ${(err as Error).message}`);
+        }
+      }
     });
     socket.on('error', (err) =>
       this.fail(new SandboxError('agent.disconnected', `agent connection error: ${err.message}`, { cause: err })),
@@ -186,9 +223,9 @@ export class AgentClient {
     try {
       const res = await client.hello({ timeoutMs, signal: opts.signal });
       client.info = {
-        protocol: Number(res.protocol),
-        version: String(res.version),
-        pid: Number(res.pid),
+        protocol: res.protocol as number,
+        version: res.version as string,
+        pid: res.pid as number,
         features: (res.features as string[] | undefined) ?? [],
       };
     } catch (err) {
@@ -209,11 +246,18 @@ export class AgentClient {
         { hint: 'rebuild the guest image' },
       );
     }
-    if (client.info.features.includes('flow')) {
-      // Before any other request, so every stream of the session is flow-controlled.
-      socket.write(encodeFrame(FrameType.Window, 0, Buffer.alloc(0)));
-      client.flow = true;
+    if (!client.info.features.includes('flow')) {
+      // Without flow control nothing but the socket holds a guest back, and the socket is shared by every stream:
+      // one stream's unread output would sit in this process's memory without bound.
+      client.close();
+      throw new SandboxError(
+        'agent.version',
+        `the guest agent ${client.info.version} does not offer flow control (feature "flow"); this host needs it`,
+        { hint: 'rebuild the guest image (an agent from before flow control, or not ours)' },
+      );
     }
+    // Before any other request, so every stream of the session is flow-controlled.
+    socket.write(encodeFrame(FrameType.Window, 0, Buffer.alloc(0)));
     return client;
   }
 
@@ -240,58 +284,109 @@ export class AgentClient {
       p.reject(err);
     }
     this.pending.clear();
-    for (const fn of this.closeListeners) fn(err);
+    for (const fn of this.closeListeners) {
+      try {
+        fn(err);
+      } catch (e) {
+        this.log.error({ err: e }, 'an agent close listener failed');
+      }
+    }
+  }
+
+  /**
+   * The guest broke the protocol (a frame of the wrong shape, data past its credit, ...): this VM's connection ends
+   * and every call on it fails; the rest of the process goes on.
+   */
+  private protocolError(message: string): void {
+    const err = new SandboxError('agent.protocol', message, {
+      hint: 'the guest agent is misbehaving or not ours; destroy the VM',
+    });
+    this.log.warn({ socket: this.socketPath, err: err.message }, 'guest agent protocol error; connection closed');
+    this.fail(err);
+  }
+
+  /** Operation `id` is over on the host side (its handler failed): reject it and tell the guest to stop. */
+  private abandon(id: number, p: Pending, err: unknown): void {
+    if (this.pending.get(id) !== p) return;
+    this.pending.delete(id);
+    if (p.timer) clearTimeout(p.timer);
+    p.input?.close();
+    this.log.debug({ socket: this.socketPath, op: p.op, err }, 'agent operation abandoned: its handler failed');
+    p.reject(err instanceof Error ? err : new SandboxError('agent.protocol', `${p.op ?? 'request'}: ${String(err)}`));
+    if (!this.closedErr) this.start('cancel', { target: id }).done.catch(() => undefined);
   }
 
   private onFrame(f: Frame): void {
     const p = this.pending.get(f.id);
-    if (!p) return; // late frames of a cancelled/timed-out request
+    if (!p) {
+      // Late frames of a cancelled/timed-out request; a type the guest never sends is wrong whatever its id.
+      if (!GUEST_FRAME_TYPES.has(f.type)) this.protocolError(`agent sent unexpected frame type ${f.type}`);
+      return;
+    }
     switch (f.type) {
       case FrameType.Res: {
+        const res = parseJson(f.payload);
+        let bad = problem(RES, res);
+        if (bad === undefined && (res as { ok: boolean }).ok && p.result) bad = problem(p.result, res);
+        if (bad !== undefined) {
+          this.protocolError(`agent answered ${p.op ?? 'a request'} with a malformed RES frame (${bad})`);
+          return;
+        }
         this.pending.delete(f.id);
         if (p.timer) clearTimeout(p.timer);
         p.input?.close();
-        let res: Record<string, unknown>;
-        try {
-          res = JSON.parse(f.payload.toString('utf8')) as Record<string, unknown>;
-        } catch {
-          p.reject(new SandboxError('agent.protocol', 'agent sent malformed JSON'));
-          return;
-        }
-        if (res.ok === true) {
-          delete res.ok;
-          p.resolve(res);
-        } else p.reject(agentError(p.op ?? 'request', res));
+        const r = res as Record<string, unknown>;
+        if (r.ok === true) {
+          delete r.ok;
+          p.resolve(r);
+        } else p.reject(agentError(p.op ?? 'request', r));
         return;
       }
-      case FrameType.Evt:
-        try {
-          p.onEvent?.(JSON.parse(f.payload.toString('utf8')) as Record<string, unknown>);
-        } catch {
-          /* ignore malformed events */
-        }
-        return;
-      case FrameType.Out:
-      case FrameType.Err: {
-        try {
-          p.output?.received(f.payload.length);
-        } catch (err) {
-          this.fail(err as SandboxError);
+      case FrameType.Evt: {
+        const evt = parseJson(f.payload);
+        const bad = problem(EVT, evt) ?? problem(p.event ?? EVT, evt);
+        if (bad !== undefined) {
+          this.protocolError(`agent sent ${p.op ?? 'a request'} a malformed EVT frame (${bad})`);
           return;
         }
-        const done = f.type === FrameType.Out ? p.onOut?.(f.payload) : p.onErr?.(f.payload);
+        try {
+          p.onEvent?.(evt as Record<string, unknown>);
+        } catch (err) {
+          this.abandon(f.id, p, err);
+        }
+        return;
+      }
+      case FrameType.Out:
+      case FrameType.Err: {
+        if (p.output) {
+          const over = p.output.received(f.payload.length);
+          if (over) {
+            this.protocolError(over);
+            return;
+          }
+        }
+        let done: unknown;
+        try {
+          done = f.type === FrameType.Out ? p.onOut?.(f.payload) : p.onErr?.(f.payload);
+        } catch (err) {
+          p.output?.consumed(f.payload.length, undefined);
+          this.abandon(f.id, p, err);
+          return;
+        }
         p.output?.consumed(f.payload.length, done);
         return;
       }
-      case FrameType.Window:
+      case FrameType.Window: {
         if (f.payload.length !== 4) {
-          this.fail(new SandboxError('agent.protocol', `agent sent a WINDOW frame of ${f.payload.length} bytes`));
+          this.protocolError(`agent sent a WINDOW frame of ${f.payload.length} bytes`);
           return;
         }
-        p.input?.grant(f.payload.readUInt32BE(0));
+        const over = p.input?.grant(f.payload.readUInt32BE(0));
+        if (over) this.protocolError(over);
         return;
+      }
       default:
-        this.fail(new SandboxError('agent.protocol', `agent sent unexpected frame type ${f.type}`));
+        this.protocolError(`agent sent unexpected frame type ${f.type}`);
     }
   }
 
@@ -334,11 +429,11 @@ export class AgentClient {
   }
 
   /**
-   * @internal The IN data of operation `id` (stdin, upload, TCP): sent within the stream's credit when flow
-   * control is on, at once otherwise. Closed when the operation ends.
+   * @internal The IN data of operation `id` (stdin, upload, TCP): sent within the stream's credit. Closed when the
+   * operation ends.
    */
   streamInput(id: number): StreamInput {
-    const input = new StreamInput(this.link(id), this.flow);
+    const input = new StreamInput(this.link(id));
     const p = this.pending.get(id);
     if (p) p.input = input;
     else input.close();
@@ -392,13 +487,15 @@ export class AgentClient {
         onOut: handlers.onOut,
         onErr: handlers.onErr,
       };
-      if (this.flow && (handlers.onOut || handlers.onErr)) p.output = new StreamOutput(this.link(id), true);
+      if (handlers.result) p.result = handlers.result;
+      if (handlers.event) p.event = handlers.event;
+      if (handlers.onOut || handlers.onErr) p.output = new StreamOutput(this.link(id));
       if (timeoutMs > 0) {
         p.timer = setTimeout(() => {
           this.pending.delete(id);
           p.input?.close();
           // A flow-controlled stream would otherwise wait in the guest for credit that never comes.
-          if (this.flow && (p.output || p.input)) this.start('cancel', { target: id }).done.catch(() => undefined);
+          if (p.output || p.input) this.start('cancel', { target: id }).done.catch(() => undefined);
           reject(
             new SandboxError('agent.timeout', `${op} got no answer from the guest agent within ${timeoutMs} ms`, {
               hint: 'the guest may be paused or overloaded',
@@ -443,10 +540,14 @@ export class AgentClient {
     payload.writeBigUInt64BE(BigInt(Date.now()) * 1_000_000n, 0);
     seed.copy(payload, 8);
     try {
-      return await this.open('hello', FrameType.Hello, payload, handlers).done;
+      return await this.open('hello', FrameType.Hello, payload, { ...handlers, result: HELLO }).done;
     } catch (err) {
       if (!(err instanceof SandboxError) || err.code !== 'agent.eproto') throw err;
-      return this.request('hello', { timeUnixNs: Date.now() * 1e6, seed: seed.toString('base64') }, handlers);
+      return this.request(
+        'hello',
+        { timeUnixNs: Date.now() * 1e6, seed: seed.toString('base64') },
+        { ...handlers, result: HELLO },
+      );
     }
   }
 
@@ -455,7 +556,7 @@ export class AgentClient {
   }
 
   async health(): Promise<AgentHealth> {
-    return (await this.request('health')) as AgentHealth;
+    return (await this.request('health', {}, { result: HEALTH })) as AgentHealth;
   }
 
   /** Set the guest wall clock (clones and resumed VMs wake with the clock of their snapshot). */

@@ -28,7 +28,8 @@ export const AGENT_ERRNO_CODES: Readonly<Record<string, ErrorCode>> = {
 
 export function agentError(op: string, res: Record<string, unknown>): SandboxError {
   const errno = typeof res.code === 'string' ? res.code : 'EIO';
-  const message = typeof res.message === 'string' ? res.message : 'agent error';
+  // The guest's words end up in logs and in answers to clients: a line, not a megabyte.
+  const message = typeof res.message === 'string' ? res.message.slice(0, 1024) : 'agent error';
   const hints: Record<string, string> = {
     ENOENT: 'check the path or command name inside the guest',
     EFRAMETOOLARGE: 'split the data into chunks of at most 1 MiB',

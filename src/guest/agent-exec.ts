@@ -5,6 +5,7 @@
 import { constants as osConstants } from 'node:os';
 import { SandboxError } from '../errors.js';
 import type { AgentClient } from './agent-client.js';
+import { check, ExecEvent, ExecResultSchema } from './agent-schemas.js';
 import type { StreamInput } from './flow.js';
 import type { ExecRequestArgs } from './protocol.js';
 
@@ -32,6 +33,9 @@ export interface ExecResult {
   /** True if output was cut at maxOutputBytes. */
   truncated: boolean;
 }
+
+const EXEC_RESULT = check(ExecResultSchema);
+const EXEC_EVENT = check(ExecEvent);
 
 function signalNumber(sig: string | number): number {
   if (typeof sig === 'number') return sig;
@@ -138,17 +142,17 @@ export function startExecProcess(client: AgentClient, argv: readonly string[], o
   const { id, done } = client.startExec(args, {
     timeoutMs: opts.timeoutMs ? opts.timeoutMs + 10_000 : 0,
     signal: opts.signal,
-    onEvent: (e) => {
-      if (e.type === 'started') resolvePid(Number(e.pid));
-    },
+    result: EXEC_RESULT,
+    event: EXEC_EVENT,
+    onEvent: (e) => resolvePid(e.pid as number),
     onOut: out.push,
     onErr: err.push,
   });
   const result = done.then(
     (res) => {
       const r: ExecResult = {
-        exitCode: Number(res.exitCode),
-        timedOut: Boolean(res.timedOut),
+        exitCode: res.exitCode as number,
+        timedOut: res.timedOut === true,
         stdout: Buffer.concat(out.chunks),
         stderr: Buffer.concat(err.chunks),
         truncated,

@@ -4,6 +4,13 @@
  */
 import { SandboxError } from '../errors.js';
 import type { AgentClient } from './agent-client.js';
+import { check, FileStatSchema, ListResult, SizeResult, WatchEventSchema } from './agent-schemas.js';
+
+// What the guest answers is checked against these before it is read (agent-schemas.ts).
+const STAT = check(FileStatSchema);
+const LIST = check(ListResult);
+const SIZE = check(SizeResult);
+const WATCH_EVENT = check(WatchEventSchema);
 
 export interface FileStat {
   path: string;
@@ -50,6 +57,7 @@ export class AgentFiles {
       { path, offset: opts.offset, length: opts.length },
       {
         timeoutMs: opts.timeoutMs,
+        result: SIZE,
         onOut: (b) => {
           size += b.length;
           if (size > max) tooBig = true;
@@ -91,7 +99,7 @@ export class AgentFiles {
     const { id, done } = this.client.start(
       'file.write',
       { path, mode: opts.mode, append: opts.append, parents: opts.parents, uid: opts.uid, gid: opts.gid },
-      { timeoutMs: opts.timeoutMs, signal },
+      { timeoutMs: opts.timeoutMs, signal, result: SIZE },
     );
     done.catch(() => undefined);
     const input = this.client.streamInput(id);
@@ -110,7 +118,7 @@ export class AgentFiles {
     this.client.assertOpen();
     input.end();
     const res = await done;
-    return Number(res.size ?? 0);
+    return res.size as number;
   }
 
   /**
@@ -125,13 +133,13 @@ export class AgentFiles {
     const res = await this.client.request(
       'file.read',
       { path, offset: opts.offset, length: opts.length },
-      { timeoutMs: opts.timeoutMs, signal: opts.signal, onOut: onChunk },
+      { timeoutMs: opts.timeoutMs, signal: opts.signal, onOut: onChunk, result: SIZE },
     );
-    return Number(res.size ?? 0);
+    return res.size as number;
   }
 
   async stat(path: string): Promise<FileStat> {
-    return (await this.client.request('file.stat', { path })) as unknown as FileStat;
+    return (await this.client.request('file.stat', { path }, { result: STAT })) as unknown as FileStat;
   }
 
   async exists(path: string): Promise<boolean> {
@@ -145,8 +153,8 @@ export class AgentFiles {
   }
 
   async list(path: string, opts: { depth?: number } = {}): Promise<{ entries: FileStat[]; truncated: boolean }> {
-    const res = await this.client.request('file.list', { path, depth: opts.depth });
-    return { entries: res.entries as FileStat[], truncated: Boolean(res.truncated) };
+    const res = await this.client.request('file.list', { path, depth: opts.depth }, { result: LIST });
+    return { entries: res.entries as FileStat[], truncated: res.truncated === true };
   }
 
   async mkdir(
@@ -183,6 +191,7 @@ export class AgentFiles {
       { path, recursive: opts.recursive },
       {
         timeoutMs: 0,
+        event: WATCH_EVENT,
         onEvent: (e) => {
           if (e.type === 'watching') ready();
           else if (e.type === 'fs') onEvent({ op: e.op as WatchEvent['op'], path: String(e.path) });

@@ -5,6 +5,9 @@
  */
 import { Duplex } from 'node:stream';
 import type { AgentClient } from './agent-client.js';
+import { check, TcpEvent } from './agent-schemas.js';
+
+const TCP_EVENT = check(TcpEvent);
 
 /** Open a TCP connection from inside the guest to `host:port` (AgentClient.connectTcp). */
 export async function connectGuestTcp(client: AgentClient, port: number, host: string): Promise<Duplex> {
@@ -24,9 +27,8 @@ export async function connectGuestTcp(client: AgentClient, port: number, host: s
     { port, host },
     {
       timeoutMs: 0,
-      onEvent: (e) => {
-        if (e.type === 'connected') connected();
-      },
+      event: TCP_EVENT,
+      onEvent: connected,
       onOut: (b) => {
         if (duplex.push(b)) return undefined;
         if (!full) {

@@ -1,11 +1,11 @@
 /**
- * Host side of per-stream flow control (docs/agent-protocol.md, "Flow control"). With an agent that offers
- * `flow`, each stream may carry STREAM_WINDOW bytes of data per direction before the receiver grants more with a
- * WINDOW frame: the host sends a stream's IN data only within the credit the agent granted (StreamInput), and
- * grants credit for OUT/ERR data only once its consumer has taken it (StreamOutput). So one stalled stream, on
- * either side, holds back only itself, and neither side buffers more than a window of it.
+ * Host side of per-stream flow control (docs/agent-protocol.md, "Flow control"; the host refuses an agent without
+ * it). Each stream may carry STREAM_WINDOW bytes of data per direction before the receiver grants more with a
+ * WINDOW frame: the host sends a stream's IN data only within the credit the agent granted and while the socket
+ * takes it (StreamInput), and grants credit for OUT/ERR data only once its consumer has taken it (StreamOutput).
+ * So one stalled stream, on either side, holds back only itself, and neither side buffers more than a window of
+ * it. A guest that sends past its credit, or grants more than was sent, is lying: the caller ends the connection.
  */
-import { SandboxError } from '../errors.js';
 import { MAX_PAYLOAD } from './protocol.js';
 
 /** Each stream's credit per direction when flow control is on (the agent's `initialWindow`). */
@@ -24,11 +24,11 @@ export interface StreamLink {
 }
 
 /**
- * Host -> guest data of one stream (stdin, file content, TCP data). Without flow control (an older agent)
- * every write is sent at once, and `drained()` waits for the socket, as before.
+ * Host -> guest data of one stream (stdin, file content, TCP data): sent within the stream's credit, and only while
+ * the socket takes it (a guest that grants credit but never reads must not pile data up in the socket's buffer).
  */
 export class StreamInput {
-  private credit: number;
+  private credit = STREAM_WINDOW;
   private readonly queue: Buffer[] = [];
   private queued = 0;
   private eofPending = false;
@@ -36,12 +36,7 @@ export class StreamInput {
   private socketFull = false;
   private waiters: (() => void)[] = [];
 
-  constructor(
-    private readonly link: StreamLink,
-    private readonly flow: boolean,
-  ) {
-    this.credit = flow ? STREAM_WINDOW : Number.POSITIVE_INFINITY;
-  }
+  constructor(private readonly link: StreamLink) {}
 
   /** Bytes accepted but not yet sent (waiting for credit). */
   get pending(): number {
@@ -70,10 +65,14 @@ export class StreamInput {
     return new Promise((resolve) => this.waiters.push(resolve));
   }
 
-  /** A WINDOW frame from the agent. */
-  grant(n: number): void {
+  /** A WINDOW frame from the agent; what is wrong with it when it grants more than was sent. */
+  grant(n: number): string | undefined {
+    if (this.closed) return undefined;
+    if (this.credit + n > STREAM_WINDOW)
+      return `agent granted ${n} bytes of credit, past the ${STREAM_WINDOW}-byte window (it holds ${STREAM_WINDOW - this.credit})`;
     this.credit += n;
     this.pump();
+    return undefined;
   }
 
   /** The stream is over (answered, failed, cancelled): drop what is queued. */
@@ -85,7 +84,7 @@ export class StreamInput {
   }
 
   private pump(): void {
-    while (this.queue.length && this.credit > 0) {
+    while (this.queue.length && this.credit > 0 && !this.socketFull) {
       const head = this.queue[0]!;
       const n = Math.min(head.length, this.credit, MAX_PAYLOAD);
       const full = !this.link.sendIn(head.subarray(0, n));
@@ -93,7 +92,7 @@ export class StreamInput {
       this.queued -= n;
       if (n === head.length) this.queue.shift();
       else this.queue[0] = head.subarray(n);
-      if (full && !this.flow) this.waitSocket();
+      if (full) this.waitSocket();
     }
     if (this.eofPending && this.queue.length === 0) {
       this.eofPending = false;
@@ -102,13 +101,18 @@ export class StreamInput {
     if (this.queued === 0 && !this.socketFull) this.wake();
   }
 
-  /** Without flow control the socket's buffer is the only backpressure (what uploads waited for before). */
+  /** The socket's buffer is full: send more once it drained. */
   private waitSocket(): void {
     if (this.socketFull) return;
     this.socketFull = true;
     void this.link.socketDrained().then(() => {
       this.socketFull = false;
-      if (this.queued === 0) this.wake();
+      if (this.closed) return;
+      try {
+        this.pump();
+      } catch {
+        this.close(); // the connection is gone; its operation fails on its own
+      }
     });
   }
 
@@ -120,32 +124,24 @@ export class StreamInput {
 /**
  * Guest -> host data of one stream (OUT and ERR together). `received` counts what arrives, `consumed` what the
  * stream's consumer has taken; credit goes back to the agent in batches. A guest that sends past the window is
- * misbehaving: `received` throws, and the connection ends.
+ * misbehaving: `received` says so, and the connection ends.
  */
 export class StreamOutput {
   private outstanding = 0;
   private ungranted = 0;
 
-  constructor(
-    private readonly link: Pick<StreamLink, 'sendWindow'>,
-    private readonly flow: boolean,
-  ) {}
+  constructor(private readonly link: Pick<StreamLink, 'sendWindow'>) {}
 
-  received(n: number): void {
-    if (!this.flow) return;
+  /** Count `n` bytes that arrived; what is wrong when they are past the stream's credit. */
+  received(n: number): string | undefined {
     this.outstanding += n;
-    if (this.outstanding > STREAM_WINDOW) {
-      throw new SandboxError(
-        'agent.protocol',
-        `agent sent ${this.outstanding} bytes on a stream past its ${STREAM_WINDOW}-byte window`,
-        { hint: 'the guest agent is misbehaving or not ours; destroy the VM' },
-      );
-    }
+    if (this.outstanding > STREAM_WINDOW)
+      return `agent sent ${this.outstanding} bytes on a stream past its ${STREAM_WINDOW}-byte window`;
+    return undefined;
   }
 
   /** The consumer has taken `n` bytes; `done` is what its handler returned (a promise = not yet). */
   consumed(n: number, done: unknown): void {
-    if (!this.flow) return;
     if (done instanceof Promise) {
       done.then(
         () => this.grant(n),

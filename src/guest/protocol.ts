@@ -116,10 +116,16 @@ export function encodeExecPayload(a: ExecRequestArgs): Buffer | undefined {
 
 /**
  * Incremental decoder. `push` returns the complete frames; it throws agent.frame-too-large on a frame over the
- * limit (as soon as its header arrives) and agent.protocol on a malformed header.
+ * limit (as soon as its header arrives) and agent.protocol on a malformed header. The chunks of a frame whose header
+ * has arrived are joined once, when the frame is complete: a guest trickling a 1 MiB frame a byte at a time would
+ * otherwise make every byte copy everything before it (quadratic, minutes of the host's event loop).
  */
 export class FrameDecoder {
   private buf: Buffer = Buffer.alloc(0);
+  /** Chunks after `buf` not joined yet, while a frame of `need` bytes (header included) is incomplete. */
+  private pending: Buffer[] = [];
+  private pendingLen = 0;
+  private need = 0;
   private synced: boolean;
 
   constructor(opts: { expectMagic?: string; maxPayload?: number } = {}) {
@@ -136,7 +142,15 @@ export class FrameDecoder {
   }
 
   push(chunk: Buffer): Frame[] {
-    this.buf = this.buf.length === 0 ? chunk : Buffer.concat([this.buf, chunk]);
+    if (this.need > 0) {
+      this.pending.push(chunk);
+      this.pendingLen += chunk.length;
+      if (this.buf.length + this.pendingLen < this.need) return [];
+      this.buf = Buffer.concat([this.buf, ...this.pending]);
+      this.pending = [];
+      this.pendingLen = 0;
+      this.need = 0;
+    } else this.buf = this.buf.length === 0 ? chunk : Buffer.concat([this.buf, chunk]);
     if (!this.synced && this.magic !== undefined) {
       // Bytes before the agent's magic are stale output of an earlier session; drop them.
       const at = this.buf.indexOf(this.magic);
@@ -160,7 +174,10 @@ export class FrameDecoder {
           },
         );
       }
-      if (this.buf.length < 4 + len) break;
+      if (this.buf.length < 4 + len) {
+        this.need = 4 + len;
+        break;
+      }
       frames.push({
         type: this.buf.readUInt8(4),
         id: this.buf.readUInt32BE(5),

@@ -2,6 +2,8 @@ import { setMaxListeners } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import { Registry, collectDefaultMetrics } from 'prom-client';
 import { silentLogger, type Logger } from '../log/logger.js';
+import { guardRequests } from '../net/guard.js';
+import { requestTarget } from '../net/request-target.js';
 import type { KubeClient } from './client.js';
 import { Controller, type ControllerOptions } from './controller.js';
 import { Informer, type InformerOptions } from './informer.js';
@@ -210,18 +212,23 @@ export class Manager {
     handle: (path: string) => Promise<{ status?: number; type: string; body: string } | undefined>,
   ): Promise<string> {
     const [host, port] = splitHostPort(bind);
-    const server = createServer((req, res) => {
-      handle(new URL(req.url ?? '/', 'http://x').pathname).then(
-        (r) => {
-          if (!r) {
-            res.writeHead(404).end('not found');
-            return;
-          }
-          res.writeHead(r.status ?? 200, { 'content-type': r.type }).end(r.body);
-        },
-        (err: unknown) => res.writeHead(500).end(String(err)),
-      );
-    });
+    const server = createServer(
+      guardRequests(this.log, 'manager', async (req, res) => {
+        let path: string;
+        try {
+          path = requestTarget(req, (message) => new Error(message)).pathname;
+        } catch (err) {
+          res.writeHead(400, { 'content-type': 'text/plain' }).end((err as Error).message);
+          return;
+        }
+        const r = await handle(path).catch((err: unknown) => {
+          this.log.error({ err, path }, 'health or metrics request failed');
+          return { status: 500, type: 'text/plain', body: 'internal error' };
+        });
+        if (!r) res.writeHead(404).end('not found');
+        else res.writeHead(r.status ?? 200, { 'content-type': r.type }).end(r.body);
+      }),
+    );
     this.servers.push(server);
     return new Promise((resolve, reject) => {
       server.once('error', reject);

@@ -1,4 +1,5 @@
 import { timingSafeEqual } from 'node:crypto';
+import { SandboxError } from '../errors.js';
 
 /**
  * sandboxd's three token kinds (docs/sandboxd-api.md "Transport, authentication, errors"): the node's root token
@@ -35,6 +36,19 @@ export function identify(header: string | undefined, cfg: AuthConfig): Principal
 
 export function isOperator(p: Principal): boolean {
   return p.kind === 'root' || p.kind === 'anonymous';
+}
+
+/**
+ * 403 unless `p` is the fleet's root (an operator): a claim's or a fork's Kubernetes objects are served by
+ * sandbox-apiserver in the namespace they name, so whoever gives one decides where a sandbox appears. Tenants and
+ * sandbox tokens are confined to no namespace here, so they give none (`field` names the refused field).
+ */
+export function assertMayGiveObjects(p: Principal, field: string): void {
+  if (!isOperator(p))
+    throw new SandboxError(
+      'sandboxd.forbidden',
+      `${field}: only the fleet's root token may give a sandbox a Kubernetes object; create sandboxes through the Kubernetes API (sandbox-apiserver) or leave ${field} out`,
+    );
 }
 
 /** The tenant a principal claims for (recorded on its claims, which are all it lists). */

@@ -55,6 +55,8 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
     defaultTtlSeconds: config.defaultTtlSeconds,
     checkpointTtlMs: config.checkpointTtlHours * 3_600_000,
     maxCheckpoints: config.maxCheckpoints,
+    maxCheckpointsPerNamespace: config.maxCheckpointsPerNamespace,
+    fsync: config.fsync,
     logger: log.child({ component: 'engine' }),
   });
   await engine.start();
@@ -103,6 +105,7 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
     envd = new EnvdServer({
       engine,
       maxUploadBytes: config.envdMaxUploadBytes,
+      maxConnections: config.envdMaxConnections,
       logger: log.child({ component: 'envd' }),
     });
     const e = await envd.listen(config.envdListen.host, config.envdListen.port);

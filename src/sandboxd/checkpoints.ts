@@ -1,3 +1,4 @@
+import { snapshotNameProblem } from '../api/index.js';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { cp, mkdtemp, open, rename, rm } from 'node:fs/promises';
@@ -21,8 +22,15 @@ export interface CheckpointRecord {
   id: string;
   name?: string;
   sandboxId: string;
-  /** The claim_ref of the sandbox it was taken of (`<namespace>/<name>` for Kubernetes objects), if it had one. */
+  /**
+   * The claim_ref of the sandbox it was taken of (`<namespace>/<name>` for Kubernetes objects), if it had one and
+   * no tenant made it: a tenant's claim_ref is a label the tenant chose, and recording it here would file the
+   * checkpoint under a namespace the tenant names (sandbox-apiserver serves a checkpoint to the namespace of its
+   * claim_ref, and the quota counts it there).
+   */
   claimRef?: string;
+  /** The tenant whose sandbox it was taken of (tenant tokens); its quota is the tenant's. */
+  tenant?: string;
   key: PoolKey;
   createdAt: string;
   template: Template;
@@ -37,9 +45,53 @@ export interface CheckpointRecord {
 /** How long a deleted id stays known, so a pull that started before the delete does not publish it again. */
 const TOMBSTONE_MS = 60 * 60_000;
 
+/** The default of `--max-checkpoints`. */
+export const DEFAULT_MAX_CHECKPOINTS = 256;
+
+/**
+ * The default of `--max-checkpoints-per-namespace`: an eighth of the node's, so one namespace (or tenant) can take
+ * at most that share of the node's checkpoint budget, and at least eight share a node before its cap is reached.
+ */
+export const DEFAULT_MAX_CHECKPOINTS_PER_NAMESPACE = 32;
+
+/**
+ * The default of `--checkpoint-ttl-hours`: a week. A checkpoint is a copy of a VM's RAM on disk; without a default
+ * end, every one ever taken stays until someone deletes it, and the quota fills with forgotten ones. Hibernated and
+ * paused sandboxes are not checkpoints: their lease ends them (docs/sandboxd.md "Checkpoint budget").
+ */
+export const DEFAULT_CHECKPOINT_TTL_HOURS = 168;
+
+/** Who a checkpoint's quota is charged to; what `sandboxd --max-checkpoints-per-namespace` bounds. */
+export interface CheckpointOwner {
+  claimRef?: string;
+  tenant?: string;
+}
+
+/**
+ * The quota scope of a checkpoint or of the sandbox it is taken of: a tenant's (`tenant:<name>`, as the node's
+ * tenant tokens name them) for a tenant's sandbox, else the namespace of its claim_ref (`<namespace>/<name>`, what
+ * sandbox-apiserver and the virtual kubelet give), else `''` (the operator's own sandboxes without a claim_ref).
+ */
+export function checkpointScope(o: CheckpointOwner): string {
+  if (o.tenant !== undefined) return `tenant:${o.tenant}`;
+  const slash = o.claimRef?.indexOf('/') ?? -1;
+  return slash > 0 ? o.claimRef!.slice(0, slash) : '';
+}
+
+/** The bounds on taking a checkpoint (0: none). */
+export interface CheckpointLimits {
+  node: string;
+  max: number;
+  maxPerScope: number;
+}
+
 export class Checkpoints {
   private readonly checkpoints = new Map<string, CheckpointRecord>();
   private readonly deleted = new Map<string, number>();
+  /** Checkpoints being taken, per quota scope; they count against the bounds like the ones in the store. */
+  private readonly inFlight = new Map<string, number>();
+  /** Checkpoints deleted by expire() since the start (sandboxd_checkpoints_expired_total). */
+  expiredCount = 0;
 
   constructor(
     private readonly driver: MicrovmDriver,
@@ -50,13 +102,56 @@ export class Checkpoints {
     mkdirSync(root, { recursive: true });
   }
 
+  /**
+   * Before a checkpoint of a sandbox owned by `owner` is taken: the name is checked (snapshot-name.ts), and the
+   * node's and the scope's bounds, counting the checkpoints being taken, so concurrent requests cannot pass a bound
+   * together. Holds one slot until the returned function is called (after add(), or on failure).
+   */
+  admit(owner: CheckpointOwner, name: string | undefined, limits: CheckpointLimits): () => void {
+    const problem = name === undefined ? undefined : snapshotNameProblem(name);
+    if (problem) throw new SandboxError('sandboxd.bad-request', `name: ${problem}`);
+    const inFlight = [...this.inFlight.values()].reduce((a, b) => a + b, 0);
+    if (limits.max > 0 && this.checkpoints.size + inFlight >= limits.max)
+      throw new SandboxError(
+        'sandboxd.at-capacity',
+        `node ${limits.node} keeps at most ${limits.max} checkpoints (--max-checkpoints)`,
+        { hint: 'delete checkpoints that are no longer needed (DELETE /v1/checkpoints/{id})' },
+      );
+    const scope = checkpointScope(owner);
+    const held = this.countScope(scope) + (this.inFlight.get(scope) ?? 0);
+    if (limits.maxPerScope > 0 && held >= limits.maxPerScope)
+      throw new SandboxError(
+        'sandboxd.quota-exceeded',
+        `${scope.startsWith('tenant:') ? scope.replace(':', ' ') : `namespace ${scope || '(none)'}`} holds ${held} of its ${limits.maxPerScope} checkpoints on node ${limits.node} (--max-checkpoints-per-namespace)`,
+        {
+          hint: 'delete snapshots it no longer needs (kubectl sandbox delete-snapshot ID; e2b: DELETE /templates/{id}), or wait for --checkpoint-ttl-hours to expire old ones',
+        },
+      );
+    this.inFlight.set(scope, (this.inFlight.get(scope) ?? 0) + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const n = (this.inFlight.get(scope) ?? 1) - 1;
+      if (n > 0) this.inFlight.set(scope, n);
+      else this.inFlight.delete(scope);
+    };
+  }
+
+  /** Checkpoints this node holds in quota scope `scope` (its own and pulled copies: both take its disk). */
+  countScope(scope: string): number {
+    let n = 0;
+    for (const ck of this.checkpoints.values()) if (checkpointScope(ck) === scope) n++;
+    return n;
+  }
+
   /** Record a checkpoint of sandbox `sandboxId` whose snapshot is `template`, moving the snapshot into `root`. */
   async add(
     sandboxId: string,
     key: PoolKey,
     template: Template,
     name?: string,
-    claimRef?: string,
+    owner: CheckpointOwner = {},
   ): Promise<CheckpointRecord> {
     const id = `ck_${randomBytes(8).toString('hex')}`;
     const dir = join(this.root, id);
@@ -82,7 +177,7 @@ export class Checkpoints {
       template: this.driver.loadTemplate(dir),
       files,
       ...(name ? { name } : {}),
-      ...(claimRef ? { claimRef } : {}),
+      ...(owner.tenant !== undefined ? { tenant: owner.tenant } : owner.claimRef ? { claimRef: owner.claimRef } : {}),
     };
     this.checkpoints.set(ck.id, ck);
     return ck;
@@ -119,10 +214,14 @@ export class Checkpoints {
     return ck.files;
   }
 
-  /** Delete the checkpoints created more than `ttlMs` ago; their ids. */
+  /**
+   * Delete the checkpoints created more than `ttlMs` ago; their ids. A pulled copy keeps the origin's createdAt, so
+   * it ends when the original does. A record whose createdAt does not parse is expired too (it could never end).
+   */
   expire(ttlMs: number, now = Date.now()): string[] {
-    const old = [...this.checkpoints.values()].filter((ck) => Date.parse(ck.createdAt) + ttlMs <= now);
+    const old = [...this.checkpoints.values()].filter((ck) => !(Date.parse(ck.createdAt) + ttlMs > now));
     for (const ck of old) this.delete(ck.id);
+    this.expiredCount += old.length;
     return old.map((ck) => ck.id);
   }
 

@@ -19,6 +19,8 @@ import { errorStatus, MAX_BODY_BYTES, parseJsonBody, type SandboxdApi } from './
 /** Request line plus headers, at most (a claim needs a few hundred bytes). */
 const MAX_HEADER_BYTES = 16 << 10;
 const IDLE_TIMEOUT_MS = 90_000;
+/** Requests parsed on one connection whose answers are not written yet; past it the connection is answered 429 and closed. */
+const MAX_PIPELINED = 32;
 const REASONS: Record<number, string> = {
   200: 'OK',
   400: 'Bad Request',
@@ -93,8 +95,10 @@ export class ClaimGateway {
     const parser = new HTTPParser(HTTPParser.REQUEST);
     parser.maxHeaderSize = MAX_HEADER_BYTES;
     let req: Pending | undefined;
-    // Answers leave in request order, even if a later claim (a warm hit) finishes before an earlier one (a clone):
-    // an answer known at once is written at once only when nothing is queued before it.
+    // Answers leave in request order, and a connection has one request in work at a time: a pipelined request is
+    // answered (its TokenReview started, its body parsed) only once the answer before it is written, and the socket
+    // is not read while an answer is pending, so one connection can neither start reviews in parallel nor pile up
+    // bodies. An answer known at once (a warm hit, an error) is written at once when nothing is pending before it.
     let queued = 0;
     let queue: Promise<void> = Promise.resolve();
     // Counted after the write: the client is waiting for the answer, not for the bookkeeping.
@@ -108,13 +112,30 @@ export class ClaimGateway {
       }
       this.opts.api.countGatewayRequest(a.status);
     };
-    const reply = (a: Answer | Promise<Answer>, keepAlive: boolean) => {
-      if (queued === 0 && !(a instanceof Promise)) return send(a, keepAlive);
+    const enqueue = (p: Promise<void>) => {
       queued++;
-      queue = queue.then(async () => {
-        send(await a, keepAlive);
-        queued--;
-      });
+      socket.pause();
+      queue = p
+        .catch((err: unknown) => {
+          this.log.error({ err }, 'claim listener: answering a request failed');
+          socket.destroy();
+        })
+        .finally(() => {
+          queued--;
+          if (queued === 0 && !socket.destroyed) socket.resume();
+        });
+    };
+    const reply = (answer: () => Answer | Promise<Answer>, keepAlive: boolean) => {
+      if (queued > 0) return enqueue(queue.then(async () => send(await answer(), keepAlive)));
+      const a = answer();
+      if (a instanceof Promise) enqueue(a.then((x) => send(x, keepAlive)));
+      else send(a, keepAlive);
+    };
+    const refuse = (status: number, error: string) => {
+      // The stream cannot be resynchronised (malformed) or is abusive (pipelined too deep): answer after what is
+      // queued, then hang up.
+      reply(() => ({ status, body: { error } }), false);
+      socket.removeAllListeners('data');
     };
     parser[HTTPParser.kOnHeadersComplete] = (info: HeaderInfo) => {
       let authorization: string | undefined;
@@ -142,20 +163,19 @@ export class ClaimGateway {
     parser[HTTPParser.kOnMessageComplete] = () => {
       const r = req;
       req = undefined;
-      if (r) reply(this.answer(r), r.keepAlive);
+      if (!r) return;
+      if (queued >= MAX_PIPELINED) return refuse(429, `more than ${MAX_PIPELINED} pipelined requests pending`);
+      const source = socket.remoteAddress;
+      reply(() => this.answer(r, source), r.keepAlive);
     };
     socket.on('data', (data: Buffer) => {
       const ret = parser.execute(data);
-      if (ret instanceof Error) {
-        // Malformed HTTP: answer after what is already queued, then hang up (the stream cannot be resynchronised).
-        reply({ status: 400, body: { error: `malformed HTTP request: ${ret.message}` } }, false);
-        socket.removeAllListeners('data');
-      }
+      if (ret instanceof Error) refuse(400, `malformed HTTP request: ${ret.message}`);
     });
   }
 
-  /** The answer to one request: at once for a warm hit, a redirect or an error; a promise when a clone is needed. */
-  private answer(r: Pending): Answer | Promise<Answer> {
+  /** The answer to one request: at once for a redirect or an error; a promise for a claim (on disk, then answered). */
+  private answer(r: Pending, source: string | undefined): Answer | Promise<Answer> {
     try {
       if (r.path !== '/v1/claim')
         throw new SandboxError(
@@ -166,7 +186,7 @@ export class ClaimGateway {
         throw new SandboxError('sandboxd.method-not-allowed', `method ${r.method} not allowed on /v1/claim`);
       const who = identify(r.authorization, this.opts.auth);
       if (who?.kind === 'bearer' && this.opts.kube)
-        return this.opts.kube.claim(who.token, r.chunks, r.tooLarge, r.started);
+        return this.opts.kube.claim(who.token, r.chunks, r.tooLarge, r.started, source);
       if (r.tooLarge)
         throw new SandboxError('sandboxd.bad-request', `invalid request body: larger than ${MAX_BODY_BYTES} bytes`);
       if (!who) throw new SandboxError('sandboxd.unauthorized', 'invalid api token');

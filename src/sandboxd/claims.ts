@@ -37,6 +37,22 @@ export interface SandboxRecord {
   memoryMiB?: number;
   /** When the record last changed (its phase, its lease). */
   updatedAt?: string;
+  /**
+   * Set by this node's claim gateway on the claims it made itself (gateway/index.ts), and by nothing else: what
+   * makes a claim a gateway delivery that the record and orphan adoption act on (with sandboxd's cluster-wide
+   * rights). Never read from the object's annotations, which whoever gives an object writes.
+   */
+  gatewayDelivery?: GatewayDeliveryFact;
+}
+
+/** What the claim gateway knew when it made a claim (docs/claim-gateway.md "What a claim is"). */
+export interface GatewayDeliveryFact {
+  namespace: string;
+  name: string;
+  warmPool: string;
+  template: string;
+  /** The Kubernetes user the claim was authorized for. */
+  user: string;
 }
 
 /** What the claimant chose: lease (default and cap from the engine), claimRef, and who it is. */
@@ -52,6 +68,8 @@ export interface ClaimOptions {
   memoryMiB?: number;
   /** The checkpoint the VM was cloned from. */
   fromCheckpoint?: string;
+  /** Only the node's claim gateway sets it (SandboxRecord.gatewayDelivery). */
+  gatewayDelivery?: GatewayDeliveryFact;
 }
 
 /**
@@ -113,6 +131,7 @@ export class ClaimRecords {
       ...(opts.vcpus ? { vcpus: opts.vcpus } : {}),
       ...(opts.memoryMiB ? { memoryMiB: opts.memoryMiB } : {}),
       ...(opts.fromCheckpoint ? { fromCheckpoint: opts.fromCheckpoint } : {}),
+      ...(opts.gatewayDelivery ? { gatewayDelivery: opts.gatewayDelivery } : {}),
     };
     this.touch(rec);
     this.restore(rec);

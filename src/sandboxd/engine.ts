@@ -6,7 +6,13 @@ import { join, resolve } from 'node:path';
 import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
 import { QemuMicrovmDriver, type MicrovmDriver, type MicrovmHandle, type Template } from '../vmm/index.js';
-import { Checkpoints, type CheckpointRecord } from './checkpoints.js';
+import {
+  Checkpoints,
+  DEFAULT_CHECKPOINT_TTL_HOURS,
+  DEFAULT_MAX_CHECKPOINTS,
+  DEFAULT_MAX_CHECKPOINTS_PER_NAMESPACE,
+  type CheckpointRecord,
+} from './checkpoints.js';
 import { ClaimRecords, type ClaimOptions, type SandboxRecord } from './claims.js';
 import { keyString, type PoolKey } from './pool-key.js';
 import { PromotedTemplates, type PromotedTemplate } from './promoted.js';
@@ -47,21 +53,27 @@ export interface EngineOptions {
   primeWarmVms?: boolean;
   defaultTtlSeconds?: number;
   maxTtlSeconds?: number;
-  /** Checkpoints older than this are deleted (0: kept until deleted). */
+  /** Checkpoints older than this are deleted (0: kept until deleted). Default DEFAULT_CHECKPOINT_TTL_HOURS. */
   checkpointTtlMs?: number;
   /**
    * Most checkpoints this node keeps (its own and pulled copies); a checkpoint beyond is 429. A sandbox's token may
    * checkpoint it, each one a copy of its RAM on disk: without a bound one tenant fills the node's disk. 0: none.
    */
   maxCheckpoints?: number;
+  /** Most checkpoints of one namespace (or tenant) on this node; beyond is 403 (checkpoints.ts). 0: none. */
+  maxCheckpointsPerNamespace?: number;
+  /**
+   * Sync the claim table to disk before a claim is answered (default true). False: written to the kernel only, so a
+   * claim survives a crash of sandboxd but not of the machine (`--fsync=false`, the local platform's `--no-fsync`).
+   */
+  fsync?: boolean;
   logger?: Logger;
   /** VM run dirs (sockets, logs). Default: under /run when root (QEMU drops to an unprivileged user that must
    * reach them, and unix socket paths are short there), else `<dataDir>/vms`. */
   runRoot?: string;
 }
 
-/** The default of `--max-checkpoints`. */
-export const DEFAULT_MAX_CHECKPOINTS = 256;
+export { DEFAULT_MAX_CHECKPOINTS, DEFAULT_MAX_CHECKPOINTS_PER_NAMESPACE, DEFAULT_CHECKPOINT_TTL_HOURS };
 
 /** One run root per data dir, so two daemons on one host never adopt each other's VMs. */
 export function defaultRunRoot(dataDir: string): string {
@@ -84,6 +96,8 @@ export interface ClaimRequest {
   object?: unknown;
   /** At the lease's end, hibernate instead of release. */
   onExpiry?: 'hibernate';
+  /** Set by the node's claim gateway only (SandboxRecord.gatewayDelivery). */
+  gatewayDelivery?: ClaimOptions['gatewayDelivery'];
   /**
    * Prime a provisioned VM after handing it out (see EngineOptions.primeWarmVms), for holders that keep a VM idle
    * until someone else uses it, like a virtual-kubelet pod in a warm pool. Off for API tenants, who would see a
@@ -109,6 +123,19 @@ function uniqueRefs(req: { claimRef?: string; object?: unknown }): string[] {
   return req.claimRef && req.object !== undefined ? [req.claimRef] : [];
 }
 
+/**
+ * 400 for a lease-end action the VM cannot do: a networked VM (the egress lane, QEMU user networking) cannot
+ * hibernate, and a claim that asked for it would be renewed at every lease's end instead (every claim path goes
+ * through claimWarm, so this is the one check).
+ */
+export function assertExpiryFits(req: { key: PoolKey; onExpiry?: 'hibernate' }): void {
+  if (req.onExpiry === 'hibernate' && req.key.net === 'egress')
+    throw new SandboxError(
+      'sandboxd.bad-request',
+      'on_expiry: hibernate is not supported on the egress lane (net=egress): a networked VM cannot hibernate; use on_expiry=release or net=none',
+    );
+}
+
 export class NodeEngine extends EventEmitter {
   readonly driver: MicrovmDriver;
   readonly runRoot: string;
@@ -121,11 +148,18 @@ export class NodeEngine extends EventEmitter {
   private readonly opts: Required<Omit<EngineOptions, 'driver' | 'logger' | 'runRoot'>>;
   private reaper: NodeJS.Timeout | undefined;
   private reaping = false;
-  /** Checkpoints being taken; they count against maxCheckpoints like the ones in the store. */
-  private checkpointsInFlight = 0;
   /** Claims whose VM is still being cloned; they count against maxClaims like the ones in the table. */
   private pending = 0;
-  readonly counters = { claims: 0, warmHits: 0, provisioned: 0, releases: 0, reaps: 0, forks: 0 };
+  readonly counters = {
+    claims: 0,
+    warmHits: 0,
+    provisioned: 0,
+    releases: 0,
+    reaps: 0,
+    forks: 0,
+    /** Lease-end actions (on_expiry) that failed; each ended in a release. */
+    expiryFailures: 0,
+  };
 
   constructor(opts: EngineOptions) {
     super();
@@ -140,8 +174,10 @@ export class NodeEngine extends EventEmitter {
       primeWarmVms: opts.primeWarmVms ?? true,
       defaultTtlSeconds: opts.defaultTtlSeconds ?? 300,
       maxTtlSeconds: opts.maxTtlSeconds ?? 86_400,
-      checkpointTtlMs: opts.checkpointTtlMs ?? 0,
+      checkpointTtlMs: opts.checkpointTtlMs ?? DEFAULT_CHECKPOINT_TTL_HOURS * 3_600_000,
       maxCheckpoints: opts.maxCheckpoints ?? DEFAULT_MAX_CHECKPOINTS,
+      maxCheckpointsPerNamespace: opts.maxCheckpointsPerNamespace ?? DEFAULT_MAX_CHECKPOINTS_PER_NAMESPACE,
+      fsync: opts.fsync ?? true,
     };
     this.log = opts.logger ?? silentLogger;
     mkdirSync(this.opts.dataDir, { recursive: true });
@@ -176,6 +212,7 @@ export class NodeEngine extends EventEmitter {
         }),
       },
       this.log,
+      { fsync: this.opts.fsync },
     );
   }
 
@@ -212,9 +249,9 @@ export class NodeEngine extends EventEmitter {
           this.claims.restore(claim);
           adopted++;
         } else {
-          // Not a recorded claim. It may be a warm VM, or one claimed in the last few ms before a crash (the claim
-          // table is written off the claim path), whose tenant may already have used it. Never hand it out again:
-          // destroy it; the pool refills from the template.
+          // Not a recorded claim. It may be a warm VM, or one taken for a claim whose write a crash cut short: never
+          // answered (a claim is answered once it is on disk, commit()), but a VM a claim popped is never handed
+          // out again: destroy it; the pool refills from the template.
           await vm.destroy();
           reaped++;
         }
@@ -247,10 +284,10 @@ export class NodeEngine extends EventEmitter {
       await this.driver.destroyAll();
       this.claims.clear();
       this.pools.forgetWarm();
-      await this.state.flush();
       // Only this engine's VMs live here, and all are gone now.
       rmSync(this.runRoot, { recursive: true, force: true });
     }
+    await this.state.close();
   }
 
   // ------------------------------------------------------------------ templates and pools
@@ -318,12 +355,12 @@ export class NodeEngine extends EventEmitter {
   }
 
   /**
-   * Hand over a running VM. Warm hit: pop from memory and answer (the refill and the state write happen after).
+   * Hand over a running VM. Warm hit: pop from memory, answer once the claim is on disk (the refill happens after).
    * Miss: clone one now (tens of ms) unless `provisionOnMiss` is false.
    */
   async claim(req: ClaimRequest): Promise<SandboxRecord> {
     const warm = this.claimWarm(req);
-    if (warm) return warm;
+    if (warm) return this.durable(warm);
     this.assertKnownTemplate(req.key.template);
     if (req.provisionOnMiss === false)
       throw new SandboxError('sandboxd.warm-miss', `no warm sandbox for ${keyString(req.key)}`);
@@ -335,22 +372,23 @@ export class NodeEngine extends EventEmitter {
       if (req.primeAfter) this.pools.primeLater(vm);
       const record = this.record(vm, req.key, 'provisioned', req);
       this.pools.refillSoon(req.key);
-      return record;
+      return await this.durable(record);
     } finally {
       unreserve();
     }
   }
 
   /**
-   * The warm half of claim(), synchronous so a listener can answer in the same tick the request arrived in:
-   * a record for a VM popped from the pool, or undefined when the pool has none (then claim() provisions).
+   * The warm half of claim(): a record for a VM popped from the pool, or undefined when the pool has none (then
+   * claim() provisions). Not on disk yet: private, so nothing answers with it before durable().
    */
-  claimWarm(req: ClaimRequest): SandboxRecord | undefined {
+  private claimWarm(req: ClaimRequest): SandboxRecord | undefined {
     if (!this.hasRoom())
       throw new SandboxError(
         'sandboxd.at-capacity',
         `node ${this.opts.nodeName} is at capacity (${this.opts.maxClaims} claims)`,
       );
+    assertExpiryFits(req);
     for (const ref of uniqueRefs(req)) this.claims.assertRefFree(ref);
     const vm = this.pools.take(req.key);
     if (!vm) return undefined;
@@ -358,6 +396,32 @@ export class NodeEngine extends EventEmitter {
     const rec = this.record(vm, req.key, 'warm', req);
     this.emit('pools');
     return rec;
+  }
+
+  /**
+   * `claims`, once on disk: what every claim path (claim, fork, claimCheckpoint) answers with. The records are in the
+   * table (and the change feed) from record() on, but nobody holds their VMs until this resolves, so a crash before
+   * it loses nothing anyone was given (engine-state.ts, group commit). When the write fails they are released (their
+   * VMs destroyed) and the caller gets a 503: a claim nobody could find after a restart is never answered.
+   */
+  private async durable<T extends SandboxRecord | SandboxRecord[]>(claims: T): Promise<T> {
+    try {
+      await this.state.commit();
+      return claims;
+    } catch (err) {
+      for (const rec of Array.isArray(claims) ? claims : [claims])
+        if (this.claims.get(rec.id) === rec)
+          await this.release(rec.id).catch((e: unknown) => this.log.warn({ err: e, sandbox: rec.id }, 'undo failed'));
+      // The cause (a host path, an errno) goes to the log (EngineStateFile), not to the client.
+      throw new SandboxError(
+        'sandboxd.state-write',
+        'the node could not record the claim on its disk; nothing was claimed',
+        {
+          cause: err,
+          hint: "retry; if it persists, the node's disk needs attention (its log names the error)",
+        },
+      );
+    }
   }
 
   private record(vm: MicrovmHandle, key: PoolKey, source: SandboxRecord['source'], opts: ClaimOptions): SandboxRecord {
@@ -460,19 +524,36 @@ export class NodeEngine extends EventEmitter {
       }
     }
     for (const rec of this.claims.all()) {
-      if (Date.parse(rec.deadline) <= now) {
-        if (rec.onExpiry === 'hibernate' && !rec.hibernated) {
-          // Paused, not gone: kept for the longest lease, then released like any other.
-          this.log.info({ sandbox: rec.id, claimRef: rec.claimRef }, 'lease expired; hibernating (on-expiry)');
-          this.renew(rec.id, this.opts.maxTtlSeconds);
-          await this.hibernate(rec.id).catch((err: unknown) => this.log.warn({ err }, 'hibernate at expiry failed'));
-          continue;
-        }
-        this.counters.reaps++;
-        this.log.info({ sandbox: rec.id, claimRef: rec.claimRef }, 'lease expired; releasing');
-        await this.release(rec.id).catch((err: unknown) => this.log.warn({ err }, 'reaping failed'));
-      }
+      if (Date.parse(rec.deadline) > now) continue;
+      if (rec.onExpiry === 'hibernate' && !rec.hibernated && (await this.hibernateAtExpiry(rec))) continue;
+      this.counters.reaps++;
+      this.log.info({ sandbox: rec.id, claimRef: rec.claimRef }, 'lease expired; releasing');
+      await this.release(rec.id).catch((err: unknown) => this.log.warn({ err }, 'reaping failed'));
     }
+  }
+
+  /**
+   * The lease-end hibernate (on_expiry): on success the sandbox is kept for the longest lease, then released like
+   * any other. A failure is never a renewal (an egress VM, which cannot hibernate, was once renewed for 24 h at every
+   * lease's end, forever): false, and the caller releases it; logged and counted (`expiry-failed`, a metric).
+   */
+  private async hibernateAtExpiry(rec: SandboxRecord): Promise<boolean> {
+    this.log.info({ sandbox: rec.id, claimRef: rec.claimRef }, 'lease expired; hibernating (on-expiry)');
+    try {
+      await this.hibernate(rec.id);
+    } catch (err) {
+      if (this.claims.get(rec.id) !== rec) return true; // released meanwhile: nothing left to do
+      this.counters.expiryFailures++;
+      this.log.warn(
+        { err, sandbox: rec.id, claimRef: rec.claimRef },
+        'hibernate at the end of the lease failed; releasing the sandbox instead',
+      );
+      this.emit('expiry-failed', rec, 'hibernate');
+      return false;
+    }
+    // A release meanwhile (its holder, the gateway) leaves nothing to renew.
+    if (this.claims.get(rec.id) === rec) this.renew(rec.id, this.opts.maxTtlSeconds);
+    return true;
   }
 
   async hibernate(id: string): Promise<void> {
@@ -556,12 +637,14 @@ export class NodeEngine extends EventEmitter {
       );
       this.counters.forks += children.length;
       // A tenant's sandbox forks into the same tenant's sandboxes.
-      return children.map((vm, i) =>
-        this.record(vm, rec.key, 'fork', {
-          ttlSeconds,
-          tenant: rec.tenant,
-          ...(objects ? { claimRef: objects[i]!.claimRef, object: objects[i]!.object } : {}),
-        }),
+      return await this.durable(
+        children.map((vm, i) =>
+          this.record(vm, rec.key, 'fork', {
+            ttlSeconds,
+            tenant: rec.tenant,
+            ...(objects ? { claimRef: objects[i]!.claimRef, object: objects[i]!.object } : {}),
+          }),
+        ),
       );
     } finally {
       unreserve();
@@ -573,24 +656,21 @@ export class NodeEngine extends EventEmitter {
   async checkpoint(id: string, name?: string): Promise<CheckpointRecord> {
     const rec = this.mustGet(id);
     this.assertNotEgress(rec, 'checkpoint');
-    // Counted with the ones being taken, so concurrent requests cannot pass the bound together.
-    const max = this.opts.maxCheckpoints;
-    if (max > 0 && this.checkpoints.list().length + this.checkpointsInFlight >= max)
-      throw new SandboxError(
-        'sandboxd.at-capacity',
-        `node ${this.opts.nodeName} keeps at most ${max} checkpoints (--max-checkpoints)`,
-        { hint: 'delete checkpoints that are no longer needed (DELETE /v1/checkpoints/{id})' },
-      );
-    this.checkpointsInFlight++;
+    // The name, the node's bound and the namespace's quota, counted with the checkpoints being taken.
+    const done = this.checkpoints.admit(rec, name, {
+      node: this.opts.nodeName,
+      max: this.opts.maxCheckpoints,
+      maxPerScope: this.opts.maxCheckpointsPerNamespace,
+    });
     try {
       const template = await this.vm(id).checkpoint(name ? `${name}@${id}` : undefined);
-      const ck = await this.checkpoints.add(id, rec.key, template, name, rec.claimRef);
+      const ck = await this.checkpoints.add(id, rec.key, template, name, rec);
       // Written before the answer (a checkpoint takes seconds; the write is nothing next to it), so a checkpoint
       // the API has answered for is never lost to a crash, and its directory never looks orphaned at the next start.
       await this.state.flush();
       return ck;
     } finally {
-      this.checkpointsInFlight--;
+      done();
     }
   }
 
@@ -628,12 +708,14 @@ export class NodeEngine extends EventEmitter {
       const vm = await this.reserving(1, () =>
         this.driver.clone(ck.template, { labels: { [LABEL_NODE]: this.opts.nodeName }, keepSpares: false }),
       );
-      return this.record(vm, ck.key, 'checkpoint', {
-        ttlSeconds,
-        fromCheckpoint: id,
-        ...identity,
-        ...(onExpiry ? { onExpiry } : {}),
-      });
+      return await this.durable(
+        this.record(vm, ck.key, 'checkpoint', {
+          ttlSeconds,
+          fromCheckpoint: id,
+          ...identity,
+          ...(onExpiry ? { onExpiry } : {}),
+        }),
+      );
     } finally {
       unreserve();
     }

@@ -4,11 +4,22 @@ import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { httpErrorOf } from '../error-http.js';
 import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
-import { identify, isOperator, mayAccessSandbox, tenantOf, type AuthConfig, type Principal } from './auth.js';
-import type { NodeEngine, SandboxRecord } from './engine.js';
+import {
+  assertMayGiveObjects,
+  identify,
+  isOperator,
+  mayAccessSandbox,
+  tenantOf,
+  type AuthConfig,
+  type Principal,
+} from './auth.js';
+import { assertExpiryFits, type NodeEngine, type SandboxRecord } from './engine.js';
+import type { GatewayDeliveryFact } from './claims.js';
 import { MAX_EXEC_TIMEOUT_SECONDS } from '../api/index.js';
 import { collectBody } from '../net/body.js';
+import { guardRequests } from '../net/guard.js';
 import { decodeSegments } from '../net/path.js';
+import { requestTarget } from '../net/request-target.js';
 import { ChangeFeed, sandboxRow } from './change-feed.js';
 import { registerLifecycleRoutes, type PauseMode } from './lifecycle-routes.js';
 import type { PeerDirectory } from './peers.js';
@@ -98,6 +109,14 @@ export class SandboxdApi {
       }),
     };
     opts.engine.on('released', () => this.metrics.releases.inc());
+    // A lease-end action (on_expiry) that failed; the sandbox was released instead (engine.ts, the reaper).
+    const expiryFailures = new Counter({
+      name: 'sandboxd_expiry_action_failures_total',
+      help: 'Lease-end actions (on_expiry) that failed, each ended in a release instead, by action',
+      labelNames: ['action'],
+      registers: r,
+    });
+    opts.engine.on('expiry-failed', (_rec: unknown, action: string) => expiryFailures.inc({ action }));
     this.claimTiers = {
       warm: { count: this.metrics.claims.labels('warm'), seconds: this.metrics.claimSeconds.labels('warm') },
       provisioned: {
@@ -138,7 +157,10 @@ export class SandboxdApi {
     });
     this.defineRoutes();
     registerCheckpointRoutes(this, this.engine, this.registry, this.log, opts.placement);
-    this.server = createServer({ keepAliveTimeout: 90_000 }, (req, res) => void this.handle(req, res));
+    this.server = createServer(
+      { keepAliveTimeout: 90_000 },
+      guardRequests(this.log, 'sandboxd-api', (req, res) => this.handle(req, res)),
+    );
   }
 
   listen(host: string, port: number): Promise<AddressInfo> {
@@ -161,9 +183,11 @@ export class SandboxdApi {
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? '/', 'http://sandboxd');
+    let path: string | undefined; // for the log: the target may be what failed
     let routeName = 'unknown';
     try {
+      const url = requestTarget(req, (message) => new SandboxError('sandboxd.bad-request', message));
+      path = url.pathname;
       const match = this.routes.find((r) => r.method === req.method && r.pattern.test(url.pathname));
       if (!match) {
         const pathExists = this.routes.some((r) => r.pattern.test(url.pathname));
@@ -185,7 +209,7 @@ export class SandboxdApi {
       await match.handler(req, res, who, params, url);
     } catch (err) {
       const { status, message } = errorStatus(err);
-      if (status >= 500) this.log.error({ err, path: url.pathname }, 'request failed');
+      if (status >= 500) this.log.error({ err, path }, 'request failed');
       if (!res.headersSent) json(res, status, { error: message });
       else res.end();
     } finally {
@@ -203,13 +227,15 @@ export class SandboxdApi {
   }
 
   /**
-   * claim() without a promise hop when none is needed: a warm hit, a redirect or an error (thrown) is decided in
-   * this tick, so the claim gateway can answer from its socket's data callback; only a miss (a clone) is `pending`.
+   * claim() without a promise hop when none is needed: a redirect or an error (thrown) is decided in this tick, so
+   * the claim gateway can answer from its socket's data callback. A claim is `pending`: the VM is taken in this tick,
+   * but the answer waits until the claim is on disk (NodeEngine.durable: a claim handed out survives a crash).
    */
   claimNow(
     who: Principal,
     body: Record<string, unknown>,
     t0: number,
+    gatewayDelivery?: GatewayDeliveryFact,
   ): { answer: unknown } | { pending: Promise<unknown> } {
     if (who.kind === 'bearer') throw new SandboxError('sandboxd.unauthorized', 'invalid api token');
     const e = this.engine;
@@ -219,6 +245,10 @@ export class SandboxdApi {
     const onExpiry = onExpiryOf(body);
     const noRedirect = body.no_redirect === true;
     const object = storedObject(body.object, claimRef);
+    // sandbox-apiserver serves an object where it says it lives: only the fleet's root (sandbox-apiserver itself)
+    // and this node's own claim gateway (which wrote it, after RBAC) may say that.
+    if (object !== undefined && !gatewayDelivery) assertMayGiveObjects(who, 'object');
+    assertExpiryFits({ key, ...(onExpiry ? { onExpiry } : {}) });
     e.assertKnownTemplate(key.template);
     // A Kubernetes object's name is unique among live claims and claims being made (the engine holds the ref from
     // before its clone's await): the second create of one name spends no VM and is never redirected.
@@ -239,10 +269,9 @@ export class SandboxdApi {
       tenant: tenantOf(who),
       object,
       ...(onExpiry ? { onExpiry } : {}),
+      ...(gatewayDelivery ? { gatewayDelivery } : {}),
       provisionOnMiss: body.warm_only !== true,
     };
-    const warm = e.claimWarm(req);
-    if (warm) return { answer: this.claimed(warm, t0) };
     return { pending: e.claim(req).then((rec) => this.claimed(rec, t0)) };
   }
 

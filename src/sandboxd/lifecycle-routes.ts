@@ -5,8 +5,9 @@
  * (sandbox-apiserver) indexes the result without waiting for the change feed.
  */
 import { SandboxError } from '../errors.js';
-import type { NodeEngine, SandboxRecord } from './engine.js';
+import type { ForkChild, NodeEngine, SandboxRecord } from './engine.js';
 import { sandboxRow } from './change-feed.js';
+import { assertMayGiveObjects, type Principal } from './auth.js';
 import {
   claimResponse,
   json,
@@ -42,17 +43,38 @@ export function registerLifecycleRoutes(api: SandboxdApi, e: NodeEngine, pauseMo
     const rec = api.authorizedSandbox(who, id!, optionalString(body.token, 'token'));
     const count = optionalInt(body.count, 'count', 1) ?? 1;
     const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 0);
-    let objects: Array<{ claimRef: string; object: unknown }> | undefined;
-    if (body.objects !== undefined) {
-      if (!Array.isArray(body.objects)) throw new SandboxError('sandboxd.bad-request', 'objects: must be an array');
-      objects = body.objects.map((o: unknown, i: number) => {
-        const claimRef = (o as { claim_ref?: unknown })?.claim_ref;
-        if (typeof claimRef !== 'string')
-          throw new SandboxError('sandboxd.bad-request', `objects[${i}].claim_ref: required`);
-        return { claimRef, object: storedObject((o as { object?: unknown }).object, claimRef) };
-      });
-    }
+    const objects = body.objects === undefined ? undefined : forkObjects(who, rec, body.objects);
     const children = await e.fork(rec.id, count, ttl, objects);
     json(res, 200, { children: children.map((c) => claimAnswer(c, e.advertiseAddr)) });
+  });
+}
+
+/**
+ * A fork's `objects`: from the fleet's root only (a sandbox token could otherwise place children, with their
+ * Kubernetes identity, in any namespace), and in the parent's namespace: a fork copies a sandbox, it never moves
+ * one to another tenant's namespace.
+ */
+function forkObjects(who: Principal, parent: SandboxRecord, raw: unknown): ForkChild[] {
+  assertMayGiveObjects(who, 'objects');
+  if (!Array.isArray(raw)) throw new SandboxError('sandboxd.bad-request', 'objects: must be an array');
+  const namespace = (parent.object as { metadata?: { namespace?: unknown } } | undefined)?.metadata?.namespace;
+  if (typeof namespace !== 'string')
+    throw new SandboxError(
+      'sandboxd.bad-request',
+      `objects: sandbox ${parent.id} has no Kubernetes object, so its children cannot have one; fork without objects`,
+    );
+  return raw.map((o: unknown, i: number) => {
+    const claimRef = (o as { claim_ref?: unknown })?.claim_ref;
+    if (typeof claimRef !== 'string')
+      throw new SandboxError('sandboxd.bad-request', `objects[${i}].claim_ref: required`);
+    const object = storedObject((o as { object?: unknown }).object, claimRef) as
+      { metadata: { namespace: string } } | undefined;
+    if (!object) throw new SandboxError('sandboxd.bad-request', `objects[${i}].object: required`);
+    if (object.metadata.namespace !== namespace)
+      throw new SandboxError(
+        'sandboxd.bad-request',
+        `objects[${i}].object: metadata.namespace must be the parent's ("${namespace}"): a fork's children stay in its namespace`,
+      );
+    return { claimRef, object };
   });
 }

@@ -4,7 +4,11 @@ import { join } from 'node:path';
 import { Command, Option } from 'commander';
 import { SandboxError } from '../errors.js';
 import { SIM_CLONE_MS } from '../vmm/index.js';
-import { DEFAULT_MAX_CHECKPOINTS } from './engine.js';
+import {
+  DEFAULT_CHECKPOINT_TTL_HOURS,
+  DEFAULT_MAX_CHECKPOINTS,
+  DEFAULT_MAX_CHECKPOINTS_PER_NAMESPACE,
+} from './engine.js';
 import { NETS, parsePoolKey, SIZES, type PoolKey } from './pool-key.js';
 
 /** sandboxd flags; the only place sandboxd reads its configuration (and the environment). */
@@ -24,9 +28,12 @@ export interface SandboxdConfig {
   readonly envdListen: { host: string; port: number } | undefined;
   readonly envdAdvertiseAddr: string | undefined;
   readonly envdMaxUploadBytes: number;
+  readonly envdMaxConnections: number;
   /** Whether --advertise-addr was given (else a `--listen` port of 0 is replaced by the bound one). */
   readonly advertiseExplicit: boolean;
   readonly dataDir: string;
+  /** Sync the claim table to disk before a claim is answered (false: a claim survives sandboxd's crash only). */
+  readonly fsync: boolean;
   readonly rootToken: string | undefined;
   readonly tenants: ReadonlyMap<string, string>;
   readonly allowAnonymous: boolean;
@@ -46,6 +53,7 @@ export interface SandboxdConfig {
   readonly checkpointPeerHeal: boolean;
   readonly checkpointTtlHours: number;
   readonly maxCheckpoints: number;
+  readonly maxCheckpointsPerNamespace: number;
   readonly checkpointHealConcurrency: number;
   readonly checkpointHealTimeoutMs: number;
   readonly checkpointMaxBytes: number;
@@ -109,7 +117,20 @@ export function sandboxdCommand(): Command {
       'address the e2b router uses for the data plane (default: --envd-listen)',
     )
     .option('--envd-max-upload-bytes <n>', 'largest file upload through envd /files, per file', String(1 << 30))
+    .option(
+      '--envd-max-connections <n>',
+      'client connections open at once on the data plane (past it new ones are closed at once)',
+      '4096',
+    )
     .option('--data-dir <dir>', 'state and VM run dirs', join('/var/lib', 'sandboxd'))
+    .addOption(
+      new Option(
+        '--fsync [bool]',
+        'answer a claim once it is synced to disk (false: once written to the kernel: it survives a crash of sandboxd, not a power loss)',
+      )
+        .default(true)
+        .argParser(bool),
+    )
     .option('--token-file <path>', 'file holding the root (operator) API token')
     .option('--tenant-tokens-file <path>', 'file of `<tenant> <token>` lines')
     .addOption(
@@ -174,9 +195,9 @@ export function sandboxdCommand(): Command {
     )
     .option(
       '--checkpoint-ttl-hours <n>',
-      'delete checkpoints this many hours after they were taken (0: never)',
+      'delete checkpoints (snapshots) this many hours after they were taken (0: never); paused and hibernated sandboxes are not checkpoints: their lease ends them',
       Number,
-      0,
+      DEFAULT_CHECKPOINT_TTL_HOURS,
     )
     .option('--checkpoint-heal-concurrency <n>', 'checkpoint pulls at once (beyond: 503 with Retry-After)', Number, 2)
     .option('--checkpoint-heal-timeout <seconds>', 'time budget of one heal, over all owners tried', Number, 1800)
@@ -185,6 +206,12 @@ export function sandboxdCommand(): Command {
       'most checkpoints this node keeps: taking one beyond is 429 (pulled copies count, and are kept; 0: no limit)',
       Number,
       DEFAULT_MAX_CHECKPOINTS,
+    )
+    .option(
+      '--max-checkpoints-per-namespace <n>',
+      "most checkpoints of one namespace (or one tenant's) on this node: taking one beyond is 403 (0: no limit)",
+      Number,
+      DEFAULT_MAX_CHECKPOINTS_PER_NAMESPACE,
     )
     .option('--checkpoint-max-gib <n>', "most GiB a pulled checkpoint's files may declare together", Number, 64)
     .option('--pools <list>', 'initial warm targets: template[:net[:size]]=N, comma separated', '')
@@ -256,6 +283,9 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
   const envdMaxUploadBytes = Number(o.envdMaxUploadBytes);
   if (!Number.isInteger(envdMaxUploadBytes) || envdMaxUploadBytes < 1)
     errors.push(`--envd-max-upload-bytes: "${String(o.envdMaxUploadBytes)}" is not a positive integer`);
+  const envdMaxConnections = Number(o.envdMaxConnections);
+  if (!Number.isInteger(envdMaxConnections) || envdMaxConnections < 1)
+    errors.push(`--envd-max-connections: "${String(o.envdMaxConnections)}" is not a positive integer`);
   const rootToken = o.tokenFile ? readFileSync(String(o.tokenFile), 'utf8').trim() : undefined;
   const tenants = new Map<string, string>();
   if (o.tenantTokensFile) {
@@ -290,8 +320,12 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
   const heal = Boolean(o.checkpointPeerHeal);
   const ttlHours = Number(o.checkpointTtlHours);
   const maxCheckpoints = Number(o.maxCheckpoints);
-  if (!(Number.isInteger(maxCheckpoints) && maxCheckpoints >= 0))
-    errors.push(`--max-checkpoints: must be an integer >= 0 (got ${String(o.maxCheckpoints)})`);
+  const maxCheckpointsPerNamespace = Number(o.maxCheckpointsPerNamespace);
+  for (const [flag, v] of [
+    ['--max-checkpoints', maxCheckpoints],
+    ['--max-checkpoints-per-namespace', maxCheckpointsPerNamespace],
+  ] as const)
+    if (!(Number.isInteger(v) && v >= 0)) errors.push(`${flag}: must be an integer >= 0 (got ${String(v)})`);
   if (!(ttlHours >= 0)) errors.push(`--checkpoint-ttl-hours: must be >= 0 (got ${String(o.checkpointTtlHours)})`);
   for (const [flag, v] of [
     ['--checkpoint-heal-concurrency', o.checkpointHealConcurrency],
@@ -323,6 +357,7 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
     envdAdvertiseAddr:
       (o.envdAdvertiseAddr as string | undefined) ?? (envdListen ? `${envdListen.host}:${envdListen.port}` : undefined),
     envdMaxUploadBytes,
+    envdMaxConnections,
     advertiseExplicit,
     dataDir: String(o.dataDir),
     rootToken,
@@ -344,6 +379,7 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
     checkpointPeerHeal: heal,
     checkpointTtlHours: ttlHours,
     maxCheckpoints,
+    maxCheckpointsPerNamespace,
     checkpointHealConcurrency: Number(o.checkpointHealConcurrency),
     checkpointHealTimeoutMs: Number(o.checkpointHealTimeout) * 1000,
     checkpointMaxBytes: Number(o.checkpointMaxGib) * 2 ** 30,
@@ -358,6 +394,7 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
     kubeletTlsKey: o.kubeletTlsKey as string | undefined,
     kubeletClientCa: o.kubeletClientCa as string | undefined,
     destroyOnExit: Boolean(o.destroyOnExit),
+    fsync: o.fsync !== false,
     logLevel: String(o.logLevel),
   };
 }

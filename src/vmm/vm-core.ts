@@ -250,6 +250,7 @@ export abstract class VmCore {
       const agentP = AgentClient.handshake(loaded.socket, this.record.agentSocket, {
         connectTimeoutMs: opts.readyTimeoutMs,
         signal: opts.signal,
+        logger: this.log,
       });
       agentP.catch(() => undefined);
       try {
@@ -298,7 +299,7 @@ export abstract class VmCore {
     this.qmp = await QmpClient.connect(this.record.qmpSocket, { timeoutMs: 5_000 });
     const st = await this.qmp.execute<{ status: string }>('query-status');
     if (st.status === 'running') {
-      this._agent = await AgentClient.connect(this.record.agentSocket, { connectTimeoutMs: 5_000 });
+      this._agent = await AgentClient.connect(this.record.agentSocket, { connectTimeoutMs: 5_000, logger: this.log });
       this._state = 'running';
     } else if (st.status === 'paused') {
       this._state = 'paused';

@@ -14,7 +14,7 @@ import { silentLogger } from '../../src/log/logger.js';
 import type { SandboxRecord } from '../../src/sandboxd/claims.js';
 import { DeliveryLedger } from '../../src/sandboxd/gateway/ledger.js';
 import type { ResolvedPool } from '../../src/sandboxd/gateway/pools.js';
-import { deliveryOf, parseKubeClaim, sandboxObject } from '../../src/sandboxd/gateway/request.js';
+import { deliveryFact, deliveryOf, parseKubeClaim, sandboxObject } from '../../src/sandboxd/gateway/request.js';
 
 const badRequest = (message: RegExp) => (err: unknown) =>
   err instanceof SandboxError && err.code === 'sandboxd.bad-request' && message.test(err.message);
@@ -65,6 +65,7 @@ describe('claim gateway request', () => {
       id: 'sb_0123456789abcdef',
       claimedAt: '2026-12-01T10:00:00.000Z',
       object: JSON.parse(JSON.stringify(object)),
+      gatewayDelivery: deliveryFact(req, pool, 'system:serviceaccount:team-a:claimer'),
     } as SandboxRecord;
     assert.deepEqual(deliveryOf(rec), {
       id: 'sb_0123456789abcdef',
@@ -75,11 +76,16 @@ describe('claim gateway request', () => {
       user: 'system:serviceaccount:team-a:claimer',
       claimedAtMs: Date.parse('2026-12-01T10:00:00.000Z'),
     });
-    // a Sandbox the aggregated create made, and a claim with no object, are not the gateway's to adopt or release
-    const created = JSON.parse(JSON.stringify(object));
-    delete created.metadata.annotations['sandbox.cocoonstack.io/delivered-by'];
-    assert.equal(deliveryOf({ ...rec, object: created }), undefined);
-    assert.equal(deliveryOf({ ...rec, object: undefined }), undefined);
+    // Whatever its object says, a claim the gateway did not make is not the gateway's to record, adopt or release:
+    // an object carrying the gateway's annotations word for word (a root claim, a fork) is not a delivery.
+    const { gatewayDelivery: _fact, ...notTheGateways } = rec;
+    assert.equal(deliveryOf(notTheGateways), undefined);
+    assert.equal(deliveryOf({ ...notTheGateways, tenant: 'acme', source: 'warm' }), undefined);
+    assert.equal(deliveryOf({ ...notTheGateways, object: undefined }), undefined);
+    // An older node's own delivery (no fact yet: a kubernetes: tenant's pool claim of the object's name) still is.
+    const legacy = { ...notTheGateways, tenant: 'kubernetes:system:serviceaccount:team-a:claimer', source: 'warm' };
+    assert.deepEqual(deliveryOf({ ...legacy, claimRef: 'team-a/my-claim' } as SandboxRecord), deliveryOf(rec));
+    assert.equal(deliveryOf({ ...legacy, claimRef: 'team-a/my-claim', source: 'fork' } as SandboxRecord), undefined);
   });
 });
 

@@ -92,7 +92,8 @@ describe('claim_ref: one live claim per ref (simulated engine, in-process API)',
   });
 
   it('a fork naming one claim_ref for two children is 400, and makes no VM', async () => {
-    const parent = await post('/v1/claim', KEY);
+    // children with objects stay in the parent's namespace (lifecycle-routes.ts): the parent has one there
+    const parent = await claim('ns/parent-twice');
     const before = driver.size;
     const claimed = engine.claimedCount;
     const r = await post(`/v1/sandboxes/${String(parent.json.id)}/fork`, {
@@ -110,7 +111,7 @@ describe('claim_ref: one live claim per ref (simulated engine, in-process API)',
   });
 
   it('a fork and a claim of one claim_ref at once: one of them, the other 409 at once', async () => {
-    const parent = await post('/v1/claim', KEY);
+    const parent = await claim('ns/parent-race');
     const fork = (ref: string) =>
       post(`/v1/sandboxes/${String(parent.json.id)}/fork`, {
         count: 1,

@@ -78,7 +78,10 @@ describe('peer heal refuses hostile records', () => {
   it('flags: heal needs a token and a checkpoint TTL', async () => {
     const d = await SandboxdProcess.create('flags', ROOT);
     try {
-      await assert.rejects(d.start(['--checkpoint-peer-heal']), /--checkpoint-ttl-hours > 0/);
+      await assert.rejects(
+        d.start(['--checkpoint-peer-heal', '--checkpoint-ttl-hours', '0']),
+        /--checkpoint-ttl-hours > 0/,
+      );
     } finally {
       await d.remove();
     }

@@ -6,14 +6,18 @@
 import type { IncomingMessage } from 'node:http';
 import { errorMessage } from '../../errors.js';
 import type { KubeClient } from '../../kube/client.js';
+import { ReviewBudget, type ReviewBudgetOptions } from '../../kube/review-budget.js';
 import { TokenReviewer, type TokenReviewerOptions } from '../../kube/reviews.js';
 import { silentLogger, type Logger } from '../../log/logger.js';
+import { tooManyRequests } from '../status.js';
 import type { Authenticator, UserInfo } from '../types.js';
 import { removeHeaders } from './headers.js';
 
 /** Audiences and the cache (10 s for valid and invalid answers alike, at most 4096) are TokenReviewer's. */
 export interface TokenReviewAuthenticatorOptions extends TokenReviewerOptions {
   logger?: Logger;
+  /** Bounds on the reviews uncached tokens may cause (src/kube/review-budget.ts). */
+  budget?: ReviewBudgetOptions;
 }
 
 type Outcome = { user: UserInfo } | { failure: string };
@@ -32,22 +36,36 @@ export function bearerToken(header: string | undefined): string | undefined {
 
 export class TokenReviewAuthenticator implements Authenticator {
   private readonly reviewer: TokenReviewer;
+  private readonly budget: ReviewBudget;
   private readonly log: Logger;
 
   constructor(client: KubeClient, opts: TokenReviewAuthenticatorOptions = {}) {
     this.reviewer = new TokenReviewer(client, opts);
+    this.budget = new ReviewBudget(opts.budget);
     this.log = (opts.logger ?? silentLogger).child({ authenticator: 'token-review' });
   }
 
+  /**
+   * The token's verdict; an uncached token is reviewed only within the budget, else this throws a 429 Status (an
+   * unknown token is free to make, a review is not).
+   */
   async authenticate(req: IncomingMessage): Promise<Outcome | undefined> {
     const token = bearerToken(req.headers.authorization);
     if (token === undefined) return undefined;
-    let outcome: Outcome;
-    try {
-      outcome = await this.reviewer.review(token);
-    } catch (err) {
-      this.log.warn({ err }, 'TokenReview failed');
-      return { failure: `the bearer token could not be reviewed: ${errorMessage(err)}` };
+    const key = this.reviewer.keyOf(token);
+    let outcome: Outcome | undefined = this.reviewer.cached(token, key);
+    if (!outcome) {
+      const admission = this.budget.admit(req.socket?.remoteAddress);
+      if (!admission.ok)
+        throw tooManyRequests(`the bearer token was not reviewed: ${admission.reason}`, admission.retryAfterSeconds);
+      try {
+        outcome = await this.reviewer.review(token, key);
+        admission.done('user' in outcome);
+      } catch (err) {
+        admission.done(false);
+        this.log.warn({ err }, 'TokenReview failed');
+        return { failure: `the bearer token could not be reviewed: ${errorMessage(err)}` };
+      }
     }
     // a consumed token must not travel further inside the server (upstream deletes it too)
     if ('user' in outcome) removeHeaders(req, (name) => name === 'authorization');

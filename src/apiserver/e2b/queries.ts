@@ -7,7 +7,7 @@ import type { Fleet } from '../sandboxes/fleet.js';
 import type { SandboxdClient } from '../sandboxes/sandboxd-client.js';
 import type { SandboxStore } from '../sandboxes/store.js';
 import type { SandboxEntry } from '../sandboxes/entry.js';
-import { namespaceCheckpoints, type HeldCheckpoint } from '../sandboxes/checkpoints.js';
+import { deleteNamespaceCheckpoint, namespaceCheckpoints, type HeldCheckpoint } from '../sandboxes/checkpoints.js';
 import { ENVD_VERSION } from '../../api/envd.js';
 import { badRequest, metadataFilter } from './http.js';
 import type { TemplateAlias } from './templates.js';
@@ -110,16 +110,8 @@ export async function deleteSnapshot(
   namespace: string,
   id: string,
 ): Promise<boolean> {
-  const held = (await namespaceCheckpoints(fleet, client, store, namespace)).filter(({ ck }) => ck.id === id);
-  const deleted = await Promise.all(
-    held.map(({ node, address }) =>
-      client.call(node, address, 'DELETE', `/v1/checkpoints/${encodeURIComponent(id)}`).then(
-        () => true,
-        () => false,
-      ),
-    ),
-  );
-  return deleted.includes(true);
+  const { deleted } = await deleteNamespaceCheckpoint(fleet, client, store, namespace, id);
+  return deleted.length > 0;
 }
 
 /** The alias table as e2b's Template list; sizes from a live sandbox of the template when there is one. */

@@ -11,7 +11,8 @@ import { connect as netConnect, type AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { ENVD_PORT } from '../../api/envd.js';
 import type { Logger } from '../../log/logger.js';
-import { guardUpgradedSocket, listenOn, splice, streamingServerOptions } from '../../net/serve.js';
+import { guardRequests, guardUpgrades } from '../../net/guard.js';
+import { listenOn, splice, streamingServerOptions } from '../../net/serve.js';
 import type { SandboxEntry } from '../sandboxes/entry.js';
 import type { SandboxdClient } from '../sandboxes/sandboxd-client.js';
 import type { SandboxStore } from '../sandboxes/store.js';
@@ -46,10 +47,15 @@ export class SandboxRouter {
   private readonly envd = new Map<string, Promise<string | undefined>>();
 
   constructor(private readonly o: RouterOptions) {
-    this.server = createServer(streamingServerOptions(), (req, res) => void this.forward(req, res));
+    this.server = createServer(
+      streamingServerOptions(),
+      guardRequests(o.logger, 'e2b-router', (req, res) => this.forward(req, res)),
+    );
     this.server.on(
       'upgrade',
-      (req: IncomingMessage, socket: Duplex, head: Buffer) => void this.splice(req, socket, head),
+      guardUpgrades(o.logger, 'e2b-router', (req: IncomingMessage, socket: Duplex, head: Buffer) =>
+        this.splice(req, socket, head),
+      ),
     );
   }
 
@@ -154,7 +160,6 @@ export class SandboxRouter {
   }
 
   private async splice(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
-    guardUpgradedSocket(socket);
     let r: Awaited<ReturnType<SandboxRouter['resolve']>>;
     try {
       r = await this.resolve(req);

@@ -7,7 +7,12 @@
  */
 import { labelValueProblem, qualifiedNameProblem } from '../../api/claim-injection.js';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { CocoonAnnotationKeys } from '../../api/keys.js';
+import {
+  CocoonAnnotationKeys,
+  E2B_PUBLIC_TRAFFIC_ANNOTATION,
+  isServerWrittenSandboxKey,
+  withoutServerWrittenKeys,
+} from '../../api/keys.js';
 import { envdAccessToken } from '../../api/envd.js';
 import { kubeTime } from '../../api/index.js';
 import type { Logger } from '../../log/logger.js';
@@ -39,7 +44,13 @@ export function newSandboxId(): string {
 function metadataLabels(metadata: Record<string, string>): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(metadata))
-    if (!qualifiedNameProblem(k) && !labelValueProblem(k, v) && !k.includes('cocoonstack.io')) out[k] = v;
+    if (
+      !qualifiedNameProblem(k) &&
+      !labelValueProblem(k, v) &&
+      !k.includes('cocoonstack.io') &&
+      !isServerWrittenSandboxKey('labels', k)
+    )
+      out[k] = v;
   return out;
 }
 
@@ -53,10 +64,14 @@ export interface OpsDeps {
   log: Logger;
 }
 
-/** A node call's failure as an e2b error (the node's own 404 is the sandbox being gone). */
+/**
+ * A node call's failure as an e2b error (the node's own 404 is the sandbox being gone; its 400 and 403, a bad name or
+ * a checkpoint quota, are the caller's). A 5xx's message is the incident id only (sandboxd-client.ts).
+ */
 function nodeFailure(err: unknown, id: string): E2bError {
   if (err instanceof E2bError) return err;
   if (err instanceof NodeHttpError) {
+    if (err.status === 400 || err.status === 403) return new E2bError(err.status, err.message);
     if (err.status === 404) return notFound(id);
     if (err.status === 409) return new E2bError(409, err.message);
     if (err.status === 429) return new E2bError(429, err.message, { 'retry-after': '1' });
@@ -64,6 +79,21 @@ function nodeFailure(err: unknown, id: string): E2bError {
   }
   if (err instanceof NodeUnreachableError) return new E2bError(502, `${err.message}; retry`);
   return new E2bError(500, (err as Error).message);
+}
+
+/**
+ * `network` of a create: only `allowPublicTraffic` is served (e2b's default, true: the sandbox's ports other than
+ * envd's answer without a token; false: they need the traffic access token of the create's answer).
+ */
+function allowPublicTraffic(network: unknown): boolean {
+  if (network === undefined || network === null) return true;
+  if (typeof network !== 'object' || Array.isArray(network)) throw badRequest('network: must be an object');
+  const { allowPublicTraffic: allow, ...rest } = network as Record<string, unknown>;
+  const other = Object.keys(rest);
+  if (other.length) throw badRequest(`network.${other[0]}: not supported by this server`);
+  if (allow !== undefined && typeof allow !== 'boolean')
+    throw badRequest('network.allowPublicTraffic: must be a boolean');
+  return allow !== false;
 }
 
 export class SandboxOps {
@@ -105,7 +135,8 @@ export class SandboxOps {
     const envVars = stringMap(body.envVars, 'envVars');
     const autoPause = optionalBool(body.autoPause, 'autoPause') ?? false;
     const internet = optionalBool(body.allow_internet_access, 'allow_internet_access');
-    for (const f of ['network', 'mcp', 'volumeMounts', 'iam'] as const) {
+    const publicTraffic = allowPublicTraffic(body.network);
+    for (const f of ['mcp', 'volumeMounts', 'iam'] as const) {
       const v = body[f];
       if (v !== undefined && v !== null && !(typeof v === 'object' && Object.keys(v).length === 0))
         throw badRequest(`${f}: not supported by this server`);
@@ -113,6 +144,11 @@ export class SandboxOps {
     if ((body.autoResume as { enabled?: unknown } | undefined)?.enabled === true)
       throw badRequest('autoResume: not supported by this server; resume with Sandbox.connect');
     const net = internet === undefined ? pool.net : internet ? 'egress' : 'none';
+    // A networked VM cannot hibernate (QEMU user networking), so autoPause would never pause it: refused, not kept.
+    if (autoPause && net === 'egress')
+      throw badRequest(
+        `autoPause: a sandbox with internet access (allow_internet_access${internet === undefined ? `, on by default for template "${templateId}"` : ''}) cannot be paused; set autoPause false or allow_internet_access false`,
+      );
     if (snapshot && net !== snapshot.ck.key.net)
       throw badRequest(
         `allow_internet_access: a sandbox from snapshot ${snapshot.ck.id} keeps the network of the sandbox it was taken of (${snapshot.ck.key.net === 'egress' ? 'with' : 'without'} internet access)`,
@@ -133,6 +169,7 @@ export class SandboxOps {
             [CocoonAnnotationKeys.net]: net,
             ...(snapshot ? { [CocoonAnnotationKeys.snapshot]: snapshot.ck.id } : {}),
             ...(autoPause ? { [CocoonAnnotationKeys.onExpiry]: 'hibernate' } : {}),
+            ...(publicTraffic ? { [E2B_PUBLIC_TRAFFIC_ANNOTATION]: 'true' } : {}),
           },
         },
         spec: {
@@ -159,6 +196,7 @@ export class SandboxOps {
           fieldValidation: 'Strict',
           warnings: [],
           ...(snapshot ? { snapshotHolder: snapshot } : {}),
+          serverKeys: [E2B_PUBLIC_TRAFFIC_ANNOTATION],
         });
         const token = created.object.metadata?.annotations?.[CocoonAnnotationKeys.token];
         if (!created.entry || !token)
@@ -266,8 +304,16 @@ export class SandboxOps {
             namespace: this.d.namespace,
             uid: randomUUID(),
             creationTimestamp: now,
-            ...(m.labels ? { labels: m.labels } : {}),
-            annotations: { ...m.annotations, [CocoonAnnotationKeys.ttlSeconds]: String(seconds) },
+            // the parent's own keys, not what servers wrote on it (as the aggregated API's fork, actions.ts)
+            labels: withoutServerWrittenKeys('labels', m.labels),
+            annotations: {
+              ...withoutServerWrittenKeys('annotations', m.annotations),
+              [CocoonAnnotationKeys.ttlSeconds]: String(seconds),
+              // a child takes its parent's public-traffic choice, made through this API
+              ...(m.annotations?.[E2B_PUBLIC_TRAFFIC_ANNOTATION] === 'true'
+                ? { [E2B_PUBLIC_TRAFFIC_ANNOTATION]: 'true' }
+                : {}),
+            },
           },
           spec: parent.object.spec,
         },

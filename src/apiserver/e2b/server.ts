@@ -5,9 +5,11 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { MAX_FORK_COUNT } from '../../api/index.js';
+import { MAX_FORK_COUNT, snapshotNameProblem } from '../../api/index.js';
 import type { Logger } from '../../log/logger.js';
+import { closeIfBodyPending, guardRequests } from '../../net/guard.js';
 import { decodeSegments } from '../../net/path.js';
+import { requestTarget } from '../../net/request-target.js';
 import { listenOn } from '../../net/serve.js';
 import type { Fleet } from '../sandboxes/fleet.js';
 import type { SandboxdClient } from '../sandboxes/sandboxd-client.js';
@@ -53,7 +55,7 @@ export class E2bApi {
     this.define();
     this.server = createServer(
       { keepAliveTimeout: 90_000, headersTimeout: 10_000 },
-      (req, res) => void this.handle(req, res),
+      guardRequests(o.logger, 'e2b-api', (req, res) => this.handle(req, res)),
     );
   }
 
@@ -71,8 +73,10 @@ export class E2bApi {
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? '/', 'http://e2b');
+    let path: string | undefined; // for the log: the target may be what failed
     try {
+      const url = requestTarget(req, (message) => new E2bError(400, message));
+      path = url.pathname;
       if (url.pathname === '/health' && req.method === 'GET') return noContent(res);
       if (!this.o.keys.allows(req.headers['x-api-key'])) throw new E2bError(401, 'invalid API key (X-API-KEY)');
       const match = this.routes.find((r) => r.method === req.method && r.pattern.test(url.pathname));
@@ -90,8 +94,8 @@ export class E2bApi {
       await match.handler(req, res, params, url);
     } catch (err) {
       const e = err instanceof E2bError ? err : new E2bError(500, (err as Error).message);
-      if (e.status >= 500) this.o.logger.warn({ err, path: url.pathname }, 'e2b request failed');
-      if (!req.complete) res.setHeader('connection', 'close');
+      if (e.status >= 500) this.o.logger.warn({ err, path }, 'e2b request failed');
+      closeIfBodyPending(req, res);
       sendError(res, e);
     }
   }
@@ -186,8 +190,8 @@ export class E2bApi {
     });
     this.route('POST', '/sandboxes/{id}/snapshots', async (req, res, [id]) => {
       const body = await readJson(req);
-      if (body.name !== undefined && (typeof body.name !== 'string' || !body.name))
-        throw new E2bError(400, 'name: must be a non-empty string');
+      const problem = body.name === undefined ? undefined : snapshotNameProblem(body.name);
+      if (problem) throw new E2bError(400, `name: ${problem}`);
       const ck = await ops.snapshot(id!, body.name as string | undefined);
       sendJson(res, 201, { snapshotID: ck.id, names: ck.name ? [ck.name] : [] });
     });

@@ -5,8 +5,8 @@
  * copy-on-write root, half the VM's memory), state the node's phase. `clientID`, which e2b no longer reads, is the
  * node's name.
  */
-import { CocoonAnnotationKeys } from '../../api/keys.js';
-import { ENVD_VERSION } from '../../api/envd.js';
+import { CocoonAnnotationKeys, E2B_PUBLIC_TRAFFIC_ANNOTATION } from '../../api/keys.js';
+import { ENVD_VERSION, trafficAccessToken } from '../../api/envd.js';
 import type { SandboxEntry } from '../sandboxes/entry.js';
 
 export const E2B_ANNOTATIONS = {
@@ -44,7 +44,11 @@ export function sandboxView(e: SandboxEntry, envdAccessToken: string, domain: st
     clientID: e.node,
     envdVersion: ENVD_VERSION,
     envdAccessToken,
-    trafficAccessToken: null,
+    // Only a sandbox whose ports are not public has one (e2b's allowPublicTraffic: false): the SDK sends it to them.
+    trafficAccessToken:
+      e.object.metadata.annotations?.[E2B_PUBLIC_TRAFFIC_ANNOTATION] === 'true'
+        ? null
+        : trafficAccessToken(envdAccessToken),
     domain: domain ?? null,
   };
 }

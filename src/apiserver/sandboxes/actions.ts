@@ -8,6 +8,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import {
   CocoonAnnotationKeys,
+  withoutServerWrittenKeys,
   SandboxExecOptionsSchema,
   SandboxExecResultSchema,
   SandboxForkOptionsSchema,
@@ -22,13 +23,16 @@ import {
   type SandboxForkResult,
   type SandboxSnapshotOptions,
   kubeTime,
+  snapshotNameProblem,
 } from '../../api/index.js';
 import { validateStructural } from '../../api/structural-validate.js';
 import type { TSchema } from '@sinclair/typebox';
 import {
   badRequest,
   conflict,
+  forbiddenBecause,
   internalError,
+  invalid,
   notFound,
   serviceUnavailable,
   StatusFailure,
@@ -109,12 +113,16 @@ export const SLOW_VERB_TIMEOUT_MS = 60_000;
 const SCHEMAS = new Map(SANDBOX_ACTIONS.map((a) => [a.name, toOpenApiV3Schema(a.requestSchema)]));
 const GENERATE_CHARS = 'bcdfghjklmnpqrstvwxz2456789';
 
-/** The node's HTTP answer as the Status the client gets (the node's message, the Kubernetes reason). */
+/**
+ * The node's HTTP answer as the Status the client gets (the node's message, the Kubernetes reason). A 5xx's message
+ * is already the incident id only (sandboxd-client.ts): the node's text is in this server's log.
+ */
 export function nodeFailure(err: unknown, name: string, what: string): StatusFailure {
   if (err instanceof StatusFailure) return err;
   if (err instanceof NodeHttpError) {
     const msg = err.message.replace(/^node \S+: HTTP \d+: /, '');
     if (err.status === 400) return badRequest(`${what}: ${msg}`);
+    if (err.status === 403) return forbiddenBecause(SANDBOXES, name, `${what}: ${msg}`);
     if (err.status === 404) return notFound(SANDBOXES, name);
     if (err.status === 409) return conflict(SANDBOXES, name, msg);
     if (err.status === 429) return tooManyRequests(`${what}: ${msg}`, 1);
@@ -208,9 +216,10 @@ export class SandboxActions {
       if (!this.store.get(`${e.namespace}/${n}`)) names.add(n);
     }
     const parent = e.object.metadata;
-    const userAnnotations = Object.fromEntries(
-      Object.entries(parent.annotations ?? {}).filter(([k]) => k !== CocoonAnnotationKeys.snapshot),
-    );
+    // The parent's own keys, not what a server wrote on it (a gateway delivery's marks, a binder's claim UID): a
+    // child is neither; and not its snapshot (the child is forked from the parent, not cloned from the snapshot).
+    const userAnnotations = withoutServerWrittenKeys('annotations', parent.annotations);
+    delete userAnnotations[CocoonAnnotationKeys.snapshot];
     const objects = [...names].map((n): { claim_ref: string; object: StoredObject } => ({
       claim_ref: `${e.namespace}/${n}`,
       object: {
@@ -219,7 +228,7 @@ export class SandboxActions {
           namespace: e.namespace,
           uid: randomUUID(),
           creationTimestamp: kubeTime(),
-          labels: { ...parent.labels, [CocoonAnnotationKeys.forkedFrom]: e.name },
+          labels: { ...withoutServerWrittenKeys('labels', parent.labels), [CocoonAnnotationKeys.forkedFrom]: e.name },
           ...(Object.keys(userAnnotations).length ? { annotations: userAnnotations } : {}),
         },
         spec: e.object.spec,
@@ -246,6 +255,15 @@ export class SandboxActions {
   }
 
   private async snapshot(e: SandboxEntry, opts: SandboxSnapshotOptions) {
+    const problem = opts.name === undefined ? undefined : snapshotNameProblem(opts.name);
+    if (problem)
+      throw invalid('SandboxSnapshotOptions', SANDBOXES.group, e.name, [
+        {
+          reason: 'FieldValueInvalid',
+          field: 'name',
+          message: `Invalid value: ${JSON.stringify(opts.name)}: ${problem}`,
+        },
+      ]);
     const out = (await this.call(e, 'checkpoint', opts.name ? { name: opts.name } : {})) as {
       checkpoint: { id: string; name?: string; created_at: string };
     };

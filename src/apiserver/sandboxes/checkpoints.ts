@@ -40,30 +40,59 @@ export function checkpointNamespace(ck: CheckpointRow, owner: SandboxEntry | und
 }
 
 /**
- * Every reachable node's checkpoints that are `namespace`'s, asked in parallel; a node that does not answer is
- * skipped (what it holds reads as absent until it is back). `syncedOnly` also skips nodes whose feed has not
- * synced, for a caller about to act on the node's answer.
+ * Every reachable node's checkpoints that are `namespace`'s (every namespace's for `''`), asked in parallel; a node
+ * that does not answer is skipped (what it holds reads as absent until it is back), and is named in `unreachable`.
+ * `syncedOnly` also skips nodes whose feed has not synced, for a caller about to act on the node's answer.
  */
 export async function namespaceCheckpoints(
   fleet: Fleet,
   client: SandboxdClient,
   store: SandboxStore,
   namespace: string,
-  opts: { syncedOnly?: boolean } = {},
+  opts: { syncedOnly?: boolean; unreachable?: string[] } = {},
 ): Promise<HeldCheckpoint[]> {
   const out: HeldCheckpoint[] = [];
   await Promise.all(
     fleet.nodeNames().map(async (node) => {
       const address = fleet.address(node);
       if (!address || (opts.syncedOnly && !fleet.isSynced(node))) return;
-      const r = (await client.call(node, address, 'GET', '/v1/checkpoints').catch(() => undefined)) as
-        { checkpoints?: CheckpointRow[] } | undefined;
+      const r = (await client.call(node, address, 'GET', '/v1/checkpoints').catch(() => {
+        opts.unreachable?.push(node);
+        return undefined;
+      })) as { checkpoints?: CheckpointRow[] } | undefined;
       for (const ck of r?.checkpoints ?? []) {
         const owner = store.getByClaim(ck.sandbox_id);
-        if (checkpointNamespace(ck, owner) !== namespace) continue;
+        const ns = checkpointNamespace(ck, owner);
+        if (ns === undefined || (namespace && ns !== namespace)) continue;
         out.push({ node, address, ck, ...(owner ? { owner } : {}) });
       }
     }),
   );
   return out;
+}
+
+/**
+ * Delete `namespace`'s checkpoint `id` from every node that holds it (each node also tells its peers); the nodes
+ * that deleted it. Another namespace's checkpoint with that id is not this namespace's to delete, and reads as
+ * absent. A node that fails the delete keeps its copy, and the error says which.
+ */
+export async function deleteNamespaceCheckpoint(
+  fleet: Fleet,
+  client: SandboxdClient,
+  store: SandboxStore,
+  namespace: string,
+  id: string,
+): Promise<{ held: HeldCheckpoint[]; deleted: string[]; failed: Array<{ node: string; err: unknown }> }> {
+  const held = (await namespaceCheckpoints(fleet, client, store, namespace)).filter(({ ck }) => ck.id === id);
+  const deleted: string[] = [];
+  const failed: Array<{ node: string; err: unknown }> = [];
+  await Promise.all(
+    held.map(({ node, address }) =>
+      client.call(node, address, 'DELETE', `/v1/checkpoints/${encodeURIComponent(id)}`).then(
+        () => void deleted.push(node),
+        (err: unknown) => void failed.push({ node, err }),
+      ),
+    ),
+  );
+  return { held, deleted, failed };
 }

@@ -8,6 +8,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import {
   CocoonAnnotationKeys,
+  ServerWrittenSandboxKeys,
   SandboxV1beta1Schema,
   toOpenApiV3Schema,
   type Sandbox,
@@ -43,13 +44,6 @@ export const MAX_STORED_OBJECT_BYTES = 256 << 10;
 const SCHEMA = toOpenApiV3Schema(SandboxV1beta1Schema);
 const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const GENERATE_CHARS = 'bcdfghjklmnpqrstvwxz2456789';
-/** Annotations only the server writes; a create that sets them would forge a claim. */
-const OUTPUT_ANNOTATIONS = [
-  CocoonAnnotationKeys.claimId,
-  CocoonAnnotationKeys.address,
-  CocoonAnnotationKeys.token,
-  CocoonAnnotationKeys.deadline,
-];
 
 export interface CreateRequest {
   namespace: string;
@@ -63,6 +57,11 @@ export interface CreateRequest {
    * still synced, so the nodes are not asked twice. Without it, create asks them.
    */
   snapshotHolder?: HeldCheckpoint;
+  /**
+   * Keys of ServerWrittenSandboxKeys this internal caller writes (the claim binder's); set by in-process callers
+   * only, never from a request. Any other server-written key on the body is refused.
+   */
+  serverKeys?: readonly string[];
 }
 
 export interface NamespaceState {
@@ -137,6 +136,23 @@ function metadataCauses(meta: Record<string, unknown>): { decode?: string; cause
       });
   }
   return { causes };
+}
+
+/**
+ * A cause per server-written label or annotation (ServerWrittenSandboxKeys) the body sets, except the `allowed` ones
+ * an internal writer is creating with: a create that set them would forge a claim, a gateway delivery, a binding.
+ */
+function serverWrittenCauses(meta: Sandbox['metadata'], allowed: readonly string[]): StatusCause[] {
+  const causes: StatusCause[] = [];
+  for (const kind of ['labels', 'annotations'] as const)
+    for (const k of ServerWrittenSandboxKeys[kind])
+      if (meta?.[kind]?.[k] !== undefined && !allowed.includes(k))
+        causes.push({
+          reason: 'FieldValueForbidden',
+          field: `metadata.${kind}[${k}]`,
+          message: 'Forbidden: set by the server',
+        });
+  return causes;
 }
 
 /** Seconds of lease the object asks for (0 = the node's default); 400s name the field. */
@@ -226,13 +242,7 @@ export class SandboxCreator {
         field: 'metadata.finalizers',
         message: 'Forbidden: sandboxes served from the nodes are deleted at once; finalizers cannot hold them',
       });
-    for (const a of OUTPUT_ANNOTATIONS)
-      if (meta.annotations?.[a] !== undefined)
-        causes.push({
-          reason: 'FieldValueForbidden',
-          field: `metadata.annotations[${a}]`,
-          message: 'Forbidden: set by the server',
-        });
+    causes.push(...serverWrittenCauses(meta, req.serverKeys ?? []));
     const obj = raw as unknown as Sandbox;
     const key = causes.length
       ? undefined
@@ -241,12 +251,18 @@ export class SandboxCreator {
     if (causes.length || !key || !key.ok) throw invalid('Sandbox', SANDBOXES.group, name, causes);
     const ttl = leaseSeconds(obj);
     const expiry = meta.annotations?.[CocoonAnnotationKeys.onExpiry];
+    const expiryField = `metadata.annotations[${CocoonAnnotationKeys.onExpiry}]`;
     if (expiry !== undefined && expiry !== 'release' && expiry !== 'hibernate')
       throw badRequest(`annotation ${CocoonAnnotationKeys.onExpiry}="${expiry}" must be release or hibernate`, [
+        { reason: 'FieldValueNotSupported', field: expiryField, message: 'supported values: "release", "hibernate"' },
+      ]);
+    // A networked VM cannot hibernate (QEMU user networking): the node would renew it at every lease's end, forever.
+    if (expiry === 'hibernate' && key.key.net === 'egress')
+      throw invalid('Sandbox', SANDBOXES.group, name, [
         {
           reason: 'FieldValueNotSupported',
-          field: `metadata.annotations[${CocoonAnnotationKeys.onExpiry}]`,
-          message: 'supported values: "release", "hibernate"',
+          field: expiryField,
+          message: `Unsupported value: "hibernate": a sandbox with network egress (${CocoonAnnotationKeys.net}=egress) cannot hibernate; use "release" or net "none"`,
         },
       ]);
     return { obj, name, key: key.key, ttl, onExpiry: expiry === 'hibernate' ? 'hibernate' : undefined };

@@ -4,7 +4,9 @@
  * up to 64 KiB. src/apiserver speaks to sandboxd only through here, never by importing it.
  */
 import { Agent, request, type IncomingMessage } from 'node:http';
+import { relayUpstreamError } from '../../error-http.js';
 import { SandboxError } from '../../errors.js';
+import { silentLogger, type Logger } from '../../log/logger.js';
 import type { NodeRow, StoredObject } from './entry.js';
 
 export interface ClaimBody {
@@ -30,7 +32,11 @@ export interface ClaimAnswer {
   sandbox: NodeRow;
 }
 
-/** A node answered with an HTTP error (status and its `{"error"}` message). */
+/**
+ * A node answered with an HTTP error (status and its `{"error"}` message). The message of a 5xx is not the node's
+ * (error-http.ts relayUpstreamError): every caller relays `message` to its client, so the node's text is logged
+ * when the answer arrives and the message names the incident instead.
+ */
 export class NodeHttpError extends SandboxError {
   constructor(
     readonly node: string,
@@ -58,6 +64,8 @@ const MAX_BODY = 16 << 20;
 export interface SandboxdClientOptions {
   token: string | undefined;
   timeoutMs?: number;
+  /** Where a node's 5xx texts go (they are withheld from clients). */
+  log?: Logger;
 }
 
 export class SandboxdClient {
@@ -90,6 +98,17 @@ export class SandboxdClient {
     }
   }
 
+  /** The error of a node's answer; a 5xx's text is logged here under an incident id and withheld from callers. */
+  private httpError(node: string, status: number, text: string, method: string, path: string): NodeHttpError {
+    const relayed = relayUpstreamError(status, text, `${method} ${path.split('?')[0]}`);
+    if (relayed.incident)
+      (this.opts.log ?? silentLogger).error(
+        { node, status, method, path, incident: relayed.incident, error: text },
+        'a node answered with a server error; the client gets the incident id only',
+      );
+    return new NodeHttpError(node, status, relayed.message);
+  }
+
   /** One JSON request to a node; resolves with the parsed body (undefined for 204). */
   call(
     node: string,
@@ -110,7 +129,8 @@ export class SandboxdClient {
         (res) => {
           readBody(res, res.statusCode && res.statusCode >= 300 ? MAX_ERROR_BODY : MAX_BODY).then((text) => {
             const status = res.statusCode ?? 0;
-            if (status < 200 || status >= 300) return reject(new NodeHttpError(node, status, errorText(text)));
+            if (status < 200 || status >= 300)
+              return reject(this.httpError(node, status, errorText(text), method, path));
             if (!text) return resolve(undefined);
             try {
               resolve(JSON.parse(text));

@@ -59,7 +59,10 @@ export function register(program: Command): void {
     )
     .option('--warm <n>', 'warm sandbox/base microVMs each sandboxd keeps ready', '2')
     .option('--simulated-nodes <n>', 'simulated (kwok) standard nodes', '2')
-    .option('--no-fsync', 'run etcd without fsync (faster; figures measured so are labelled)')
+    .option(
+      '--no-fsync',
+      'run etcd and sandboxd without fsync (faster; what they answered for survives a crash of one of them, not of the machine; figures measured so are labelled)',
+    )
     .option(
       '--checkpoint-peer-heal [nodes]',
       'sandboxd nodes that pull a checkpoint they lack from a peer (comma-separated names such as node-2; no value: all); the others redirect to an owner',

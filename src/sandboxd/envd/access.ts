@@ -3,6 +3,11 @@
  * (src/api/envd.ts; compared in constant time), or, for `/files` only, the request carries a valid v1 signature:
  * `v1_` + base64(sha256("<path>:<read|write>:<user>:<token>[:<expiration>]")) without padding, and an expiration
  * (unix seconds) that has not passed. The SDK signs exactly this (uploadUrl / downloadUrl).
+ *
+ * Who may reach a sandbox's other ports (mayReachPort): anyone when the sandbox was created through the e2b API
+ * with public traffic (e2b's default), else only a request carrying its envd access token or its traffic access
+ * token (`E2B-Traffic-Access-Token`, what the SDK sends for `allowPublicTraffic: false`). Claim ids are no secret
+ * (NodeInventory publishes them), so an id alone must not open a port.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
@@ -19,6 +24,16 @@ function sameSecret(a: string, b: string): boolean {
 export function hasAccessToken(headers: IncomingHttpHeaders, token: string): boolean {
   const given = headers['x-access-token'];
   return typeof given === 'string' && given.length > 0 && sameSecret(given, token);
+}
+
+/** Whether this request may reach an in-sandbox port other than envd's (see the top of this file). */
+export function mayReachPort(
+  headers: IncomingHttpHeaders,
+  sbx: { publicTraffic: boolean; envdToken: string; trafficToken: string },
+): boolean {
+  if (sbx.publicTraffic || hasAccessToken(headers, sbx.envdToken)) return true;
+  const given = headers['e2b-traffic-access-token'];
+  return typeof given === 'string' && given.length > 0 && sameSecret(given, sbx.trafficToken);
 }
 
 export function fileSignature(

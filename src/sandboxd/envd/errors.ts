@@ -23,6 +23,9 @@ const CONNECT_BY_AGENT: Partial<Record<ErrorCode, Code>> = {
   'agent.esrch': Code.NotFound,
   'agent.timeout': Code.DeadlineExceeded,
   'agent.disconnected': Code.Unavailable,
+  // The guest broke the protocol: its connection is gone (a 502, as the error table says), not a fault of this node.
+  'agent.protocol': Code.Unavailable,
+  'agent.version': Code.Unavailable,
   'agent.unreachable': Code.Unavailable,
   'vm.invalid-state': Code.Unavailable,
   'vm.gone': Code.Unavailable,

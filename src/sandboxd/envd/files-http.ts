@@ -79,15 +79,27 @@ async function download(req: IncomingMessage, res: ServerResponse, url: URL, sbx
     z.pipe(res);
     return z;
   };
+  // The guest said how large the file is (content-length); it must send exactly that. More would run into the next
+  // response on this connection, less would leave the client waiting: either way the answer is cut off.
+  let sent = 0;
   if (st.size > 0) {
     await agent.files.readStream(
       path,
       (chunk) => {
+        if (sent + chunk.length > st.size)
+          throw new HttpFailure(502, `the guest sent more of ${path} than its size of ${st.size} bytes`);
+        sent += chunk.length;
         sink ??= start(chunk);
         return sink.write(chunk) ? undefined : once(sink, 'drain');
       },
       { length: st.size, timeoutMs: 0, signal: abort.signal },
     );
+  }
+  if (sent !== st.size) {
+    // The file shrank while it was read (or the guest lies); the client must not take a short body as the file.
+    if (sink) res.destroy();
+    else throw new HttpFailure(502, `${path} changed while it was read; retry`);
+    return;
   }
   (sink ?? start(undefined)).end();
 }

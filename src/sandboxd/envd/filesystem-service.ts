@@ -11,7 +11,7 @@ import { EventQueue } from './event-queue.js';
 import { Filesystem } from './gen/filesystem.gen.js';
 import { acting, keepaliveMs } from './request-context.js';
 import { ownerNames, resolvePath } from './users.js';
-import { watch, Watchers, type FsEventInit } from './watchers.js';
+import { eventBytes, watch, Watchers, type FsEventInit } from './watchers.js';
 
 async function agentCall<T>(p: Promise<T>): Promise<T> {
   try {
@@ -77,6 +77,7 @@ export const filesystemService: Partial<ServiceImpl<typeof Filesystem>> = {
   async *watchDir(req, ctx) {
     const { agent, user } = await acting(ctx);
     const queue = new EventQueue<WatchMessage>({
+      sizeOf: (m) => (m.event.case === 'filesystem' ? eventBytes(m.event.value) : 0),
       keepalive: { everyMs: keepaliveMs(ctx), item: { event: { case: 'keepalive', value: {} } } },
     });
     const handle = await watch(

@@ -64,6 +64,9 @@ export function endEvent(r: ExecResult): ProcessEventInit & { case: 'end' } {
 
 const KEEPALIVE: ProcessEventInit = { case: 'keepalive', value: {} };
 
+/** The bytes an event holds (its output; the rest is small and counted per item by the queue). */
+const eventBytes = (ev: ProcessEventInit): number => (ev.case === 'data' ? ev.value.output.value.byteLength : 0);
+
 export class GuestProcess {
   readonly subscribers = new Set<EventQueue<ProcessEventInit>>();
   constructor(
@@ -82,7 +85,10 @@ export class GuestProcess {
 
   /** A stream of this process's events from now on. */
   subscribe(keepaliveMs: number): EventQueue<ProcessEventInit> {
-    const q = new EventQueue<ProcessEventInit>({ keepalive: { everyMs: keepaliveMs, item: KEEPALIVE } });
+    const q = new EventQueue<ProcessEventInit>({
+      sizeOf: eventBytes,
+      keepalive: { everyMs: keepaliveMs, item: KEEPALIVE },
+    });
     this.subscribers.add(q);
     return q;
   }
@@ -134,14 +140,18 @@ export class ProcessTable {
   ): Promise<{ proc: GuestProcess; events: EventQueue<ProcessEventInit> }> {
     if (spec.tag !== undefined && this.list().some((p) => p.tag === spec.tag))
       throw new ConnectError(`a process with tag "${spec.tag}" is running`, Code.AlreadyExists);
-    // Assigned once the pid is known; output that arrives before then waits in `early`.
+    // Assigned once the pid is known; output that arrives before then waits in `early`, and its credit is held
+    // until it has been delivered: the guest can send at most one window of it (flow control), however long
+    // `started` takes or if it never comes.
     // eslint-disable-next-line prefer-const
     let proc: GuestProcess | undefined;
     const early: ProcessEventInit[] = [];
+    let flushEarly!: (delivered: Promise<unknown>) => void;
+    const earlyDelivered = new Promise<unknown>((r) => (flushEarly = r));
     const emit = (ev: ProcessEventInit) => {
       if (proc) return proc.deliver(ev);
       early.push(ev);
-      return undefined;
+      return earlyDelivered;
     };
     const output = (kind: 'stdout' | 'stderr' | 'pty') => (b: Buffer) =>
       emit({
@@ -163,11 +173,13 @@ export class ProcessTable {
     try {
       pid = await exec.pid;
     } catch (err) {
+      early.length = 0;
+      flushEarly(Promise.resolve());
       throw toConnectError(err);
     }
     proc = new GuestProcess(pid, spec, exec);
     const events = proc.subscribe(keepaliveMs);
-    for (const ev of early) proc.deliver(ev);
+    flushEarly(Promise.all(early.splice(0).map((ev) => proc.deliver(ev))));
     this.byPid.set(pid, proc);
     const p = proc;
     exec.result.then(

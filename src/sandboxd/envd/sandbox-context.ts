@@ -5,7 +5,8 @@
  * pauses (the agent session that carried the streams is gone then).
  */
 import { Code, ConnectError } from '@connectrpc/connect';
-import { envdAccessToken } from '../../api/envd.js';
+import { envdAccessToken, trafficAccessToken } from '../../api/envd.js';
+import { E2B_PUBLIC_TRAFFIC_ANNOTATION } from '../../api/keys.js';
 import type { AgentClient } from '../../guest/index.js';
 import type { NodeEngine, SandboxRecord } from '../engine.js';
 import { ProcessTable } from './processes.js';
@@ -15,6 +16,10 @@ export class SandboxContext {
   readonly processes = new ProcessTable();
   watchers: Watchers | undefined;
   readonly envdToken: string;
+  /** What `E2B-Traffic-Access-Token` must be for the sandbox's other ports (access.ts mayReachPort). */
+  readonly trafficToken: string;
+  /** Created through the e2b API with public traffic: its other ports need no token. */
+  readonly publicTraffic: boolean;
   readonly env: Record<string, string>;
 
   constructor(
@@ -22,6 +27,8 @@ export class SandboxContext {
     readonly record: SandboxRecord,
   ) {
     this.envdToken = envdAccessToken(record.token);
+    this.trafficToken = trafficAccessToken(this.envdToken);
+    this.publicTraffic = objectAnnotation(record.object, E2B_PUBLIC_TRAFFIC_ANNOTATION) === 'true';
     this.env = objectEnv(record.object);
   }
 
@@ -40,6 +47,14 @@ export class SandboxContext {
     this.processes.detachAll(reason);
     this.watchers?.closeAll();
   }
+}
+
+/** An annotation of a claim's object (sandbox-apiserver's creates carry their Sandbox). */
+export function objectAnnotation(object: unknown, key: string): string | undefined {
+  const annotations = (object as { metadata?: { annotations?: unknown } } | undefined)?.metadata?.annotations;
+  if (typeof annotations !== 'object' || annotations === null) return undefined;
+  const v = (annotations as Record<string, unknown>)[key];
+  return typeof v === 'string' ? v : undefined;
 }
 
 /** `spec.podTemplate.spec.containers[0].env` (name/value pairs) of a claim's object, as a map. */

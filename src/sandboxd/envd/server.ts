@@ -12,7 +12,9 @@ import { connectNodeAdapter } from '@connectrpc/connect-node';
 import { createContextValues } from '@connectrpc/connect';
 import { ENVD_PORT } from '../../api/envd.js';
 import { silentLogger, type Logger } from '../../log/logger.js';
-import { guardUpgradedSocket, listenOn, streamingServerOptions } from '../../net/serve.js';
+import { guardRequests, guardUpgrades } from '../../net/guard.js';
+import { requestTarget } from '../../net/request-target.js';
+import { listenOn, streamingServerOptions } from '../../net/serve.js';
 import type { NodeEngine } from '../engine.js';
 import { hasAccessToken } from './access.js';
 import { sendJsonError } from './errors.js';
@@ -30,7 +32,17 @@ export interface EnvdServerOptions {
   logger?: Logger;
   /** Largest file upload (per file, decompressed). @default 1 GiB */
   maxUploadBytes?: number;
+  /** Connections open at once (`--envd-max-connections`); past it new ones are closed at once. @default 4096 */
+  maxConnections?: number;
+  /**
+   * How long a request (headers and body) may take to arrive (ms); the answer (a process's output, a download) may
+   * stream for longer. @default 30 min: a 1 GiB upload at under 1 MB/s.
+   */
+  requestTimeoutMs?: number;
 }
+
+export const ENVD_DEFAULT_MAX_CONNECTIONS = 4096;
+export const ENVD_DEFAULT_REQUEST_TIMEOUT_MS = 30 * 60_000;
 
 /** Largest Connect message (an RPC request); file content goes through /files, which streams. */
 const MAX_MESSAGE_BYTES = 1 << 20;
@@ -71,16 +83,22 @@ export class EnvdServer {
       contextValues: (req) => createContextValues().set(SANDBOX_KEY, this.resolved.get(req as IncomingMessage)),
       fallback: (_req, res) => sendJsonError(res as ServerResponse, 404, 'no such envd endpoint'),
     });
-    this.server = createServer(streamingServerOptions(), (req, res) => this.handle(req, res));
-    this.server.on('upgrade', (req: IncomingMessage, socket, head: Buffer) => {
-      guardUpgradedSocket(socket);
-      const sbx = this.lookup(req);
-      if (!sbx || sbx.port === ENVD_PORT) {
-        socket.end('HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
-        return;
-      }
-      forwardUpgradeToGuestPort(req, socket, head, sbx.ctx, sbx.port, this.log);
-    });
+    this.server = createServer(
+      { ...streamingServerOptions(), requestTimeout: opts.requestTimeoutMs ?? ENVD_DEFAULT_REQUEST_TIMEOUT_MS },
+      guardRequests(this.log, 'envd', (req, res) => this.handle(req, res)),
+    );
+    this.server.maxConnections = opts.maxConnections ?? ENVD_DEFAULT_MAX_CONNECTIONS;
+    this.server.on(
+      'upgrade',
+      guardUpgrades(this.log, 'envd', (req: IncomingMessage, socket, head: Buffer) => {
+        const sbx = this.lookup(req);
+        if (!sbx || sbx.port === ENVD_PORT) {
+          socket.end('HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+          return;
+        }
+        forwardUpgradeToGuestPort(req, socket, head, sbx.ctx, sbx.port, this.log);
+      }),
+    );
   }
 
   listen(host: string, port: number): Promise<AddressInfo> {
@@ -116,7 +134,13 @@ export class EnvdServer {
       forwardToGuestPort(req, res, ctx, t.port, this.log);
       return;
     }
-    const url = new URL(req.url ?? '/', 'http://envd');
+    let url: URL;
+    try {
+      url = requestTarget(req, (message) => new Error(message));
+    } catch (err) {
+      sendJsonError(res, 400, (err as Error).message);
+      return;
+    }
     if (url.pathname === '/health') {
       if (ctx.record.hibernated) sendJsonError(res, 502, `The sandbox ${t.id} is paused`, { sandboxId: t.id });
       else res.writeHead(204).end();

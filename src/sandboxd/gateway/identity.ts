@@ -21,6 +21,7 @@ import {
   type SubjectAccessReviewSpec,
   type TokenVerdict,
 } from '../../kube/index.js';
+import { ReviewBudget, type ReviewBudgetOptions } from '../../kube/review-budget.js';
 
 export interface IdentityOptions {
   client: KubeClient;
@@ -30,9 +31,11 @@ export interface IdentityOptions {
   staleMs: number;
   /** Bound on one review (ms). */
   timeoutMs?: number;
+  /** Bounds on the TokenReviews uncached tokens may cause (src/kube/review-budget.ts). */
+  budget?: ReviewBudgetOptions;
 }
 
-export type Refusal = { status: 401 | 403 | 503; message: string };
+export type Refusal = { status: 401 | 403 | 429 | 503; message: string; retryAfter?: number };
 export type IdentityResult = { user: ReviewedUser } | Refusal;
 
 interface Subject {
@@ -50,6 +53,7 @@ export class KubeIdentity {
   private readonly tokens: TokenReviewer;
   private readonly access: AccessReviewer;
   private readonly callers = new WeakMap<TokenVerdict, Caller>();
+  private readonly budget: ReviewBudget;
 
   constructor(opts: IdentityOptions) {
     const cache = {
@@ -58,6 +62,7 @@ export class KubeIdentity {
       timeoutMs: opts.timeoutMs ?? 5000,
     };
     this.tokens = new TokenReviewer(opts.client, { ...cache, cacheTtlMs: opts.cacheTtlMs });
+    this.budget = new ReviewBudget(opts.budget);
     this.access = new AccessReviewer(opts.client, {
       ...cache,
       allowCacheTtlMs: opts.cacheTtlMs,
@@ -65,14 +70,30 @@ export class KubeIdentity {
     });
   }
 
-  /** Who holds `token` (TokenReview): at once when the verdict is cached. */
-  authenticate(token: string): Caller | Refusal | Promise<Caller | Refusal> {
+  /**
+   * Who holds `token` (TokenReview): at once when the verdict is cached; an uncached token is reviewed only within
+   * the budget of `source` (the caller's address) and of the listener, else refused with 429.
+   */
+  authenticate(token: string, source?: string): Caller | Refusal | Promise<Caller | Refusal> {
     const key = this.tokens.keyOf(token);
     const cached = this.tokens.cached(token, key);
     if (cached) return this.callerOf(cached);
+    const admission = this.budget.admit(source);
+    if (!admission.ok)
+      return {
+        status: 429,
+        message: `the bearer token was not reviewed: ${admission.reason}`,
+        retryAfter: admission.retryAfterSeconds,
+      };
     return this.tokens.review(token, key).then(
-      (v) => this.callerOf(v),
-      (err: unknown) => unavailable('the bearer token could not be reviewed', err),
+      (v) => {
+        admission.done('user' in v);
+        return this.callerOf(v);
+      },
+      (err: unknown) => {
+        admission.done(false);
+        return unavailable('the bearer token could not be reviewed', err);
+      },
     );
   }
 

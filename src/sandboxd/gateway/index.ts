@@ -19,7 +19,7 @@ import { KubeIdentity, type Refusal } from './identity.js';
 import { DeliveryLedger } from './ledger.js';
 import { PoolResolver } from './pools.js';
 import { ClaimRecorder } from './recorder.js';
-import { parseKubeClaim, sandboxObject, type KubeClaimRequest } from './request.js';
+import { deliveryFact, parseKubeClaim, sandboxObject, type KubeClaimRequest } from './request.js';
 
 export { DELIVERED_BY } from './request.js';
 
@@ -100,12 +100,19 @@ export class KubeClaimGateway {
   }
 
   /**
-   * The answer to `POST /v1/claim` by bearer token `token` (not a sandboxd token): at once when the verdicts are
-   * cached and the pool has a warm VM, a promise otherwise. Errors are answers (400, 401, 403, 404, 409, 413, 429, 503).
+   * The answer to `POST /v1/claim` by bearer token `token` (not a sandboxd token): a promise (the claim is
+   * answered once on disk); at once only for a refusal. Errors are answers (400, 401, 403, 404, 409, 413, 429, 503).
    */
-  claim(token: string, chunks: readonly Buffer[], tooLarge: boolean, started: number): Answer | Promise<Answer> {
+  claim(
+    token: string,
+    chunks: readonly Buffer[],
+    tooLarge: boolean,
+    started: number,
+    /** The caller's remote address: uncached tokens are reviewed within its budget (review-budget.ts). */
+    source?: string,
+  ): Answer | Promise<Answer> {
     try {
-      const out = then(this.identity.authenticate(token), (who) => {
+      const out = then(this.identity.authenticate(token, source), (who) => {
         if ('status' in who) return refused(who);
         if (tooLarge)
           throw new SandboxError('sandboxd.too-large', `invalid request body: larger than ${MAX_BODY_BYTES} bytes`);
@@ -137,7 +144,9 @@ export class KubeClaimGateway {
       no_redirect: true,
       object: sandboxObject(req, pool, user),
     };
-    const out = this.o.api.claimNow({ kind: 'tenant', name: `kubernetes:${user}` }, body, started);
+    // The delivery is this node's fact (the record and orphan adoption act on it), not the object's annotations.
+    const fact = deliveryFact(req, pool, user);
+    const out = this.o.api.claimNow({ kind: 'tenant', name: `kubernetes:${user}` }, body, started, fact);
     const answered = (a: unknown): Answer => {
       const c = a as ClaimAnswer;
       this.recorder.enqueue({
@@ -182,5 +191,6 @@ export class KubeClaimGateway {
 }
 
 function refused(r: Refusal): Answer {
-  return { status: r.status, body: { error: r.message }, ...(r.status === 503 ? { retryAfter: 1 } : {}) };
+  const retryAfter = r.retryAfter ?? (r.status === 503 ? 1 : undefined);
+  return { status: r.status, body: { error: r.message }, ...(retryAfter === undefined ? {} : { retryAfter }) };
 }

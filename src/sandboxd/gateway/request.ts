@@ -1,15 +1,15 @@
 /**
  * A gateway claim by a Kubernetes identity (docs/claim-gateway.md "Request"): `POST /v1/claim` on the claim
  * listener with `{namespace, name, warm_pool, ttl_seconds?}`. It becomes a node-local claim that carries a Sandbox
- * object named after the claim, so the aggregated API serves it as `<namespace>/<name>` like any create, and
- * whose annotations say which gateway, pool and user it was for (what the record and orphan adoption read back,
- * also after a restart, from the node's own claim table).
+ * object named after the claim, so the aggregated API serves it as `<namespace>/<name>` like any create (its
+ * annotations show which gateway, pool and user it was for), and a node-side fact saying the same (deliveryFact),
+ * which the record and orphan adoption read back, also after a restart, from the node's own claim table.
  */
 import { randomUUID } from 'node:crypto';
 import { AnnotationKeys, CocoonAnnotationKeys, fnv1a32, LabelKeys, kubeTime } from '../../api/index.js';
 import { SandboxError } from '../../errors.js';
 import { optionalInt } from '../http-api.js';
-import type { SandboxRecord } from '../claims.js';
+import type { GatewayDeliveryFact, SandboxRecord } from '../claims.js';
 import type { ResolvedPool } from './pools.js';
 
 export const DELIVERED_BY = 'claim-gateway';
@@ -87,23 +87,44 @@ export interface Delivery {
   claimedAtMs: number;
 }
 
+/** The node-side fact the gateway records with its claim (claims.ts SandboxRecord.gatewayDelivery). */
+export function deliveryFact(req: KubeClaimRequest, pool: ResolvedPool, user: string): GatewayDeliveryFact {
+  return { namespace: req.namespace, name: req.name, warmPool: req.warmPool, template: pool.template, user };
+}
+
 interface StoredAnnotations {
   metadata?: { namespace?: unknown; name?: unknown; annotations?: Record<string, unknown> };
 }
 
-/** The delivery a claim-table record is, if this node's gateway made it. */
-export function deliveryOf(rec: SandboxRecord): Delivery | undefined {
+/**
+ * A record this node's gateway made before the delivery was a node-side fact (an older sandboxd's claim table):
+ * only the gateway's own claims were made for a `kubernetes:` tenant (a name the gateway gives; no tenant token's,
+ * unless the operator's tenants file names one so), from a pool (never a fork, which inherits its parent's tenant),
+ * with the object's name as the claim_ref.
+ */
+function legacyDelivery(rec: SandboxRecord): GatewayDeliveryFact | undefined {
+  if (!rec.tenant?.startsWith('kubernetes:') || (rec.source !== 'warm' && rec.source !== 'provisioned')) return;
   const meta = (rec.object as StoredAnnotations | undefined)?.metadata;
   const a = meta?.annotations;
-  if (a?.[CocoonAnnotationKeys.deliveredBy] !== DELIVERED_BY) return undefined;
-  if (typeof meta?.namespace !== 'string' || typeof meta.name !== 'string') return undefined;
+  if (a?.[CocoonAnnotationKeys.deliveredBy] !== DELIVERED_BY) return;
+  if (typeof meta?.namespace !== 'string' || typeof meta.name !== 'string') return;
+  if (rec.claimRef !== `${meta.namespace}/${meta.name}`) return;
   return {
-    id: rec.id,
     namespace: meta.namespace,
     name: meta.name,
     warmPool: String(a[CocoonAnnotationKeys.warmPool] ?? ''),
     template: String(a[AnnotationKeys.sandboxTemplateRef] ?? ''),
-    user: String(a[CocoonAnnotationKeys.claimedBy] ?? ''),
-    claimedAtMs: Date.parse(rec.claimedAt),
+    user: rec.tenant.slice('kubernetes:'.length),
   };
+}
+
+/**
+ * The delivery a claim-table record is, if this node's gateway made it: the node's own fact, never the object's
+ * annotations (whoever gives an object writes those; trusting them let a caller have sandboxd, with its
+ * cluster-wide rights, create or bind SandboxClaims in any namespace).
+ */
+export function deliveryOf(rec: SandboxRecord): Delivery | undefined {
+  const f = rec.gatewayDelivery ?? legacyDelivery(rec);
+  if (!f) return undefined;
+  return { id: rec.id, ...f, claimedAtMs: Date.parse(rec.claimedAt) };
 }

@@ -65,6 +65,16 @@ export function registerCheckpointRoutes(
     help: 'Bytes of checkpoint records served to peers',
     registers: r,
   });
+  new Counter({
+    name: 'sandboxd_checkpoints_expired_total',
+    help: 'Checkpoints deleted by this node because they outlived --checkpoint-ttl-hours',
+    registers: r,
+    collect() {
+      // The store counts (the engine's sweep expires); read at scrape time.
+      this.reset();
+      this.inc(engine.checkpointStore.expiredCount);
+    },
+  });
 
   api.route('GET', '/v1/checkpoints', async (_q, res, who) => {
     requireOperator(who);

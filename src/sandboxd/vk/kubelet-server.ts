@@ -13,8 +13,9 @@ import type { TLSSocket } from 'node:tls';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { httpErrorOf } from '../../error-http.js';
 import { SandboxError } from '../../errors.js';
+import { guardRequests, guardUpgrades } from '../../net/guard.js';
 import { decodeSegments } from '../../net/path.js';
-import { guardUpgradedSocket } from '../../net/serve.js';
+import { requestTarget } from '../../net/request-target.js';
 import { failureStatus } from '../../kube/index.js';
 import type { Logger } from '../../log/logger.js';
 import type { NodeEngine } from '../engine.js';
@@ -99,10 +100,13 @@ export class KubeletServer {
         requestCert: true,
         rejectUnauthorized: false,
       },
-      (req, res) => void this.onRequest(req, res),
+      guardRequests(this.log, 'kubelet-api', (req, res) => this.onRequest(req, res)),
     );
-    this.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) =>
-      this.onUpgrade(req, socket, head),
+    this.server.on(
+      'upgrade',
+      guardUpgrades(this.log, 'kubelet-api', (req: IncomingMessage, socket: Duplex, head: Buffer) =>
+        this.onUpgrade(req, socket, head),
+      ),
     );
     this.server.on('secureConnection', (s) => {
       this.sockets.add(s);
@@ -150,7 +154,7 @@ export class KubeletServer {
   private async onRequest(req: IncomingMessage, res: ServerResponse): Promise<void> {
     try {
       this.authenticate(req);
-      const url = new URL(req.url ?? '/', 'https://kubelet');
+      const url = requestTarget(req, (message) => new SandboxError('kubelet.bad-request', message));
       const parts = pathSegments(url);
       const [root] = parts;
       if (root === 'healthz' || root === 'readyz' || root === 'livez') {
@@ -191,10 +195,9 @@ export class KubeletServer {
   }
 
   private onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
-    guardUpgradedSocket(socket);
     try {
       this.authenticate(req);
-      const url = new URL(req.url ?? '/', 'https://kubelet');
+      const url = requestTarget(req, (message) => new SandboxError('kubelet.bad-request', message));
       const parts = pathSegments(url);
       const [root] = parts;
       const upgrade = (req.headers.upgrade ?? '').toLowerCase();
