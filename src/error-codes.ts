@@ -31,7 +31,7 @@ export const ERROR_CODES = {
   'agent.unreachable': { status: 502, meaning: "the guest agent's socket could not be connected" },
   'agent.unresponsive': { status: 504, meaning: 'the guest agent did not answer the handshake in time' },
   'agent.version': { status: 502, meaning: 'the guest agent speaks another protocol version (rebuild the image)' },
-  // The errno an agent operation failed with (AGENT_ERRNO_CODES in src/guest/agent-client.ts).
+  // The errno an agent operation failed with (AGENT_ERRNO_CODES in src/guest/agent-errors.ts).
   'agent.eacces': { status: 400, meaning: 'the guest refused: permission denied' },
   'agent.ebusy': { status: 409, meaning: 'the guest refused: the id or resource is in use' },
   'agent.ecanceled': { status: 503, meaning: 'the guest cancelled the operation (its stream or session ended)' },

@@ -20,6 +20,16 @@ export async function applyCrdDir(kubectl: Kubectl, dir: string, skip: readonly 
   if (!files.length) return [];
   await kubectl(['apply', '--server-side', '--force-conflicts', ...files.flatMap((f) => ['-f', join(dir, f)])]);
   const names = files.map(crdName);
-  await kubectl(['wait', '--for=condition=Established', '--timeout=60s', ...names.map((n) => `crd/${n}`)]);
-  return names;
+  // kubectl wait fails at once ("accessor error: <nil>") on a CRD whose status has no conditions yet, as a loaded
+  // apiserver can leave it just after the apply: asked again until the deadline.
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    try {
+      await kubectl(['wait', '--for=condition=Established', '--timeout=60s', ...names.map((n) => `crd/${n}`)]);
+      return names;
+    } catch (err) {
+      if (!/accessor error/.test(String(err)) || Date.now() > deadline) throw err;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
 }

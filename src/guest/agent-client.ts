@@ -2,7 +2,8 @@
  * Host side of the guest agent: one multiplexed connection (virtio-serial, exposed by QEMU as a unix
  * socket) carrying exec, files, watch, TCP and health. Everything the guest sends is treated as hostile:
  * frames are size-checked before they are buffered, output collection is capped, and every request has
- * a deadline so a guest that never answers gives a clear error in bounded time.
+ * a deadline so a guest that never answers gives a clear error in bounded time. Which operation a guest frame
+ * belongs to, and whether it is well-formed, is decided in agent-dispatch.ts.
  */
 import { randomBytes } from 'node:crypto';
 import { connect as netConnect, type Socket } from 'node:net';
@@ -22,8 +23,8 @@ import {
   type ExecRequestArgs,
   type Frame,
 } from './protocol.js';
-import { agentError } from './agent-errors.js';
-import { check, EvtFrame, HealthResult, HelloResult, problem, ResFrame, type Check } from './agent-schemas.js';
+import { check, HealthResult, HelloResult } from './agent-schemas.js';
+import { routeGuestFrame, type FrameSink, type Pending } from './agent-dispatch.js';
 import { AgentFiles } from './agent-files.js';
 import { startExecProcess, type ExecOptions, type ExecProcess, type ExecResult } from './agent-exec.js';
 import { connectGuestTcp } from './agent-tcp.js';
@@ -60,44 +61,8 @@ export interface AgentConnectOptions {
   logger?: Logger;
 }
 
-interface Pending {
-  op?: string;
-  resolve: (res: Record<string, unknown>) => void;
-  reject: (err: Error) => void;
-  onEvent?: (evt: Record<string, unknown>) => void;
-  /** Output handlers; a returned promise holds the stream's credit until it settles (backpressure). */
-  onOut?: (b: Buffer) => unknown;
-  onErr?: (b: Buffer) => unknown;
-  /** The shape of the operation's result and events; a guest that answers otherwise broke the protocol. */
-  result?: Check;
-  event?: Check;
-  timer?: NodeJS.Timeout;
-  /** The stream's IN data (streamInput) and the accounting of its OUT/ERR data (flow control). */
-  input?: StreamInput;
-  output?: StreamOutput;
-}
-
-const RES = check(ResFrame);
-/** The frame types a guest sends; any other is a protocol error. */
-const GUEST_FRAME_TYPES = new Set<number>([
-  FrameType.Res,
-  FrameType.Evt,
-  FrameType.Out,
-  FrameType.Err,
-  FrameType.Window,
-]);
-const EVT = check(EvtFrame);
 const HELLO = check(HelloResult);
 const HEALTH = check(HealthResult);
-
-/** A guest frame's JSON payload, or undefined when it is not JSON. */
-function parseJson(payload: Buffer): unknown {
-  try {
-    return JSON.parse(payload.toString('utf8'));
-  } catch {
-    return undefined;
-  }
-}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -124,6 +89,12 @@ export class AgentClient {
   private readonly requestTimeoutMs: number;
   private readonly closeListeners: ((err: SandboxError) => void)[] = [];
   private readonly log: Logger;
+  /** How routeGuestFrame (agent-dispatch.ts) reaches this connection's operations and ends it. */
+  private readonly frameSink: FrameSink = {
+    pending: this.pending,
+    protocolError: (message) => this.protocolError(message),
+    abandon: (id, p, err) => this.abandon(id, p, err),
+  };
 
   private constructor(
     private readonly socket: Socket,
@@ -146,7 +117,7 @@ export class AgentClient {
         if (this.closedErr) return;
         // Nothing a guest sends may escape this listener: an exception here would end the whole process.
         try {
-          this.onFrame(f);
+          routeGuestFrame(this.frameSink, f);
         } catch (err) {
           this.protocolError(`frame of type ${f.type} for ${f.id} failed on the host: ${(err as Error).message}`);
         }
@@ -314,80 +285,6 @@ export class AgentClient {
     this.log.debug({ socket: this.socketPath, op: p.op, err }, 'agent operation abandoned: its handler failed');
     p.reject(err instanceof Error ? err : new SandboxError('agent.protocol', `${p.op ?? 'request'}: ${String(err)}`));
     if (!this.closedErr) this.start('cancel', { target: id }).done.catch(() => undefined);
-  }
-
-  private onFrame(f: Frame): void {
-    const p = this.pending.get(f.id);
-    if (!p) {
-      // Late frames of a cancelled/timed-out request; a type the guest never sends is wrong whatever its id.
-      if (!GUEST_FRAME_TYPES.has(f.type)) this.protocolError(`agent sent unexpected frame type ${f.type}`);
-      return;
-    }
-    switch (f.type) {
-      case FrameType.Res: {
-        const res = parseJson(f.payload);
-        let bad = problem(RES, res);
-        if (bad === undefined && (res as { ok: boolean }).ok && p.result) bad = problem(p.result, res);
-        if (bad !== undefined) {
-          this.protocolError(`agent answered ${p.op ?? 'a request'} with a malformed RES frame (${bad})`);
-          return;
-        }
-        this.pending.delete(f.id);
-        if (p.timer) clearTimeout(p.timer);
-        p.input?.close();
-        const r = res as Record<string, unknown>;
-        if (r.ok === true) {
-          delete r.ok;
-          p.resolve(r);
-        } else p.reject(agentError(p.op ?? 'request', r));
-        return;
-      }
-      case FrameType.Evt: {
-        const evt = parseJson(f.payload);
-        const bad = problem(EVT, evt) ?? problem(p.event ?? EVT, evt);
-        if (bad !== undefined) {
-          this.protocolError(`agent sent ${p.op ?? 'a request'} a malformed EVT frame (${bad})`);
-          return;
-        }
-        try {
-          p.onEvent?.(evt as Record<string, unknown>);
-        } catch (err) {
-          this.abandon(f.id, p, err);
-        }
-        return;
-      }
-      case FrameType.Out:
-      case FrameType.Err: {
-        if (p.output) {
-          const over = p.output.received(f.payload.length);
-          if (over) {
-            this.protocolError(over);
-            return;
-          }
-        }
-        let done: unknown;
-        try {
-          done = f.type === FrameType.Out ? p.onOut?.(f.payload) : p.onErr?.(f.payload);
-        } catch (err) {
-          p.output?.consumed(f.payload.length, undefined);
-          this.abandon(f.id, p, err);
-          return;
-        }
-        p.output?.consumed(f.payload.length, done);
-        return;
-      }
-      case FrameType.Window: {
-        if (f.payload.length !== 4) {
-          this.protocolError(`agent sent a WINDOW frame of ${f.payload.length} bytes`);
-          return;
-        }
-        const over = p.input?.grant(f.payload.readUInt32BE(0));
-        if (over) this.protocolError(over);
-        return;
-      }
-      default:
-        this.protocolError(`agent sent unexpected frame type ${f.type}`);
-    }
   }
 
   /** @internal Throws the connection's error once it is closed. */

@@ -11,6 +11,7 @@
  *   client in steady use) are not affected at all.
  * A review that fails (kube-apiserver down) counts as negative: it says nothing good about the token.
  */
+import { TokenBucket } from './token-bucket.js';
 
 export interface ReviewBudgetOptions {
   /** Reviews in flight at once (default 64). */
@@ -30,53 +31,18 @@ export type Admission =
   | { ok: true; /** Call once with the verdict: a valid token returns its tokens. */ done(valid: boolean): void }
   | { ok: false; reason: string; retryAfterSeconds: number };
 
-class Bucket {
-  private tokens: number;
-  private at = performance.now();
-
-  constructor(
-    private readonly rate: number,
-    private readonly burst: number,
-  ) {
-    this.tokens = burst;
-  }
-
-  private refill(now: number): void {
-    this.tokens = Math.min(this.burst, this.tokens + ((now - this.at) / 1000) * this.rate);
-    this.at = now;
-  }
-
-  /** Whether a token was taken. */
-  take(now: number): boolean {
-    this.refill(now);
-    if (this.tokens < 1) return false;
-    this.tokens -= 1;
-    return true;
-  }
-
-  give(now: number): void {
-    this.refill(now);
-    this.tokens = Math.min(this.burst, this.tokens + 1);
-  }
-
-  /** Seconds until one token is there. */
-  wait(): number {
-    return Math.max(1, Math.ceil((1 - this.tokens) / this.rate));
-  }
-}
-
 export class ReviewBudget {
   private inFlight = 0;
   private readonly maxInFlight: number;
   private readonly perSource: { rate: number; burst: number };
-  private readonly global: Bucket;
-  private readonly sources = new Map<string, Bucket>();
+  private readonly global: TokenBucket;
+  private readonly sources = new Map<string, TokenBucket>();
   private readonly maxSources: number;
 
   constructor(opts: ReviewBudgetOptions = {}) {
     this.maxInFlight = opts.maxInFlight ?? 64;
     this.perSource = { rate: opts.failuresPerSecond ?? 2, burst: opts.failureBurst ?? 20 };
-    this.global = new Bucket(opts.globalFailuresPerSecond ?? 50, opts.globalFailureBurst ?? 500);
+    this.global = new TokenBucket(opts.globalFailuresPerSecond ?? 50, opts.globalFailureBurst ?? 500);
     this.maxSources = opts.maxSources ?? 4096;
   }
 
@@ -84,11 +50,11 @@ export class ReviewBudget {
     return this.inFlight;
   }
 
-  private bucketOf(source: string): Bucket {
+  private bucketOf(source: string): TokenBucket {
     let b = this.sources.get(source);
     if (b)
       this.sources.delete(source); // re-inserted below: the first key is always the least recently seen
-    else b = new Bucket(this.perSource.rate, this.perSource.burst);
+    else b = new TokenBucket(this.perSource.rate, this.perSource.burst);
     this.sources.set(source, b);
     while (this.sources.size > this.maxSources) this.sources.delete(this.sources.keys().next().value as string);
     return b;
@@ -100,15 +66,19 @@ export class ReviewBudget {
       return { ok: false, reason: `${this.inFlight} token reviews are already in flight`, retryAfterSeconds: 1 };
     const now = performance.now();
     const mine = this.bucketOf(source ?? '');
-    if (!mine.take(now))
+    if (!mine.tryTake(now))
       return {
         ok: false,
         reason: 'too many unknown or invalid bearer tokens from this address',
-        retryAfterSeconds: mine.wait(),
+        retryAfterSeconds: mine.retryAfterSeconds(),
       };
-    if (!this.global.take(now)) {
+    if (!this.global.tryTake(now)) {
       mine.give(now);
-      return { ok: false, reason: 'too many unknown or invalid bearer tokens', retryAfterSeconds: this.global.wait() };
+      return {
+        ok: false,
+        reason: 'too many unknown or invalid bearer tokens',
+        retryAfterSeconds: this.global.retryAfterSeconds(),
+      };
     }
     this.inFlight++;
     let finished = false;

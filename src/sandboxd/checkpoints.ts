@@ -1,13 +1,14 @@
 import { snapshotNameProblem } from '../api/index.js';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
-import { cp, mkdtemp, open, rename, rm } from 'node:fs/promises';
+import { cp, mkdtemp, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SandboxError } from '../errors.js';
 import type { Logger } from '../log/logger.js';
 import type { MicrovmDriver, Template } from '../vmm/index.js';
 import { CHECKPOINT_ID, digestRecord, type FileDigest } from './placement/record.js';
 import type { PoolKey } from './pool-key.js';
+import { syncDir } from './state-file.js';
 
 /**
  * Checkpoints taken of claimed sandboxes: each is a template (the VM's RAM and device state at the time) that new
@@ -202,7 +203,8 @@ export class Checkpoints {
       throw new SandboxError('placement.deleted', `checkpoint ${rec.id} was deleted while it was being pulled`);
     const dir = join(this.root, rec.id);
     await rename(exportDir, dir);
-    await fsyncDir(this.root);
+    // The rename is durable once the directory itself is synced.
+    await syncDir(this.root);
     const ck: CheckpointRecord = { ...rec, template: this.driver.loadTemplate(dir) };
     this.checkpoints.set(ck.id, ck);
     return ck;
@@ -271,16 +273,6 @@ export class Checkpoints {
     this.checkpoints.delete(id);
     this.driver.deleteTemplate(ck.template);
     return true;
-  }
-}
-
-/** A rename into a directory is durable once the directory itself is synced. */
-async function fsyncDir(dir: string): Promise<void> {
-  const fh = await open(dir, 'r');
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
   }
 }
 

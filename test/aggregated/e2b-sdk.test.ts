@@ -9,30 +9,18 @@ import { readFile } from 'node:fs/promises';
 import { request } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import { CommandExitError, NotFoundError, Sandbox, SandboxError } from 'e2b';
-import { getAggregated, type AggregatedEnv } from '../support/aggregated.js';
+import { e2bOptions, getAggregated, whileE2bBusy, type AggregatedEnv } from '../support/aggregated.js';
 import { eventually } from '../support/eventually.js';
 
 let env: AggregatedEnv;
-const opts = () => ({
-  apiUrl: env.e2b.apiUrl,
-  sandboxUrl: env.e2b.sandboxUrl,
-  apiKey: env.e2b.apiKey,
-  requestTimeoutMs: 60_000,
-});
+const opts = () => e2bOptions(env);
 const created: Sandbox[] = [];
 
 /** Sandbox.create, retried while the warm pool refills (ServiceBusyError: 503 + Retry-After). */
 async function create(extra: Parameters<typeof Sandbox.create>[1] = {}): Promise<Sandbox> {
-  for (let attempt = 0; ; attempt++) {
-    try {
-      const s = await Sandbox.create('base', { ...opts(), ...extra });
-      created.push(s);
-      return s;
-    } catch (err) {
-      if (!/503|no warm sandbox/i.test(String(err)) || attempt > 120) throw err;
-      await new Promise((r) => setTimeout(r, 1000));
-    }
-  }
+  const s = await whileE2bBusy(() => Sandbox.create('base', { ...opts(), ...extra }));
+  created.push(s);
+  return s;
 }
 
 async function kubectlSandbox(id: string): Promise<Record<string, unknown> | undefined> {

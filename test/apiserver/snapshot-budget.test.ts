@@ -26,11 +26,11 @@ import { SandboxStore } from '../../src/apiserver/sandboxes/store.js';
 import { StatusFailure } from '../../src/apiserver/status.js';
 import { PREBUILT_ENV } from '../../src/guest/prebuilt.js';
 import { silentLogger } from '../../src/log/logger.js';
-import { NodeEngine } from '../../src/sandboxd/engine.js';
+import type { NodeEngine } from '../../src/sandboxd/engine.js';
 import { SandboxdApi } from '../../src/sandboxd/http-api.js';
 import { sandboxdCommand, toSandboxdConfig } from '../../src/sandboxd/options.js';
-import { SimulatedMicrovmDriver } from '../../src/vmm/index.js';
 import { call } from '../support/sandboxd-daemon.js';
+import { listenSandboxdApi, simNodeEngine, type SimNodeOptions } from '../support/sim-node.js';
 
 const ROOT = 'root-token-for-budget-tests';
 const TENANT = 'tenant-token-for-budget-tests';
@@ -50,18 +50,7 @@ async function fakeGuestImages(dir: string): Promise<void> {
   process.env[PREBUILT_ENV] = dir;
 }
 
-function simEngine(dir: string, extra: Record<string, unknown> = {}) {
-  return new NodeEngine({
-    dataDir: dir,
-    nodeName: NODE,
-    advertiseAddr: '127.0.0.1:7777',
-    driver: new SimulatedMicrovmDriver({ root: join(dir, 'sim'), cloneMs: 1 }),
-    primeWarmVms: false,
-    refillDelayMs: 1,
-    runRoot: join(dir, 'run'),
-    ...extra,
-  });
-}
+const simEngine = (dir: string, extra: SimNodeOptions = {}) => simNodeEngine(dir, { nodeName: NODE, ...extra }).engine;
 
 const fleetOf = (address: string) =>
   ({
@@ -103,12 +92,12 @@ describe('checkpoint budget, names and relayed errors', () => {
     await fakeGuestImages(join(dir, 'images'));
     engine = simEngine(dir, { maxCheckpointsPerNamespace: 2 });
     await engine.start();
-    api = new SandboxdApi({
+    let port: number;
+    ({ api, port, base } = await listenSandboxdApi({
       engine,
       auth: { rootToken: ROOT, tenants: new Map([[TENANT, 'acme']]), allowAnonymous: false },
-    });
-    address = `127.0.0.1:${(await api.listen('127.0.0.1', 0)).port}`;
-    base = `http://${address}`;
+    }));
+    address = `127.0.0.1:${port}`;
     client = new SandboxdClient({ token: ROOT });
     store = new SandboxStore(silentLogger, new EventLog(64));
     actions = new SandboxActions(store, client);

@@ -95,10 +95,14 @@ describe('TokenReview amplification', { timeout: 120_000 }, () => {
         [`GET /apis HTTP/1.1\r\nHost: x\r\nauthorization: Bearer conn-${i}\r\nconnection: close\r\n\r\n`],
         5_000,
       );
+    const started = performance.now();
     const answers = await Promise.all(Array.from({ length: 60 }, (_, i) => one(i)));
+    // The per-address bucket: a burst of 20, then 2 a second. Bounded by the time the run took, so a loaded machine
+    // that stretches the 60 exchanges over seconds does not fail it; unbounded (HEAD) made all 60 at once.
+    const allowed = 20 + Math.ceil((2 * (performance.now() - started)) / 1000) + 1;
     assert.ok(
-      client.stats.reviews <= 25,
-      `${client.stats.reviews} TokenReviews for 60 garbage tokens from one address`,
+      client.stats.reviews <= allowed,
+      `${client.stats.reviews} TokenReviews for 60 garbage tokens from one address (the budget allows ${allowed})`,
     );
     assert.ok(
       answers.some((a) => a.data.startsWith('HTTP/1.1 429')),

@@ -33,13 +33,13 @@ import { silentLogger } from '../../src/log/logger.js';
 import { generateBundle } from '../../src/operator/webhook/certs.js';
 import { startConversionWebhookServer } from '../../src/operator/webhook/server.js';
 import { ClaimGateway } from '../../src/sandboxd/claim-gateway.js';
-import { NodeEngine } from '../../src/sandboxd/engine.js';
+import type { NodeEngine } from '../../src/sandboxd/engine.js';
 import { EnvdServer } from '../../src/sandboxd/envd/server.js';
 import { SandboxdApi } from '../../src/sandboxd/http-api.js';
 import { KubeletServer } from '../../src/sandboxd/vk/kubelet-server.js';
 import type { PodLifecycle } from '../../src/sandboxd/vk/pod-lifecycle.js';
 import type { PodLogs } from '../../src/sandboxd/vk/pod-logs.js';
-import { SimulatedMicrovmDriver } from '../../src/vmm/index.js';
+import { simNodeEngine } from '../support/sim-node.js';
 
 export interface Running {
   port: number;
@@ -107,15 +107,7 @@ export function startApiServer(opts: { client?: KubeClient; maxConnections?: num
 /** A node engine on the simulated VMM driver (no VM is started: the listeners are hit before any VM matters). */
 export async function simEngine(): Promise<{ engine: NodeEngine; dir: string; close(): Promise<void> }> {
   const dir = await mkdtemp(join(tmpdir(), 'sbx-hostile-'));
-  const engine = new NodeEngine({
-    dataDir: dir,
-    nodeName: 'hostile-node',
-    advertiseAddr: '127.0.0.1:7777',
-    driver: new SimulatedMicrovmDriver({ root: join(dir, 'sim'), cloneMs: 0 }),
-    primeWarmVms: false,
-    refillDelayMs: 1,
-    runRoot: join(dir, 'run'),
-  });
+  const { engine } = simNodeEngine(dir, { nodeName: 'hostile-node', cloneMs: 0 });
   await engine.start();
   return {
     engine,

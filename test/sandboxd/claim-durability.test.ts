@@ -18,11 +18,11 @@ import { after, describe, it } from 'node:test';
 import { silentLogger } from '../../src/log/logger.js';
 import { freePort } from '../../src/net/free-port.js';
 import { readEngineState } from '../../src/sandboxd/engine-state.js';
-import { NodeEngine, type SandboxRecord } from '../../src/sandboxd/engine.js';
+import type { SandboxRecord } from '../../src/sandboxd/engine.js';
 import { SandboxError } from '../../src/errors.js';
-import { SimulatedMicrovmDriver } from '../../src/vmm/index.js';
 import { eventually } from '../support/eventually.js';
 import { call, SandboxdProcess } from '../support/sandboxd-daemon.js';
+import { simNodeEngine } from '../support/sim-node.js';
 
 const KEY = { template: 'sandbox/minimal', net: 'none', size: 'small' } as const;
 const ROOT = 'root-token-for-durability-tests';
@@ -33,15 +33,7 @@ after(async () => Promise.all(dirs.map((d) => rm(d, { recursive: true, force: tr
 async function simEngine(warm: number) {
   const dir = await mkdtemp(join(tmpdir(), 'sbx-durable-'));
   dirs.push(dir);
-  const engine = new NodeEngine({
-    dataDir: dir,
-    nodeName: 'durable-node',
-    advertiseAddr: '127.0.0.1:7777',
-    driver: new SimulatedMicrovmDriver({ root: join(dir, 'sim'), cloneMs: 5 }),
-    primeWarmVms: false,
-    refillDelayMs: 1,
-    runRoot: join(dir, 'run'),
-  });
+  const { engine } = simNodeEngine(dir, { nodeName: 'durable-node', cloneMs: 5 });
   await engine.start();
   await engine.prepare(KEY);
   if (warm) {

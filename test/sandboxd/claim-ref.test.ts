@@ -9,9 +9,10 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { NodeEngine } from '../../src/sandboxd/engine.js';
-import { SandboxdApi } from '../../src/sandboxd/http-api.js';
-import { SimulatedMicrovmDriver } from '../../src/vmm/index.js';
+import type { NodeEngine } from '../../src/sandboxd/engine.js';
+import type { SandboxdApi } from '../../src/sandboxd/http-api.js';
+import type { SimulatedMicrovmDriver } from '../../src/vmm/index.js';
+import { listenSandboxdApi, simNodeEngine } from '../support/sim-node.js';
 
 const KEY = { template: 'sandbox/minimal', net: 'none', size: 'small' } as const;
 const CLONE_MS = 300;
@@ -30,21 +31,13 @@ describe('claim_ref: one live claim per ref (simulated engine, in-process API)',
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'sbx-claimref-'));
-    driver = new SimulatedMicrovmDriver({ root: join(dir, 'sim'), cloneMs: CLONE_MS });
-    engine = new NodeEngine({
-      dataDir: dir,
-      nodeName: 'sim-node',
-      advertiseAddr: '127.0.0.1:7777',
-      driver,
-      primeWarmVms: false,
-      refillDelayMs: 1,
-      runRoot: join(dir, 'run'),
-    });
+    ({ driver, engine } = simNodeEngine(dir, { cloneMs: CLONE_MS }));
     await engine.start();
     await engine.prepare(KEY); // no warm target: every claim clones (CLONE_MS)
-    api = new SandboxdApi({ engine, auth: { rootToken: undefined, tenants: new Map(), allowAnonymous: true } });
-    const addr = await api.listen('127.0.0.1', 0);
-    base = `http://127.0.0.1:${addr.port}`;
+    ({ api, base } = await listenSandboxdApi({
+      engine,
+      auth: { rootToken: undefined, tenants: new Map(), allowAnonymous: true },
+    }));
   });
   after(async () => {
     await api.close();

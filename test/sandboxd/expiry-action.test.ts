@@ -10,11 +10,11 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { NodeEngine } from '../../src/sandboxd/engine.js';
-import { SandboxdApi } from '../../src/sandboxd/http-api.js';
-import { SimulatedMicrovmDriver } from '../../src/vmm/index.js';
+import type { NodeEngine } from '../../src/sandboxd/engine.js';
+import type { SandboxdApi } from '../../src/sandboxd/http-api.js';
 import { eventually } from '../support/eventually.js';
 import { call } from '../support/sandboxd-daemon.js';
+import { listenSandboxdApi, simNodeEngine } from '../support/sim-node.js';
 
 const ROOT = 'root-token-for-expiry-tests';
 const KEY = { template: 'sandbox/minimal', net: 'none', size: 'small' } as const;
@@ -28,19 +28,12 @@ describe('lease-end action (sim engine)', () => {
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'sbx-expiry-'));
-    const driver = new SimulatedMicrovmDriver({ root: join(dir, 'sim'), cloneMs: 1 });
-    engine = new NodeEngine({
-      dataDir: dir,
-      nodeName: 'sim-node',
-      advertiseAddr: '127.0.0.1:7777',
-      driver,
-      primeWarmVms: false,
-      refillDelayMs: 1,
-      runRoot: join(dir, 'run'),
-    });
+    ({ engine } = simNodeEngine(dir));
     await engine.start();
-    api = new SandboxdApi({ engine, auth: { rootToken: ROOT, tenants: new Map(), allowAnonymous: false } });
-    base = `http://127.0.0.1:${(await api.listen('127.0.0.1', 0)).port}`;
+    ({ api, base } = await listenSandboxdApi({
+      engine,
+      auth: { rootToken: ROOT, tenants: new Map(), allowAnonymous: false },
+    }));
   });
 
   after(async () => {

@@ -12,11 +12,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { ClaimGateway } from '../../src/sandboxd/claim-gateway.js';
-import { NodeEngine } from '../../src/sandboxd/engine.js';
+import type { NodeEngine } from '../../src/sandboxd/engine.js';
 import { deliveryOf } from '../../src/sandboxd/gateway/request.js';
-import { SandboxdApi } from '../../src/sandboxd/http-api.js';
-import { SimulatedMicrovmDriver } from '../../src/vmm/index.js';
+import type { SandboxdApi } from '../../src/sandboxd/http-api.js';
 import { call } from '../support/sandboxd-daemon.js';
+import { listenSandboxdApi, simNodeEngine } from '../support/sim-node.js';
 
 const ROOT = 'root-token-for-authority-tests';
 const TENANT = 'tenant-token-for-authority-tests';
@@ -57,20 +57,10 @@ describe('Kubernetes objects on a node come from the fleet root only (sim engine
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'sbx-authority-'));
-    const driver = new SimulatedMicrovmDriver({ root: join(dir, 'sim'), cloneMs: 1 });
-    engine = new NodeEngine({
-      dataDir: dir,
-      nodeName: 'sim-node',
-      advertiseAddr: '127.0.0.1:7777',
-      driver,
-      primeWarmVms: false,
-      refillDelayMs: 1,
-      runRoot: join(dir, 'run'),
-    });
+    ({ engine } = simNodeEngine(dir));
     await engine.start();
     const auth = { rootToken: ROOT, tenants: new Map([[TENANT, 'acme']]), allowAnonymous: false };
-    api = new SandboxdApi({ engine, auth });
-    base = `http://127.0.0.1:${(await api.listen('127.0.0.1', 0)).port}`;
+    ({ api, base } = await listenSandboxdApi({ engine, auth }));
     gateway = new ClaimGateway({ api, auth });
     claimBase = `http://127.0.0.1:${(await gateway.listen('127.0.0.1', 0)).port}`;
     const r = await call(

@@ -12,11 +12,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { NodeEngine } from '../../src/sandboxd/engine.js';
 import { buildInventory, INVENTORY_MAX_ENTRIES } from '../../src/sandboxd/inventory.js';
 import { freePort } from '../../src/net/free-port.js';
-import { SimulatedMicrovmDriver } from '../../src/vmm/index.js';
 import { eventually } from '../support/eventually.js';
+import { simNodeEngine } from '../support/sim-node.js';
 
 const KEY = { template: 'sandbox/minimal', net: 'none', size: 'small' } as const;
 
@@ -24,20 +23,12 @@ function simEngine(
   dir: string,
   opts: { cloneMs: number; refillConcurrency?: number; maxClaims?: number; maxCheckpoints?: number },
 ) {
-  const driver = new SimulatedMicrovmDriver({ root: join(dir, 'sim'), cloneMs: opts.cloneMs });
-  const engine = new NodeEngine({
-    dataDir: dir,
-    nodeName: 'sim-node',
-    advertiseAddr: '127.0.0.1:7777',
-    driver,
-    primeWarmVms: false,
+  return simNodeEngine(dir, {
+    cloneMs: opts.cloneMs,
     refillConcurrency: opts.refillConcurrency ?? 2,
     maxClaims: opts.maxClaims ?? 5000,
     ...(opts.maxCheckpoints !== undefined ? { maxCheckpoints: opts.maxCheckpoints } : {}),
-    refillDelayMs: 1,
-    runRoot: join(dir, 'run'),
   });
-  return { driver, engine };
 }
 
 describe('simulated engine', () => {

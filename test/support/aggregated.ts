@@ -149,3 +149,25 @@ export async function createSandbox(
     }
   }
 }
+
+/** The options an e2b SDK call needs to reach this platform's e2b API and data plane. */
+export function e2bOptions(env: AggregatedEnv) {
+  return {
+    apiUrl: env.e2b.apiUrl,
+    sandboxUrl: env.e2b.sandboxUrl,
+    apiKey: env.e2b.apiKey,
+    requestTimeoutMs: 60_000,
+  };
+}
+
+/** `f`, retried while the e2b warm pool refills (503 + Retry-After, "no warm sandbox"), for up to two minutes. */
+export async function whileE2bBusy<T>(f: () => Promise<T>): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await f();
+    } catch (err) {
+      if (!/503|no warm sandbox/i.test(String(err)) || attempt > 120) throw err;
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  }
+}
