@@ -6,10 +6,9 @@
  */
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
-import { request } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import { CommandExitError, NotFoundError, Sandbox, SandboxError } from 'e2b';
-import { e2bOptions, getAggregated, whileE2bBusy, type AggregatedEnv } from '../support/aggregated.js';
+import { e2bOptions, getAggregated, rawGet, whileE2bBusy, type AggregatedEnv } from '../support/aggregated.js';
 import { eventually } from '../support/eventually.js';
 
 let env: AggregatedEnv;
@@ -33,20 +32,6 @@ async function kubectlSandbox(id: string): Promise<Record<string, unknown> | und
     if (/NotFound|not found/.test(String(err))) return undefined;
     throw err;
   }
-}
-
-/** A GET with a Host of our choosing (fetch does not let a caller set Host): status and body. */
-function getWithHost(base: string, path: string, host: string): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const r = request(`${base}${path}`, { headers: { host } }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => (body += c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-    });
-    r.on('error', reject);
-    r.end();
-  });
 }
 
 /** Claims of the e2b namespace still held on any node. */
@@ -146,11 +131,11 @@ describe('e2b SDK against the aggregated layout', () => {
     // A signed download URL, routed by host (<port>-<id>.<domain>) as the SDK builds it.
     const url = new URL(await sbx.downloadUrl('/tmp/watched', { useSignatureExpiration: 60 }));
     const host = `49983-${sbx.sandboxId}.e2b.local`;
-    const res = await getWithHost(env.e2b.sandboxUrl, `${url.pathname}${url.search}`, host);
+    const res = await rawGet(`${env.e2b.sandboxUrl}${url.pathname}${url.search}`, { host });
     assert.equal(res.status, 200, res.body);
     assert.equal(res.body, 'x');
     url.searchParams.set('signature', 'v1_forged');
-    const forged = await getWithHost(env.e2b.sandboxUrl, `${url.pathname}${url.search}`, host);
+    const forged = await rawGet(`${env.e2b.sandboxUrl}${url.pathname}${url.search}`, { host });
     assert.equal(forged.status, 401);
   });
 

@@ -6,10 +6,16 @@
  * without a token; a Kubernetes client cannot set that annotation itself.
  */
 import assert from 'node:assert/strict';
-import { request } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import { Sandbox } from 'e2b';
-import { e2bOptions, getAggregated, sandboxManifest, whileE2bBusy, type AggregatedEnv } from '../support/aggregated.js';
+import {
+  e2bOptions,
+  getAggregated,
+  rawGet,
+  sandboxManifest,
+  whileE2bBusy,
+  type AggregatedEnv,
+} from '../support/aggregated.js';
 import { eventually } from '../support/eventually.js';
 
 const PUBLIC_TRAFFIC = 'e2b.dev/public-traffic';
@@ -42,17 +48,8 @@ function viaRouter(
   headers: Record<string, string> = {},
   host?: string,
 ): Promise<{ status: number; body: string }> {
-  const route = host ? { host } : { 'e2b-sandbox-id': id, 'e2b-sandbox-port': String(PORT) };
-  return new Promise((resolve, reject) => {
-    const r = request(`${env.e2b.sandboxUrl}/index.html`, { headers: { ...route, ...headers } }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => (body += c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-    });
-    r.on('error', reject);
-    r.end();
-  });
+  const route: Record<string, string> = host ? { host } : { 'e2b-sandbox-id': id, 'e2b-sandbox-port': String(PORT) };
+  return rawGet(`${env.e2b.sandboxUrl}/index.html`, { ...route, ...headers });
 }
 
 /** busybox httpd inside the guest on PORT, serving a page that names the sandbox. */

@@ -7,34 +7,11 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { CocoonAnnotationKeys } from '../../src/api/index.js';
-import { SandboxCreator } from '../../src/apiserver/sandboxes/create.js';
-import { EventLog } from '../../src/apiserver/sandboxes/event-log.js';
-import type { Fleet } from '../../src/apiserver/sandboxes/fleet.js';
-import type { SandboxdClient } from '../../src/apiserver/sandboxes/sandboxd-client.js';
-import { SandboxStore } from '../../src/apiserver/sandboxes/store.js';
 import { StatusFailure } from '../../src/apiserver/status.js';
-import { silentLogger } from '../../src/log/logger.js';
+import { createRequest, validationCreator } from './create-fixture.js';
 
-const creator = new SandboxCreator(
-  new SandboxStore(silentLogger, new EventLog(8)),
-  {} as Fleet,
-  {} as SandboxdClient,
-  { phase: () => 'active' },
-  silentLogger,
-);
-const validate = (metadata: Record<string, unknown>) =>
-  creator.validate({
-    namespace: 'ns',
-    body: {
-      apiVersion: 'agents.x-k8s.io/v1beta1',
-      kind: 'Sandbox',
-      metadata,
-      spec: { podTemplate: { spec: { containers: [{ name: 'c', image: 'sandbox/minimal' }] } } },
-    },
-    dryRun: true,
-    fieldValidation: 'Strict',
-    warnings: [],
-  });
+const creator = validationCreator();
+const validate = (metadata: Record<string, unknown>) => creator.validate(createRequest(metadata));
 const failure = (metadata: Record<string, unknown>) => {
   try {
     validate(metadata);

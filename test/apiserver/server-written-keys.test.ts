@@ -13,13 +13,14 @@ import * as api from '../../src/api/index.js';
 import { SandboxOps } from '../../src/apiserver/e2b/sandbox-ops.js';
 import type { TemplateAlias } from '../../src/apiserver/e2b/templates.js';
 import { SandboxActions } from '../../src/apiserver/sandboxes/actions.js';
-import { SandboxCreator, type CreateRequest } from '../../src/apiserver/sandboxes/create.js';
+import type { CreateRequest } from '../../src/apiserver/sandboxes/create.js';
 import type { NodeRow } from '../../src/apiserver/sandboxes/entry.js';
 import { EventLog } from '../../src/apiserver/sandboxes/event-log.js';
 import type { Fleet } from '../../src/apiserver/sandboxes/fleet.js';
 import type { SandboxdClient } from '../../src/apiserver/sandboxes/sandboxd-client.js';
 import type { SandboxStorage } from '../../src/apiserver/sandboxes/storage.js';
 import { SandboxStore } from '../../src/apiserver/sandboxes/store.js';
+import { createRequest, validationCreator } from './create-fixture.js';
 import { StatusFailure } from '../../src/apiserver/status.js';
 import { silentLogger } from '../../src/log/logger.js';
 
@@ -41,29 +42,10 @@ const SERVER_LABELS = [
   'agents.x-k8s.io/claim-uid',
 ];
 
-const creator = new SandboxCreator(
-  new SandboxStore(silentLogger, new EventLog(8)),
-  {} as Fleet,
-  {} as SandboxdClient,
-  { phase: () => 'active' },
-  silentLogger,
-);
-const request = (metadata: Record<string, unknown>, extra: Partial<CreateRequest> = {}): CreateRequest => ({
-  namespace: 'ns',
-  body: {
-    apiVersion: 'agents.x-k8s.io/v1beta1',
-    kind: 'Sandbox',
-    metadata,
-    spec: { podTemplate: { spec: { containers: [{ name: 'c', image: 'sandbox/minimal' }] } } },
-  },
-  dryRun: true,
-  fieldValidation: 'Strict',
-  warnings: [],
-  ...extra,
-});
+const creator = validationCreator();
 const refusal = (metadata: Record<string, unknown>) => {
   try {
-    creator.validate(request(metadata));
+    creator.validate(createRequest(metadata));
   } catch (err) {
     assert.ok(err instanceof StatusFailure, String(err));
     return err.status;
@@ -104,11 +86,11 @@ describe('server-written keys on a Sandbox', () => {
       labels: { 'agents.x-k8s.io/claim-uid': 'u-1' },
       annotations: { 'agents.x-k8s.io/sandbox-template-ref': 'tpl', 'sandbox.cocoonstack.io/warm-pool': 'pool' },
     };
-    assert.equal(creator.validate(request(binder, { serverKeys: api.ClaimBinderSandboxKeys })).name, 'claim-1');
+    assert.equal(creator.validate(createRequest(binder, { serverKeys: api.ClaimBinderSandboxKeys })).name, 'claim-1');
     assert.throws(
       () =>
         creator.validate(
-          request(
+          createRequest(
             {
               ...binder,
               annotations: { ...binder.annotations, 'sandbox.cocoonstack.io/delivered-by': 'claim-gateway' },
@@ -193,8 +175,8 @@ describe('a lease-end hibernate on a networked VM', () => {
       [['FieldValueNotSupported', `metadata.annotations[${api.CocoonAnnotationKeys.onExpiry}]`]],
     );
     // either alone is fine
-    creator.validate(request({ name: 'b', annotations: { [api.CocoonAnnotationKeys.onExpiry]: 'hibernate' } }));
-    creator.validate(request({ name: 'c', annotations: { [api.CocoonAnnotationKeys.net]: 'egress' } }));
+    creator.validate(createRequest({ name: 'b', annotations: { [api.CocoonAnnotationKeys.onExpiry]: 'hibernate' } }));
+    creator.validate(createRequest({ name: 'c', annotations: { [api.CocoonAnnotationKeys.net]: 'egress' } }));
   });
 
   it('the e2b create refuses autoPause with internet access: 400 naming autoPause, nothing created', async () => {

@@ -6,6 +6,7 @@
  * is selected and passes its description in SBX_TEST_AGGREGATED; a file run on its own starts a private one.
  */
 import { readFileSync } from 'node:fs';
+import { request } from 'node:http';
 import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -170,4 +171,18 @@ export async function whileE2bBusy<T>(f: () => Promise<T>): Promise<T> {
       await new Promise((r) => setTimeout(r, 1000));
     }
   }
+}
+
+/** A GET with headers fetch would not send as given (a Host of our choosing, say): the status and the body. */
+export function rawGet(url: string, headers: Record<string, string>): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const r = request(url, { headers }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    r.on('error', reject);
+    r.end();
+  });
 }
