@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
-  iproute2                              # local cluster: network namespace
+  iproute2 nftables                     # local cluster: network namespaces; networked VMs: per-VM netns + egress rules
   qemu-system-x86 busybox-static cpio lz4 e2fsprogs   # microVMs (QEMU microvm, TCG here)
   linux-source-6.1 flex bison libelf-dev bc libssl-dev make gcc xz-utils  # the minimal guest kernel, built once
 )

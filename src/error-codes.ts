@@ -57,7 +57,10 @@ export const ERROR_CODES = {
   'vm.exists': { status: 409, meaning: 'a VM with this id exists' },
   'vm.gone': { status: 410, meaning: "the VM's QEMU process is gone; destroy the VM" },
   'vm.image-missing': { status: 500, meaning: 'a guest image file is missing' },
-  'vm.invalid-argument': { status: 400, meaning: 'an argument the VMM refuses (fork count, a forward without egress)' },
+  'vm.invalid-argument': {
+    status: 400,
+    meaning: 'an argument the VMM refuses (fork count, a network policy on a NIC-less VM)',
+  },
   'vm.invalid-state': { status: 409, meaning: "the VM's state does not allow the operation (paused, hibernated)" },
   'vm.migration-failed': { status: 500, meaning: 'QEMU failed to save VM state' },
   'vm.migration-timeout': { status: 504, meaning: 'saving VM state did not finish in time' },
@@ -72,6 +75,7 @@ export const ERROR_CODES = {
     meaning: 'the VM is simulated (sandboxd --engine=sim): it has no guest to exec in, copy files to or forward to',
   },
   'vm.spawn-failed': { status: 500, meaning: 'QEMU could not be started' },
+  'vm.network': { status: 500, meaning: "a networked VM's namespace, veth, TAP or ruleset could not be made" },
   'vm.start-timeout': { status: 504, meaning: 'the VM was not ready in time' },
   'vm.state-missing': { status: 410, meaning: "a hibernated VM's saved state is missing; it cannot be woken" },
   'vm.stop-timeout': { status: 504, meaning: 'QEMU did not exit in time' },
@@ -102,7 +106,10 @@ export const ERROR_CODES = {
   // sandboxd (src/sandboxd; the wire contract is docs/sandboxd-api.md).
   'sandboxd.at-capacity': { status: 429, meaning: 'the node holds --max-claims claims' },
   'sandboxd.bad-request': { status: 400, meaning: 'the request is malformed (the message names the field)' },
-  'sandboxd.conflict': { status: 409, meaning: 'the request conflicts with a live claim or the egress lane' },
+  'sandboxd.conflict': {
+    status: 409,
+    meaning: 'the request conflicts with a live claim or the sandbox state (paused, hibernated)',
+  },
   'sandboxd.flags': { status: 500, meaning: "sandboxd's flags are invalid" },
   'sandboxd.gateway-not-ready': {
     status: 503,

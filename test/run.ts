@@ -22,6 +22,8 @@ import {
   startCluster,
 } from '../src/cluster/index.js';
 import { errorMessage } from '../src/errors.js';
+import { namespacesOfRun } from '../src/vmm/net/index.js';
+import { resolveDriverOptions } from '../src/vmm/options.js';
 import { installCrds } from './support/crds.js';
 import { AGGREGATED_ENV, startAggregatedForTests } from './support/aggregated.js';
 
@@ -133,7 +135,11 @@ async function main(): Promise<number> {
   const clusterAlive = [...(cluster?.pids ?? []), ...(aggregated?.pids() ?? [])].filter(isAlive);
   // Only this run's namespaces: other work on the machine may create its own meanwhile.
   const ours = [cluster?.netns, aggregated?.info.cluster.netns];
-  const netnsLeft = (await listClusterNamespaces()).filter((n) => ours.includes(n));
+  const netnsLeft = [
+    ...(await listClusterNamespaces()).filter((n) => ours.includes(n)),
+    // Networked VMs' namespaces (src/vmm/net): their slot files carry the run marker.
+    ...namespacesOfRun(resolveDriverOptions().vmNetworkSlotDir, runId),
+  ];
   if (leftovers.length || clusterAlive.length || netnsLeft.length) {
     process.stderr.write(
       `leak check FAILED: ${leftovers.length} processes still running${leftovers.map((p) => `\n  ${p.pid} ${p.cmd.slice(0, 160)}`).join('')}` +

@@ -38,3 +38,4 @@ export {
   type JsonSchemaProps,
 } from './crd.js';
 export * from './conversion/index.js';
+export * from './vm-network.js';

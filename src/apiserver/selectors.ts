@@ -120,13 +120,46 @@ const EVERYTHING: LabelSelector = { empty: true, matches: () => true, equalities
 export function parseLabelSelector(selector: string | null | undefined): LabelSelector {
   const s = (selector ?? '').trim();
   if (!s) return EVERYTHING;
-  const reqs = splitRequirements(s).map((r) => parseRequirement(r, s));
+  return selectorOf(splitRequirements(s).map((r) => parseRequirement(r, s)));
+}
+
+function selectorOf(reqs: readonly LabelRequirement[]): LabelSelector {
+  if (!reqs.length) return EVERYTHING;
   return {
     empty: false,
     matches: (labels) => reqs.every((r) => matchOne(r, labels)),
     equalities: () =>
       reqs.filter((r) => r.op === 'in' && r.values.length === 1).map((r) => [r.key, r.values[0]!] as [string, string]),
   };
+}
+
+/** A metav1.LabelSelector object (the form NetworkPolicy `podSelector` and workload selectors take). */
+export interface LabelSelectorObject {
+  matchLabels?: Readonly<Record<string, string>>;
+  matchExpressions?: ReadonlyArray<{ key: string; operator: string; values?: readonly string[] }>;
+}
+
+const OPERATORS: Readonly<Record<string, LabelOp>> = { In: 'in', NotIn: 'notin', Exists: 'exists', DoesNotExist: '!' };
+
+/**
+ * A LabelSelector object as apimachinery's LabelSelectorAsSelector evaluates it: every matchLabels pair and every
+ * matchExpressions requirement must hold; an empty selector matches everything. Undefined when it cannot be
+ * evaluated (an unknown operator, In/NotIn without values, values on Exists/DoesNotExist), which kube-apiserver's
+ * validation keeps out of stored objects: the caller decides what such a selector selects.
+ */
+export function labelSelectorFromObject(sel: LabelSelectorObject | undefined): LabelSelector | undefined {
+  const reqs: LabelRequirement[] = Object.entries(sel?.matchLabels ?? {}).map(([key, v]) => ({
+    key,
+    op: 'in',
+    values: [v],
+  }));
+  for (const e of sel?.matchExpressions ?? []) {
+    const op = Object.prototype.hasOwnProperty.call(OPERATORS, e.operator) ? OPERATORS[e.operator] : undefined;
+    const values = [...(e.values ?? [])];
+    if (!op || (op === 'in' || op === 'notin' ? values.length === 0 : values.length > 0)) return undefined;
+    reqs.push({ key: e.key, op, values });
+  }
+  return selectorOf(reqs);
 }
 
 export interface FieldRequirement {

@@ -309,6 +309,9 @@ function poolsFlag(opts: PlatformOptions): string[] {
   const pools: string[] = opts.pools ? [opts.pools] : opts.warm > 0 ? [`${template}=${opts.warm}`] : [];
   if (opts.layout === 'aggregated' && (opts.e2bWarm ?? 0) > 0 && template !== 'sandbox/base')
     pools.push(`sandbox/base=${opts.e2bWarm}`);
+  // Networked sandboxes (e2b's default: internet on) under the egress lane's secure default: public addresses
+  // through NAT, nothing of the node's or the cluster's (docs/vm.md "Networking").
+  if (opts.layout === 'aggregated' && (opts.e2bWarm ?? 0) > 0 && !opts.pools) pools.push('sandbox/base:egress=1');
   return pools.length ? [`--pools=${pools.join(',')}`] : [];
 }
 

@@ -99,9 +99,10 @@ FROM runtime AS apiserver
 USER ${IMAGE_USER}:${IMAGE_USER}
 ${entrypoint('apiserver')}
 
-# sandboxd runs as root only to start QEMU, which drops to nobody (-runas); the DaemonSet grants SETUID/SETGID only.
+# sandboxd runs as root to start QEMU, which drops to nobody (-runas), and to make networked VMs' namespaces, veths
+# and nftables rules (iproute2, nftables; nsenter is util-linux, essential in Debian).
 FROM runtime AS sandboxd
-RUN apt-get update && apt-get install -y --no-install-recommends qemu-system-x86 && rm -rf /var/lib/apt/lists/*
+RUN apt-get update && apt-get install -y --no-install-recommends qemu-system-x86 iproute2 nftables && rm -rf /var/lib/apt/lists/*
 COPY --from=guest ${GUEST_IMAGES_DIR} ${GUEST_IMAGES_DIR}
 ENV SBX_GUEST_IMAGES=${GUEST_IMAGES_DIR} SBX_CACHE_DIR=${SANDBOXD_CACHE}
 ${entrypoint('sandboxd')}

@@ -216,6 +216,11 @@ export const GRANTS: Record<ComponentName, readonly Grant[]> = {
       usedBy: 'virtual-kubelet pod events',
     },
     {
+      scope: 'cluster',
+      rule: { apiGroups: ['networking.k8s.io'], resources: ['networkpolicies'], verbs: READ },
+      usedBy: "virtual-kubelet: the egress NetworkPolicies that select a microVM pod, enforced on its VM's network",
+    },
+    {
       scope: { namespace: 'kube-node-lease' },
       rule: { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'create', 'patch'] },
       usedBy: 'virtual-kubelet node heartbeat Lease',

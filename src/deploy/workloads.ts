@@ -230,11 +230,13 @@ export function sandboxdObjects(c: BuildContext): Manifest[] {
               livenessProbe: { httpGet: { path: '/healthz', port: 'api' }, periodSeconds: 10 },
               readinessProbe: { httpGet: { path: '/healthz', port: 'api' }, periodSeconds: 5 },
               securityContext: {
-                // Root only to start QEMU, which drops to an unprivileged user (-runas): SETUID/SETGID for that
-                // and nothing else; no privileged mode, no host namespaces. KVM comes from a device plugin
-                // resource (see values.yaml); without it VMs run under TCG.
+                // Root to start QEMU, which drops to an unprivileged user (-runas): SETUID/SETGID for that;
+                // NET_ADMIN and SYS_ADMIN (namespace mounts, setns) for networked VMs' namespaces, veths and
+                // nftables rules, all inside this pod's own network namespace (docs/vm.md "Networking"). No
+                // privileged mode, no host namespaces. KVM comes from a device plugin resource (see values.yaml);
+                // without it VMs run under TCG.
                 allowPrivilegeEscalation: false,
-                capabilities: { drop: ['ALL'], add: ['SETUID', 'SETGID'] },
+                capabilities: { drop: ['ALL'], add: ['SETUID', 'SETGID', 'NET_ADMIN', 'SYS_ADMIN'] },
                 readOnlyRootFilesystem: true,
                 runAsNonRoot: false,
                 runAsUser: 0,

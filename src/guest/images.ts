@@ -53,7 +53,7 @@ export const GUEST_TEMPLATES: Readonly<Record<string, GuestTemplateDef>> = {
   },
   'sandbox/python': {
     name: 'sandbox/python',
-    description: 'sandbox/base + python3, egress networking (user-mode NAT)',
+    description: 'sandbox/base + python3, egress networking (own namespace, NAT on the node)',
     packages: [...BASE_PACKAGES, 'python3'],
     memoryMiB: 256,
     network: 'egress',

@@ -50,6 +50,8 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
     refillConcurrency: config.refillConcurrency,
     refillDelayMs: config.refillDelayMs,
     spareVmms: config.spareVmms,
+    vmNetworkCidr: config.vmNetworkCidr,
+    vmResolver: config.vmResolver,
     // Priming runs a command in each warm VM; a simulated one has no guest to run it in.
     primeWarmVms: sim ? false : config.primeWarmVms,
     defaultTtlSeconds: config.defaultTtlSeconds,

@@ -30,6 +30,8 @@ export function sandboxRow(rec: SandboxRecord) {
     ...(rec.object ? { object: rec.object } : {}),
     ...(rec.vcpus ? { vcpus: rec.vcpus } : {}),
     ...(rec.memoryMiB ? { memory_mib: rec.memoryMiB } : {}),
+    // The egress policy its VM enforces (absent: the secure default); rules only, no secret.
+    ...(rec.network ? { network: rec.network } : {}),
   };
 }
 

@@ -1,4 +1,5 @@
 import { snapshotNameProblem } from '../api/index.js';
+import type { VmNetworkPolicy } from '../api/vm-network.js';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { cp, mkdtemp, rename, rm } from 'node:fs/promises';
@@ -41,6 +42,11 @@ export interface CheckpointRecord {
   origin?: string;
   /** The peers it was pulled from on its way here, oldest first. */
   via?: string[];
+  /**
+   * The egress policy of the sandbox it was taken of (SandboxRecord.network), which its clones enforce unless their
+   * claim gives one. Kept on this node only: a copy pulled from a peer starts from the secure default.
+   */
+  network?: VmNetworkPolicy;
 }
 
 /** How long a deleted id stays known, so a pull that started before the delete does not publish it again. */

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import type { VmNetworkPolicy } from '../api/vm-network.js';
 import { SandboxError } from '../errors.js';
 import type { PoolKey } from './pool-key.js';
 
@@ -43,6 +44,11 @@ export interface SandboxRecord {
    * rights). Never read from the object's annotations, which whoever gives an object writes.
    */
   gatewayDelivery?: GatewayDeliveryFact;
+  /**
+   * Egress lane: the policy its VM enforces (network-policy.ts); absent = the secure default. Kept here (the state
+   * file) as well as in the VM's record, so a restarted daemon reports what the VM enforces.
+   */
+  network?: VmNetworkPolicy;
 }
 
 /** What the claim gateway knew when it made a claim (docs/claim-gateway.md "What a claim is"). */
@@ -70,6 +76,8 @@ export interface ClaimOptions {
   fromCheckpoint?: string;
   /** Only the node's claim gateway sets it (SandboxRecord.gatewayDelivery). */
   gatewayDelivery?: GatewayDeliveryFact;
+  /** The egress policy to enforce (egress lane; the engine applies it before the claim is answered). */
+  network?: VmNetworkPolicy;
 }
 
 /**
@@ -132,6 +140,7 @@ export class ClaimRecords {
       ...(opts.memoryMiB ? { memoryMiB: opts.memoryMiB } : {}),
       ...(opts.fromCheckpoint ? { fromCheckpoint: opts.fromCheckpoint } : {}),
       ...(opts.gatewayDelivery ? { gatewayDelivery: opts.gatewayDelivery } : {}),
+      ...(opts.network ? { network: opts.network } : {}),
     };
     this.touch(rec);
     this.restore(rec);

@@ -1,4 +1,5 @@
 import { MAX_FORK_COUNT } from '../api/index.js';
+import type { VmNetworkPolicy } from '../api/vm-network.js';
 import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { mkdirSync, rmSync } from 'node:fs';
@@ -14,6 +15,7 @@ import {
   type CheckpointRecord,
 } from './checkpoints.js';
 import { ClaimRecords, type ClaimOptions, type SandboxRecord } from './claims.js';
+import { assertPolicyFits } from './network-policy.js';
 import { keyString, type PoolKey } from './pool-key.js';
 import { PromotedTemplates, type PromotedTemplate } from './promoted.js';
 import { EngineStateFile } from './engine-state.js';
@@ -43,6 +45,9 @@ export interface EngineOptions {
   refillDelayMs?: number;
   /** Spare VMMs per template (see QemuDriverOptions.spareVmms); used when the engine makes its own driver. */
   spareVmms?: number;
+  /** Egress lane: the CIDR of the VMs' veth /30s and the guests' resolver (QemuDriverOptions), when the engine makes its own driver. */
+  vmNetworkCidr?: string;
+  vmResolver?: string;
   /**
    * Run one command (`true`) and one JSON request (a stat of `/`) in each warm VM once the refill is done, before a
    * tenant gets it. Under TCG a fresh clone's QEMU has translated none of the guest's exec path yet, so its first
@@ -104,6 +109,8 @@ export interface ClaimRequest {
    * command they did not run.
    */
   primeAfter?: boolean;
+  /** Egress lane: the policy to enforce, applied before the claim is answered (absent: the secure default). */
+  network?: VmNetworkPolicy;
 }
 
 /** The most children one fork makes (the node's limit; the API answers 400 above it), the same for every API. */
@@ -123,19 +130,6 @@ function uniqueRefs(req: { claimRef?: string; object?: unknown }): string[] {
   return req.claimRef && req.object !== undefined ? [req.claimRef] : [];
 }
 
-/**
- * 400 for a lease-end action the VM cannot do: a networked VM (the egress lane, QEMU user networking) cannot
- * hibernate, and a claim that asked for it would be renewed at every lease's end instead (every claim path goes
- * through claimWarm, so this is the one check).
- */
-export function assertExpiryFits(req: { key: PoolKey; onExpiry?: 'hibernate' }): void {
-  if (req.onExpiry === 'hibernate' && req.key.net === 'egress')
-    throw new SandboxError(
-      'sandboxd.bad-request',
-      'on_expiry: hibernate is not supported on the egress lane (net=egress): a networked VM cannot hibernate; use on_expiry=release or net=none',
-    );
-}
-
 export class NodeEngine extends EventEmitter {
   readonly driver: MicrovmDriver;
   readonly runRoot: string;
@@ -145,11 +139,15 @@ export class NodeEngine extends EventEmitter {
   private readonly promoted: PromotedTemplates;
   private readonly state: EngineStateFile;
   private readonly log: Logger;
-  private readonly opts: Required<Omit<EngineOptions, 'driver' | 'logger' | 'runRoot'>>;
+  private readonly opts: Required<
+    Omit<EngineOptions, 'driver' | 'logger' | 'runRoot' | 'vmNetworkCidr' | 'vmResolver'>
+  >;
   private reaper: NodeJS.Timeout | undefined;
   private reaping = false;
   /** Claims whose VM is still being cloned; they count against maxClaims like the ones in the table. */
   private pending = 0;
+  /** The policy change in flight per sandbox (setNetworkPolicy runs them one after another). */
+  private readonly policyChanges = new Map<string, Promise<SandboxRecord>>();
   readonly counters = {
     claims: 0,
     warmHits: 0,
@@ -183,7 +181,14 @@ export class NodeEngine extends EventEmitter {
     mkdirSync(this.opts.dataDir, { recursive: true });
     this.runRoot = opts.runRoot ?? defaultRunRoot(this.opts.dataDir);
     this.driver =
-      opts.driver ?? new QemuMicrovmDriver({ runRoot: this.runRoot, logger: this.log, spareVmms: this.opts.spareVmms });
+      opts.driver ??
+      new QemuMicrovmDriver({
+        runRoot: this.runRoot,
+        logger: this.log,
+        spareVmms: this.opts.spareVmms,
+        vmNetworkCidr: opts.vmNetworkCidr,
+        vmResolver: opts.vmResolver,
+      });
     this.promoted = new PromotedTemplates(this.driver, join(this.opts.dataDir, 'templates'), this.log);
     this.pools = new WarmPools({
       local: this.promoted,
@@ -360,7 +365,8 @@ export class NodeEngine extends EventEmitter {
    */
   async claim(req: ClaimRequest): Promise<SandboxRecord> {
     const warm = this.claimWarm(req);
-    if (warm) return this.durable(warm);
+    // Without a policy no await is added: the default is what a warm VM enforces already.
+    if (warm) return this.durable(warm.network ? await this.enforced(warm) : warm);
     this.assertKnownTemplate(req.key.template);
     if (req.provisionOnMiss === false)
       throw new SandboxError('sandboxd.warm-miss', `no warm sandbox for ${keyString(req.key)}`);
@@ -372,7 +378,7 @@ export class NodeEngine extends EventEmitter {
       if (req.primeAfter) this.pools.primeLater(vm);
       const record = this.record(vm, req.key, 'provisioned', req);
       this.pools.refillSoon(req.key);
-      return await this.durable(record);
+      return await this.durable(await this.enforced(record));
     } finally {
       unreserve();
     }
@@ -388,8 +394,8 @@ export class NodeEngine extends EventEmitter {
         'sandboxd.at-capacity',
         `node ${this.opts.nodeName} is at capacity (${this.opts.maxClaims} claims)`,
       );
-    assertExpiryFits(req);
     for (const ref of uniqueRefs(req)) this.claims.assertRefFree(ref);
+    assertPolicyFits(req.key, req.network);
     const vm = this.pools.take(req.key);
     if (!vm) return undefined;
     this.counters.warmHits++;
@@ -421,6 +427,58 @@ export class NodeEngine extends EventEmitter {
           hint: "retry; if it persists, the node's disk needs attention (its log names the error)",
         },
       );
+    }
+  }
+
+  /**
+   * `claims` once their VMs enforce the policy each record carries (SandboxRecord.network; none: nothing to do). Like
+   * durable(), all or nothing: when one VM refuses its policy every record is released (their VMs destroyed), so no
+   * VM is ever handed out with less filtering than was asked for.
+   */
+  private async enforced<T extends SandboxRecord | SandboxRecord[]>(claims: T): Promise<T> {
+    const recs: SandboxRecord[] = Array.isArray(claims) ? claims : [claims];
+    try {
+      await Promise.all(recs.map((r) => (r.network ? this.vm(r.id).setNetworkPolicy(r.network) : undefined)));
+      return claims;
+    } catch (err) {
+      for (const rec of recs)
+        if (this.claims.get(rec.id) === rec)
+          await this.release(rec.id).catch((e: unknown) => this.log.warn({ err: e, sandbox: rec.id }, 'undo failed'));
+      throw err;
+    }
+  }
+
+  /**
+   * Change a sandbox's egress policy live: `update` gets the current one and returns the next (undefined: the secure
+   * default). One change at a time per sandbox, so the record always says what its VM was last told to enforce.
+   */
+  async setNetworkPolicy(
+    id: string,
+    update: (current: VmNetworkPolicy | undefined) => VmNetworkPolicy | undefined,
+  ): Promise<SandboxRecord> {
+    const prev = this.policyChanges.get(id) ?? Promise.resolve();
+    const next = prev
+      .catch(() => undefined)
+      .then(async () => {
+        const rec = this.mustGet(id);
+        const policy = update(rec.network);
+        if (rec.key.net !== 'egress')
+          throw new SandboxError(
+            'sandboxd.bad-request',
+            `network rules need net=egress (sandbox ${id} is net=${rec.key.net}: it has no network to filter)`,
+          );
+        await this.vm(id).setNetworkPolicy(policy);
+        if (this.claims.get(id) !== rec) return rec; // released meanwhile: nothing left to record
+        if (policy) rec.network = policy;
+        else delete rec.network;
+        this.changed(rec);
+        return rec;
+      });
+    this.policyChanges.set(id, next);
+    try {
+      return await next;
+    } finally {
+      if (this.policyChanges.get(id) === next) this.policyChanges.delete(id);
     }
   }
 
@@ -534,8 +592,8 @@ export class NodeEngine extends EventEmitter {
 
   /**
    * The lease-end hibernate (on_expiry): on success the sandbox is kept for the longest lease, then released like
-   * any other. A failure is never a renewal (an egress VM, which cannot hibernate, was once renewed for 24 h at every
-   * lease's end, forever): false, and the caller releases it; logged and counted (`expiry-failed`, a metric).
+   * any other. A failure is never a renewal (a VM that could not hibernate was once renewed for 24 h at every lease's
+   * end, forever): false, and the caller releases it; logged and counted (`expiry-failed`, a metric).
    */
   private async hibernateAtExpiry(rec: SandboxRecord): Promise<boolean> {
     this.log.info({ sandbox: rec.id, claimRef: rec.claimRef }, 'lease expired; hibernating (on-expiry)');
@@ -558,7 +616,6 @@ export class NodeEngine extends EventEmitter {
 
   async hibernate(id: string): Promise<void> {
     const rec = this.mustGet(id);
-    this.assertNotEgress(rec, 'hibernate');
     if (rec.hibernated) return;
     if (rec.paused) await this.resume(id); // a frozen guest is snapshotted from running
     await this.vm(id).hibernate();
@@ -584,7 +641,6 @@ export class NodeEngine extends EventEmitter {
    */
   async pause(id: string): Promise<void> {
     const rec = this.mustGet(id);
-    this.assertNotEgress(rec, 'pause');
     if (rec.paused || rec.hibernated) return;
     await this.vm(id).pause();
     rec.paused = true;
@@ -610,7 +666,6 @@ export class NodeEngine extends EventEmitter {
   /** Children share the parent's disk and memory at the moment of the fork; each is an independent claim. */
   async fork(id: string, count: number, ttlSeconds?: number, objects?: readonly ForkChild[]): Promise<SandboxRecord[]> {
     const rec = this.mustGet(id);
-    this.assertNotEgress(rec, 'fork');
     if (rec.paused || rec.hibernated)
       throw new SandboxError(
         'sandboxd.conflict',
@@ -636,16 +691,16 @@ export class NodeEngine extends EventEmitter {
         this.vm(id).fork(count, { labels: { [LABEL_NODE]: this.opts.nodeName } }),
       );
       this.counters.forks += children.length;
-      // A tenant's sandbox forks into the same tenant's sandboxes.
-      return await this.durable(
-        children.map((vm, i) =>
-          this.record(vm, rec.key, 'fork', {
-            ttlSeconds,
-            tenant: rec.tenant,
-            ...(objects ? { claimRef: objects[i]!.claimRef, object: objects[i]!.object } : {}),
-          }),
-        ),
+      // A tenant's sandbox forks into the same tenant's sandboxes, each under the parent's egress policy.
+      const records = children.map((vm, i) =>
+        this.record(vm, rec.key, 'fork', {
+          ttlSeconds,
+          tenant: rec.tenant,
+          ...(objects ? { claimRef: objects[i]!.claimRef, object: objects[i]!.object } : {}),
+          ...(rec.network ? { network: rec.network } : {}),
+        }),
       );
+      return await this.durable(await this.enforced(records));
     } finally {
       unreserve();
     }
@@ -655,7 +710,6 @@ export class NodeEngine extends EventEmitter {
 
   async checkpoint(id: string, name?: string): Promise<CheckpointRecord> {
     const rec = this.mustGet(id);
-    this.assertNotEgress(rec, 'checkpoint');
     // The name, the node's bound and the namespace's quota, counted with the checkpoints being taken.
     const done = this.checkpoints.admit(rec, name, {
       node: this.opts.nodeName,
@@ -665,6 +719,7 @@ export class NodeEngine extends EventEmitter {
     try {
       const template = await this.vm(id).checkpoint(name ? `${name}@${id}` : undefined);
       const ck = await this.checkpoints.add(id, rec.key, template, name, rec);
+      if (rec.network) ck.network = rec.network;
       // Written before the answer (a checkpoint takes seconds; the write is nothing next to it), so a checkpoint
       // the API has answered for is never lost to a crash, and its directory never looks orphaned at the next start.
       await this.state.flush();
@@ -699,23 +754,28 @@ export class NodeEngine extends EventEmitter {
     ttlSeconds?: number,
     identity?: { claimRef: string; object: unknown },
     onExpiry?: 'hibernate',
+    /** The clone's policy from the checkpoint's (network-policy.ts updatedPolicy); absent: the checkpoint's. */
+    network?: (inherited: VmNetworkPolicy | undefined) => VmNetworkPolicy | undefined,
   ): Promise<SandboxRecord> {
     const ck = this.checkpoints.get(id);
     if (!ck) throw new SandboxError('sandboxd.not-found', `checkpoint ${id} not found`);
+    // A clone enforces what the sandbox it was taken of did, unless its claim says otherwise.
+    const policy = network ? network(ck.network) : ck.network;
+    assertPolicyFits(ck.key, policy);
     const unreserve = this.claims.reserveRefs(identity ? [identity.claimRef] : []);
     try {
       if (!this.hasRoom()) throw new SandboxError('sandboxd.at-capacity', `node ${this.opts.nodeName} is at capacity`);
       const vm = await this.reserving(1, () =>
         this.driver.clone(ck.template, { labels: { [LABEL_NODE]: this.opts.nodeName }, keepSpares: false }),
       );
-      return await this.durable(
-        this.record(vm, ck.key, 'checkpoint', {
-          ttlSeconds,
-          fromCheckpoint: id,
-          ...identity,
-          ...(onExpiry ? { onExpiry } : {}),
-        }),
-      );
+      const record = this.record(vm, ck.key, 'checkpoint', {
+        ttlSeconds,
+        fromCheckpoint: id,
+        ...identity,
+        ...(onExpiry ? { onExpiry } : {}),
+        ...(policy && ck.key.net === 'egress' ? { network: policy } : {}),
+      });
+      return await this.durable(await this.enforced(record));
     } finally {
       unreserve();
     }
@@ -724,16 +784,10 @@ export class NodeEngine extends EventEmitter {
   /** Publish the sandbox's current state as a node-local template (PromotedTemplates) named `name`. */
   async promote(id: string, name: string): Promise<PromotedTemplate> {
     const rec = this.mustGet(id);
-    this.assertNotEgress(rec, 'promote');
     const key = PromotedTemplates.keyFor(name, rec.key);
     const p = await this.promoted.add(key, id, await this.vm(id).checkpoint(`${key.template}@${id}`));
     await this.state.flush();
     this.log.info({ sandbox: id, key }, 'sandbox promoted to a node-local template');
     return p;
-  }
-
-  private assertNotEgress(rec: SandboxRecord, verb: string): void {
-    if (rec.key.net === 'egress')
-      throw new SandboxError('sandboxd.conflict', `${verb} is not supported on the egress lane (sandbox ${rec.id})`);
   }
 }

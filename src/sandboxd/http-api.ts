@@ -13,7 +13,7 @@ import {
   type AuthConfig,
   type Principal,
 } from './auth.js';
-import { assertExpiryFits, type NodeEngine, type SandboxRecord } from './engine.js';
+import type { NodeEngine, SandboxRecord } from './engine.js';
 import type { GatewayDeliveryFact } from './claims.js';
 import { MAX_EXEC_TIMEOUT_SECONDS } from '../api/index.js';
 import { collectBody } from '../net/body.js';
@@ -21,6 +21,7 @@ import { guardRequests } from '../net/guard.js';
 import { decodeSegments } from '../net/path.js';
 import { requestTarget } from '../net/request-target.js';
 import { ChangeFeed, sandboxRow } from './change-feed.js';
+import { claimNetworkPolicy } from './network-policy.js';
 import { registerLifecycleRoutes, type PauseMode } from './lifecycle-routes.js';
 import type { PeerDirectory } from './peers.js';
 import { checkpointRow, registerCheckpointRoutes, type PlacementOptions } from './placement/routes.js';
@@ -248,7 +249,8 @@ export class SandboxdApi {
     // sandbox-apiserver serves an object where it says it lives: only the fleet's root (sandbox-apiserver itself)
     // and this node's own claim gateway (which wrote it, after RBAC) may say that.
     if (object !== undefined && !gatewayDelivery) assertMayGiveObjects(who, 'object');
-    assertExpiryFits({ key, ...(onExpiry ? { onExpiry } : {}) });
+    // Checked before anything is taken: a bad policy claims nothing (network-policy.ts says who may give what).
+    const network = claimNetworkPolicy(body.network, who, key, gatewayDelivery !== undefined);
     e.assertKnownTemplate(key.template);
     // A Kubernetes object's name is unique among live claims and claims being made (the engine holds the ref from
     // before its clone's await): the second create of one name spends no VM and is never redirected.
@@ -270,6 +272,7 @@ export class SandboxdApi {
       object,
       ...(onExpiry ? { onExpiry } : {}),
       ...(gatewayDelivery ? { gatewayDelivery } : {}),
+      ...(network ? { network } : {}),
       provisionOnMiss: body.warm_only !== true,
     };
     return { pending: e.claim(req).then((rec) => this.claimed(rec, t0)) };

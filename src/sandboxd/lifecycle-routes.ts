@@ -1,13 +1,15 @@
 /**
  * sandboxd's lifecycle routes (docs/sandboxd-api.md "Sandboxes"): pause and resume in the mode the node chooses,
- * and fork into children that may carry their own Kubernetes objects (a claim from a checkpoint, which may carry
- * one too, is placement/routes.ts). Each answer includes the rows of the sandboxes it changed or made, so a caller
- * (sandbox-apiserver) indexes the result without waiting for the change feed.
+ * the egress policy (`PUT .../network`), and fork into children that may carry their own Kubernetes objects (a
+ * claim from a checkpoint, which may carry one too, is placement/routes.ts). Each answer includes the rows of the
+ * sandboxes it changed or made, so a caller (sandbox-apiserver) indexes the result without waiting for the change
+ * feed.
  */
 import { SandboxError } from '../errors.js';
 import type { ForkChild, NodeEngine, SandboxRecord } from './engine.js';
 import { sandboxRow } from './change-feed.js';
 import { assertMayGiveObjects, type Principal } from './auth.js';
+import { updatedPolicy } from './network-policy.js';
 import {
   claimResponse,
   json,
@@ -36,6 +38,15 @@ export function registerLifecycleRoutes(api: SandboxdApi, e: NodeEngine, pauseMo
     const rec = api.authorizedSandbox(who, id!);
     await e.resume(rec.id);
     json(res, 200, { sandbox: sandboxRow(rec) });
+  });
+
+  // The egress policy, live (network-policy.ts has the body's rules). A paused or hibernated sandbox takes it too: the
+  // VM layer enforces the recorded policy again when its VM runs again.
+  api.route('PUT', '/v1/sandboxes/{id}/network', async (req, res, who, [id]) => {
+    const rec = api.authorizedSandbox(who, id!);
+    const body = await readJson(req);
+    const updated = await e.setNetworkPolicy(rec.id, (current) => updatedPolicy(current, body, who));
+    json(res, 200, { sandbox: sandboxRow(updated) });
   });
 
   api.route('POST', '/v1/sandboxes/{id}/fork', async (req, res, who, [id]) => {

@@ -45,6 +45,8 @@ export interface SandboxdConfig {
   readonly refillConcurrency: number;
   readonly refillDelayMs: number;
   readonly spareVmms: number;
+  readonly vmNetworkCidr: string;
+  readonly vmResolver: string | undefined;
   readonly primeWarmVms: boolean;
   readonly defaultTtlSeconds: number;
   readonly pauseMode: 'memory' | 'hibernate';
@@ -155,6 +157,15 @@ export function sandboxdCommand(): Command {
       Number,
     )
     .option('--max-claims <n>', 'claimed sandboxes at most (then 429)', Number, 200)
+    .option(
+      '--vm-network-cidr <cidr>',
+      "networked VMs: where each VM's veth /30 to the node comes from (must not overlap the node's networks)",
+      '10.200.0.0/16',
+    )
+    .option(
+      '--vm-resolver <ip>',
+      "networked VMs: the DNS server guests' 10.0.2.3 is forwarded to (default: the node's first non-loopback nameserver)",
+    )
     .option('--refill-concurrency <n>', 'clones made in parallel while refilling', Number, 2)
     .option('--refill-delay <ms>', 'wait after a claim before refilling the pool', Number, 25)
     .option(
@@ -369,6 +380,8 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
     refillConcurrency: Number(o.refillConcurrency),
     refillDelayMs: Number(o.refillDelay),
     spareVmms: Number(o.spareVmms),
+    vmNetworkCidr: String(o.vmNetworkCidr),
+    vmResolver: o.vmResolver === undefined ? undefined : String(o.vmResolver),
     primeWarmVms: o.primeWarmVms as boolean,
     defaultTtlSeconds: Number(o.defaultTtlSeconds),
     pauseMode: o.pauseMode === 'hibernate' ? 'hibernate' : 'memory',

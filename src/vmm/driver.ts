@@ -40,6 +40,7 @@ export type MicrovmHandle = Pick<
   | 'checkpoint'
   | 'destroy'
   | 'stats'
+  | 'setNetworkPolicy'
 > & {
   fork(n: number, opts?: Omit<CloneOptions, 'id'>): Promise<MicrovmHandle[]>;
 };

@@ -18,7 +18,6 @@ export type {
   Accel,
   CloneOptions,
   GuestImage,
-  HostForward,
   NetworkLane,
   Template,
   TemplateSpec,

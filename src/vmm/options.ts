@@ -2,6 +2,7 @@
 import { accessSync, constants, mkdirSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
+import { nodeResolver } from './net/netns.js';
 import type { Accel } from './types.js';
 
 export interface QemuDriverOptions {
@@ -27,6 +28,12 @@ export interface QemuDriverOptions {
   spareVmms?: number;
   /** Extra QEMU arguments for diagnostics; `{runDir}` is replaced by the VM's run dir. (env SBX_QEMU_EXTRA_ARGS, space-separated) */
   extraQemuArgs?: readonly string[];
+  /** Egress lane: the CIDR the per-VM veth /30s come from. @default 10.200.0.0/16 (env SBX_VM_NETWORK_CIDR) */
+  vmNetworkCidr?: string;
+  /** Egress lane: the resolver guests' DNS goes to; `null` = no DNS. @default the node's first non-loopback nameserver */
+  vmResolver?: string | null;
+  /** Egress lane: the slot directory every sandboxd on the host shares. @default /run/sandbox-operator/vmnet (env SBX_VMNET_DIR) */
+  vmNetworkSlotDir?: string;
 }
 
 export interface ResolvedDriverOptions {
@@ -38,6 +45,11 @@ export interface ResolvedDriverOptions {
   readonly runAs: string | null | undefined;
   readonly spareVmms: number;
   readonly extraQemuArgs: readonly string[];
+  readonly vmNetworkCidr: string;
+  readonly vmResolver: string | undefined;
+  readonly vmNetworkSlotDir: string;
+  /** The test runner's marker (env SBX_TEST_RUN_ID), recorded with what a run makes so its leak check finds it. */
+  readonly runMarker: string | undefined;
 }
 
 function writable(dir: string): boolean {
@@ -72,5 +84,9 @@ export function resolveDriverOptions(opts: QemuDriverOptions = {}): ResolvedDriv
     runAs: opts.runAs,
     spareVmms: Math.max(0, Math.floor(opts.spareVmms ?? 0)),
     extraQemuArgs: opts.extraQemuArgs ?? (env.SBX_QEMU_EXTRA_ARGS ?? '').split(' ').filter(Boolean),
+    vmNetworkCidr: opts.vmNetworkCidr ?? env.SBX_VM_NETWORK_CIDR ?? '10.200.0.0/16',
+    vmResolver: opts.vmResolver === null ? undefined : (opts.vmResolver ?? nodeResolver()),
+    vmNetworkSlotDir: opts.vmNetworkSlotDir ?? env.SBX_VMNET_DIR ?? '/run/sandbox-operator/vmnet',
+    runMarker: env.SBX_TEST_RUN_ID,
   };
 }

@@ -72,12 +72,16 @@ function qemuEnv(): NodeJS.ProcessEnv {
 export function launchQemu(
   binary: string,
   argv: readonly string[],
-  opts: { logFile: string; extraFds?: readonly number[] },
+  opts: { logFile: string; extraFds?: readonly number[]; netns?: string },
 ): QemuProcess {
   const logFd = openSync(opts.logFile, 'a');
   let child: ChildProcess;
+  // nsenter joins the VM's network namespace and execs QEMU: the same pid, so records and kills see QEMU itself.
+  const [cmd, args] = opts.netns
+    ? ['nsenter', [`--net=/run/netns/${opts.netns}`, '--', binary, ...argv]]
+    : [binary, argv];
   try {
-    child = spawn(binary, argv, {
+    child = spawn(cmd, args, {
       stdio: ['ignore', logFd, logFd, ...(opts.extraFds ?? [])],
       detached: true,
       env: qemuEnv(),

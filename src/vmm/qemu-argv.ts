@@ -6,7 +6,7 @@
 import { join } from 'node:path';
 import { unprivilegedUser } from './host.js';
 import type { ResolvedDriverOptions } from './options.js';
-import type { HostForward, NetworkLane, Template } from './types.js';
+import type { NetworkLane, Template } from './types.js';
 
 const GUEST_HZ = 100; // CONFIG_HZ_100 in our kernel fragment
 
@@ -19,7 +19,9 @@ export interface LaunchPlan {
   memoryMiB: number;
   vcpus: number;
   network: NetworkLane;
-  hostForwards: readonly HostForward[];
+  /** Egress lane: the VM's network namespace (QEMU runs in it, on its TAP); none = a NIC on a dead-end hub (a QEMU
+   * that only loads or saves state, or a template boot: nothing of the guest's reaches any network). */
+  netns?: string;
   image: Template['image'];
   cmdline: string;
   mem: MemBackend;
@@ -87,8 +89,13 @@ export function qemuArgv(plan: LaunchPlan, options: Pick<ResolvedDriverOptions, 
     );
   }
   if (plan.network === 'egress') {
-    const fwd = plan.hostForwards.map((f) => `,hostfwd=tcp:127.0.0.1:${f.hostPort}-:${f.guestPort}`).join('');
-    a.push('-netdev', `user,id=n0${fwd}`, '-device', 'virtio-net-device,netdev=n0');
+    // The backend is the host's business: a snapshot taken on one loads on the other (virtio-net's state is the
+    // device's). The TAP (net/netns.ts) has no IP configuration of QEMU's own, unlike user networking (slirp),
+    // which gave every guest the host's loopback at 10.0.2.2.
+    // vnet_hdr=off: the device then offers the guest the same features on both backends, so a state saved on
+    // one loads on the other (a guest that negotiated the TAP's offloads cannot be loaded behind a hub port).
+    const backend = plan.netns ? 'tap,id=n0,ifname=tap0,script=no,downscript=no,vnet_hdr=off' : 'hubport,id=n0,hubid=0';
+    a.push('-netdev', backend, '-device', 'virtio-net-device,netdev=n0');
   }
   a.push('-object', 'rng-random,id=rng0,filename=/dev/urandom', '-device', 'virtio-rng-device,rng=rng0');
   const runAs = options.runAs === null ? undefined : (options.runAs ?? unprivilegedUser());

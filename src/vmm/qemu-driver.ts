@@ -10,15 +10,16 @@ import { join } from 'node:path';
 import { SandboxError } from '../errors.js';
 import type { Progress } from '../guest/index.js';
 import { silentLogger, type Logger } from '../log/logger.js';
-import { freePort } from '../net/free-port.js';
-import { hostHasHardwareKvm, hostTscKHz, qemuVersion } from './host.js';
+import type { VmNetworkPolicy } from './net/policy.js';
+import { hostHasHardwareKvm, hostTscKHz, qemuVersion, unprivilegedUser } from './host.js';
+import { VmNetworks } from './net/index.js';
 import { resolveDriverOptions, type QemuDriverOptions, type ResolvedDriverOptions } from './options.js';
 import { adoptQemu, launchQemu, type QemuProcess } from './process.js';
 import { kernelCmdline, qemuArgv, type LaunchPlan } from './qemu-argv.js';
 import { killRecorded, newId, readRecords } from './run-records.js';
 import { isSpare, SPARE_LABEL, SparePool } from './spares.js';
 import { buildTemplate, loadTemplate, templateHash } from './templates.js';
-import type { CloneOptions, NetworkLane, Template, TemplateSpec, VmRecord } from './types.js';
+import type { CloneOptions, NetworkLane, Template, TemplateSpec, VmNetns, VmRecord } from './types.js';
 import { Vm } from './vm.js';
 
 export class QemuMicrovmDriver {
@@ -26,6 +27,7 @@ export class QemuMicrovmDriver {
   readonly log: Logger;
   private readonly vms = new Map<string, Vm>();
   private readonly spares: SparePool;
+  private readonly networks: VmNetworks;
   private tsc: number | undefined;
   private resolvedAccel: 'kvm' | 'tcg' | undefined;
   private qemuVer: string | undefined;
@@ -34,6 +36,17 @@ export class QemuMicrovmDriver {
     this.options = resolveDriverOptions(opts);
     this.log = opts.logger ?? silentLogger;
     this.spares = new SparePool(this.options.spareVmms, (t) => this.startSpare(t), this.log);
+    this.networks = new VmNetworks(
+      {
+        cidr: this.options.vmNetworkCidr,
+        resolver: this.options.vmResolver,
+        slotDir: this.options.vmNetworkSlotDir,
+        owner: this.options.runRoot,
+        tapUser: this.options.runAs === null ? undefined : (this.options.runAs ?? unprivilegedUser()),
+        runMarker: this.options.runMarker,
+      },
+      this.log,
+    );
     mkdirSync(this.options.runRoot, { recursive: true, mode: 0o755 });
     chmodSync(this.options.runRoot, 0o755);
   }
@@ -119,15 +132,8 @@ export class QemuMicrovmDriver {
         hint: 'pick another id or destroy the existing VM',
       });
     }
-    if (template.network === 'none' && opts.hostForwards?.length) {
-      throw new SandboxError(
-        'vm.invalid-argument',
-        `template ${template.name} has no network; host forwards need the egress lane`,
-        { hint: 'use a template with network: egress' },
-      );
-    }
-    // A spare has its own id and no host forwards (both are fixed when QEMU starts).
-    const spare = opts.id === undefined && !opts.hostForwards?.length ? this.spares.take(template) : undefined;
+    // A spare has its own id (fixed when QEMU starts).
+    const spare = opts.id === undefined ? this.spares.take(template) : undefined;
     // A spare is loaded already and only resumes; a new QEMU first loads the whole state file, which on a host busy
     // booting a pool's refill (TCG) was seen to take over 15 s, so it gets the deadline a restore has.
     const readyTimeoutMs = opts.readyTimeoutMs ?? (spare ? 15_000 : 30_000);
@@ -138,7 +144,7 @@ export class QemuMicrovmDriver {
       vm = spare;
       start = () => spare.runLoaded({ readyTimeoutMs, signal: opts.signal });
     } else {
-      const prepared = await this.prepareClone(template, opts.id ?? newId(), opts.hostForwards ?? [], opts.labels);
+      const prepared = await this.prepareClone(template, opts.id ?? newId(), opts.labels);
       vm = prepared.vm;
       start = () =>
         prepared.vm.startFromState(prepared.plan, template.stateFile, {
@@ -163,17 +169,18 @@ export class QemuMicrovmDriver {
   private async prepareClone(
     template: Template,
     id: string,
-    forwards: readonly { hostPort: number; guestPort: number }[],
     labels: Record<string, string> | undefined,
   ): Promise<{ plan: LaunchPlan; vm: Vm }> {
     const runDir = join(this.options.runRoot, id);
     mkdirSync(runDir, { recursive: true });
-    const hostForwards = await Promise.all(
-      forwards.map(async (f) => ({
-        hostPort: f.hostPort || (await freePort()),
-        guestPort: f.guestPort,
-      })),
-    );
+    // Made before QEMU (it opens the TAP at start) and so before any claim: a warm VM's namespace is ready.
+    let netns: VmNetns | undefined;
+    try {
+      netns = template.network === 'egress' ? await this.networks.create(id, undefined) : undefined;
+    } catch (err) {
+      rmSync(runDir, { recursive: true, force: true });
+      throw err;
+    }
     const plan: LaunchPlan = {
       id,
       runDir,
@@ -181,7 +188,7 @@ export class QemuMicrovmDriver {
       memoryMiB: template.memoryMiB,
       vcpus: template.vcpus,
       network: template.network,
-      hostForwards,
+      netns: netns?.name,
       image: template.image,
       cmdline: template.cmdline,
       mem: { kind: 'file', path: template.memFile, share: false },
@@ -198,10 +205,10 @@ export class QemuMicrovmDriver {
       vcpus: template.vcpus,
       network: template.network,
       accel: template.accel,
-      hostForwards,
       labels: labels ?? {},
       createdAt: new Date().toISOString(),
       argv: [],
+      ...(netns ? { netns } : {}),
     };
     const vm = new Vm(this, record, this.log.child({ vm: id }));
     this.vms.set(id, vm);
@@ -216,7 +223,7 @@ export class QemuMicrovmDriver {
   }
 
   private async startSpare(template: Template): Promise<Vm> {
-    const { plan, vm } = await this.prepareClone(template, newId(), [], { [SPARE_LABEL]: 'true' });
+    const { plan, vm } = await this.prepareClone(template, newId(), { [SPARE_LABEL]: 'true' });
     try {
       await vm.loadState(plan, template.stateFile, { ignoreShared: true, readyTimeoutMs: 30_000 });
       return vm;
@@ -234,7 +241,38 @@ export class QemuMicrovmDriver {
       await this.killRecorded(rec);
       n++;
     }
+    await this.sweepNetworks();
     return n;
+  }
+
+  /** Remove the network namespaces of VMs of this run root that have no run dir any more (a crash between the two). */
+  async sweepNetworks(): Promise<number> {
+    return this.networks.sweep((vm) => this.vms.has(vm) || existsSync(join(this.options.runRoot, vm)));
+  }
+
+  /** @internal The VM's namespace, made again if it is gone (a node reboot empties /run), with its policy. */
+  async ensureNetwork(record: VmRecord): Promise<string | undefined> {
+    if (record.network !== 'egress') return undefined;
+    if (record.netns && this.networks.exists(record.netns)) return record.netns.name;
+    if (record.netns) await this.networks.destroy(record.netns);
+    record.netns = await this.networks.create(record.id, record.netPolicy);
+    return record.netns.name;
+  }
+
+  /** @internal Whether the VM's namespace exists. */
+  hasNetwork(record: VmRecord): boolean {
+    return !!record.netns && this.networks.exists(record.netns);
+  }
+
+  /** @internal Enforce `policy` in the VM's namespace now. */
+  async applyNetworkPolicy(record: VmRecord, policy: VmNetworkPolicy | undefined): Promise<void> {
+    if (!record.netns) throw new SandboxError('vm.network', `VM ${record.id} has no network namespace`);
+    await this.networks.apply(record.netns, policy);
+  }
+
+  /** @internal Remove the VM's namespace (after its QEMU is gone). */
+  async releaseNetwork(record: VmRecord): Promise<void> {
+    if (record.netns) await this.networks.destroy(record.netns);
   }
 
   /**
@@ -243,7 +281,9 @@ export class QemuMicrovmDriver {
    * run dir is kept: removeStale() refuses a live VM).
    */
   async killRecorded(rec: VmRecord & { alive: boolean }): Promise<boolean> {
-    return killRecorded(rec, this.options.runRoot);
+    const killed = await killRecorded(rec, this.options.runRoot);
+    if (killed) await this.releaseNetwork(rec);
+    return killed;
   }
 
   /** @internal */
@@ -300,6 +340,7 @@ export class QemuMicrovmDriver {
     const rec = this.list().find((r) => r.id === id);
     if (rec?.alive) throw new SandboxError('vm.running', `VM ${id} is running`, { hint: 'destroy it instead' });
     rmSync(join(this.options.runRoot, id), { recursive: true, force: true });
+    if (rec) void this.releaseNetwork(rec);
   }
 
   /** Destroy every VM of this driver, spares included. */
@@ -324,7 +365,11 @@ export class QemuMicrovmDriver {
   /** @internal */
   launch(plan: LaunchPlan, extraFds: number[] = []): { proc: QemuProcess; argv: string[] } {
     const argv = this.buildArgv(plan);
-    const proc = launchQemu(this.options.qemuBinary, argv, { logFile: join(plan.runDir, 'qemu.log'), extraFds });
+    const proc = launchQemu(this.options.qemuBinary, argv, {
+      logFile: join(plan.runDir, 'qemu.log'),
+      extraFds,
+      netns: plan.netns,
+    });
     return { proc, argv };
   }
 }

@@ -15,7 +15,9 @@ import { join } from 'node:path';
 import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
 import type { MicrovmDriver, MicrovmHandle, SimulationInfo } from './driver.js';
+import { assertNetworked } from './net/index.js';
 import { newId } from './run-records.js';
+import type { VmNetworkPolicy } from './net/policy.js';
 import { loadTemplate } from './templates.js';
 import {
   assertAllowed,
@@ -120,6 +122,13 @@ export class SimulatedVm implements MicrovmHandle {
 
   async restore(): Promise<void> {
     this.move('restore', 'running');
+  }
+
+  /** Recorded only: a simulated VM has no namespace to enforce it in. */
+  async setNetworkPolicy(policy: VmNetworkPolicy | undefined): Promise<void> {
+    assertNetworked(this.record);
+    if (policy) this.record.netPolicy = policy;
+    else delete this.record.netPolicy;
   }
 
   async checkpoint(name = `${this.record.template.name}@${this.id}`): Promise<Template> {
@@ -252,12 +261,6 @@ export class SimulatedMicrovmDriver implements MicrovmDriver {
       throw new SandboxError('vm.exists', `a VM with id ${id} already exists`, {
         hint: 'pick another id or destroy the existing VM',
       });
-    if (template.network === 'none' && opts.hostForwards?.length)
-      throw new SandboxError(
-        'vm.invalid-argument',
-        `template ${template.name} has no network; host forwards need the egress lane`,
-        { hint: 'use a template with network: egress' },
-      );
     // Aborted as the real clone is (its agent handshake takes the signal): agent.aborted.
     if (opts.signal?.aborted) throw new SandboxError('agent.aborted', `clone ${id} aborted`);
     if (this.cloneMs > 0)
@@ -283,7 +286,6 @@ export class SimulatedMicrovmDriver implements MicrovmDriver {
       vcpus: template.vcpus,
       network: template.network,
       accel: template.accel,
-      hostForwards: [],
       labels: { ...opts.labels, simulated: 'true' },
       createdAt: new Date().toISOString(),
       argv: [],

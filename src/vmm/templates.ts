@@ -52,7 +52,7 @@ export function templateHash(driver: QemuMicrovmDriver, spec: TemplateSpec, acce
   const network = spec.network ?? 'none';
   return contentHash([
     // Bump when qemuArgv's devices change (qemu-argv.ts): a snapshot only loads into the same device layout.
-    'template-v2',
+    'template-v3',
     spec.name,
     spec.image.hash,
     String(spec.memoryMiB ?? 128),
@@ -161,7 +161,6 @@ async function bootAndSnapshot(
     memoryMiB,
     vcpus,
     network,
-    hostForwards: [],
     image: spec.image,
     cmdline,
     mem: { kind: 'file', path: memFile, share: true },
@@ -275,7 +274,6 @@ async function materialiseOnce(
     memoryMiB: from.memoryMiB,
     vcpus: from.vcpus,
     network: from.network,
-    hostForwards: [],
     image,
     cmdline,
     mem: { kind: 'file', path: join(dir, 'mem'), share: true },

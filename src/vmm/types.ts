@@ -2,11 +2,15 @@
  * Shared types of the VMM layer: the VM lifecycle as an explicit state machine (docs/vm.md "Lifecycle"), template
  * and VM specs, and the driver interface that sandboxd builds on.
  */
+import type { VmNetworkPolicy } from './net/policy.js';
 import { SandboxError } from '../errors.js';
 
 /** `auto` = KVM only where the CPU exposes VMX/SVM and a probe boot succeeds, else TCG. */
 export type Accel = 'auto' | 'kvm' | 'tcg';
-/** `none` = no NIC; `egress` = QEMU user networking (slirp), host forwards bound to 127.0.0.1 only. */
+/**
+ * `none` = no NIC; `egress` = a virtio NIC on a TAP in the VM's own network namespace, outbound through NAT on the
+ * node under an egress policy enforced there (src/vmm/net, docs/vm.md "Networking").
+ */
 export type NetworkLane = 'none' | 'egress';
 
 export type VmState = 'starting' | 'running' | 'paused' | 'hibernated' | 'failed' | 'destroyed';
@@ -78,17 +82,9 @@ export interface Template {
   bootMs: number;
 }
 
-export interface HostForward {
-  /** Host port on 127.0.0.1 (0 = pick a free one). */
-  hostPort: number;
-  guestPort: number;
-}
-
 export interface CloneOptions {
   /** VM id (default: generated `vm-<hex>`). */
   id?: string;
-  /** Loopback-only host forwards (egress lane only). */
-  hostForwards?: readonly HostForward[];
   /**
    * Deadline for the clone to answer. @default 15000 from a pre-loaded spare (it only resumes), 30000 when a new QEMU
    * loads the state file first (as a restore does)
@@ -134,11 +130,24 @@ export interface VmRecord {
   vcpus: number;
   network: NetworkLane;
   accel: 'kvm' | 'tcg';
-  hostForwards: HostForward[];
   labels: Record<string, string>;
   createdAt: string;
   /** Set while hibernated. */
   hibernateFile?: string;
   /** The argv QEMU was started with (for restore and diagnostics). */
   argv: string[];
+  /** Egress lane: the VM's network namespace (created with the VM, removed with it). */
+  netns?: VmNetns;
+  /** Egress lane: the policy enforced in `netns` (absent = the secure default). */
+  netPolicy?: VmNetworkPolicy;
+}
+
+/** A networked VM's namespace: its name and the /30 that joins it to the node. */
+export interface VmNetns {
+  name: string;
+  /** The node-side end of the veth pair (`sbxv<hex>`). */
+  hostIf: string;
+  /** Node-side and namespace-side addresses on the veth (a /30 of the VM network CIDR). */
+  hostAddress: string;
+  nsAddress: string;
 }

@@ -8,7 +8,9 @@ import { closeSync, openSync, readFileSync, rmSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import type { Duplex } from 'node:stream';
+import type { VmNetworkPolicy } from './net/policy.js';
 import { SandboxError } from '../errors.js';
+import { assertNetworked } from './net/index.js';
 import { AgentClient, type AgentFiles, type ExecOptions, type ExecProcess, type ExecResult } from '../guest/index.js';
 import type { Logger } from '../log/logger.js';
 import { waitIncoming } from './migration.js';
@@ -98,6 +100,20 @@ export abstract class VmCore {
 
   async connectTcp(port: number, host?: string): Promise<Duplex> {
     return this.agent.connectTcp(port, host);
+  }
+
+  /**
+   * Enforce `policy` (undefined = the secure default) on the VM's traffic from now on, in its namespace's kernel;
+   * kept in the VM's record, so a restore that has to make the namespace again enforces it too.
+   */
+  async setNetworkPolicy(policy: VmNetworkPolicy | undefined): Promise<void> {
+    assertNetworked(this.record);
+    if (this._state === 'destroyed') throw new SandboxError('vm.destroyed', `VM ${this.id} was destroyed`);
+    if (this.record.netns && this.driver.hasNetwork(this.record))
+      await this.driver.applyNetworkPolicy(this.record, policy);
+    if (policy) this.record.netPolicy = policy;
+    else delete this.record.netPolicy;
+    this.persist();
   }
 
   protected setState(s: VmState): void {
@@ -349,6 +365,7 @@ export abstract class VmCore {
       this._state = 'destroyed';
       this.record.state = 'destroyed';
       rmSync(this.record.runDir, { recursive: true, force: true });
+      await this.driver.releaseNetwork(this.record);
       this.driver.forget(this.id);
     };
     // destroy must not wait behind a hung lifecycle action: kill first, then drain the mailbox.

@@ -74,6 +74,8 @@ export class Vm extends VmCore {
           hint: 'the VM cannot be restored; destroy it',
         });
       }
+      // The namespace outlives a hibernation, but not a node reboot (/run is a tmpfs): then it is made again.
+      await this.driver.ensureNetwork(this.record);
       const plan = this.planFor({ kind: 'ram' });
       try {
         await this.startFromState(plan, file, { ignoreShared: false, readyTimeoutMs: opts.readyTimeoutMs ?? 30_000 });
@@ -101,7 +103,7 @@ export class Vm extends VmCore {
       memoryMiB: this.record.memoryMiB,
       vcpus: this.record.vcpus,
       network: this.record.network,
-      hostForwards: this.record.hostForwards,
+      netns: this.record.netns?.name,
       image: tpl.image,
       cmdline: tpl.cmdline,
       mem,

@@ -259,15 +259,16 @@ describe('e2b SDK against the aggregated layout', () => {
       'user',
       'commands still run as the default user',
     );
-    // It keeps the network of the sandbox it was taken of: asking for another is a 400 naming the field.
+    // It keeps the lane of the sandbox it was taken of; network rules are checked as on any create: a domain name is
+    // no address (no egress proxy runs here), a 400 naming the entry, and nothing is claimed.
     const h = { 'x-api-key': env.e2b.apiKey, 'content-type': 'application/json' };
     const other = await fetch(`${env.e2b.apiUrl}/v2/sandboxes`, {
       method: 'POST',
       headers: h,
-      body: JSON.stringify({ templateID: snap.snapshotId, allow_internet_access: true }),
+      body: JSON.stringify({ templateID: snap.snapshotId, network: { denyOut: ['example.com'] } }),
     });
     assert.equal(other.status, 400);
-    assert.match(((await other.json()) as { message: string }).message, /^allow_internet_access: /);
+    assert.match(((await other.json()) as { message: string }).message, /^network\.denyOut\[0\]: /);
     assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId, opts()), true);
     const gone = await fetch(`${env.e2b.apiUrl}/v2/sandboxes`, {
       method: 'POST',

@@ -3,8 +3,8 @@
  * a create, and a fork does not copy it from its parent: the claim gateway's delivery marks (which once made
  * sandboxd, with cluster-wide rights, create or bind SandboxClaims for whoever could create a Sandbox), the claim
  * binder's claim UID, a fork's parent, the materialized claim id/address/deadline/token and node/phase labels. And a
- * lease-end hibernate on a networked VM (which cannot hibernate) is refused on the aggregated create (422 naming the
- * annotation) and on the e2b API's create (400 naming autoPause), instead of a VM renewed forever.
+ * lease-end hibernate on a networked VM is accepted like any other (issue 30: every verb on the egress lane), on the
+ * aggregated create and on the e2b API's create (autoPause with internet access).
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -164,22 +164,18 @@ describe('server-written keys on a Sandbox', () => {
 });
 
 describe('a lease-end hibernate on a networked VM', () => {
-  it('the aggregated create refuses it with a 422 naming the on-expiry annotation', () => {
-    const s = refusal({
-      name: 'a',
-      annotations: { [api.CocoonAnnotationKeys.onExpiry]: 'hibernate', [api.CocoonAnnotationKeys.net]: 'egress' },
-    });
-    assert.equal(s.code, 422);
-    assert.deepEqual(
-      s.details?.causes?.map((c) => [c.reason, c.field]),
-      [['FieldValueNotSupported', `metadata.annotations[${api.CocoonAnnotationKeys.onExpiry}]`]],
+  it('the aggregated create accepts the on-expiry annotation on the egress lane', () => {
+    const { key, onExpiry } = creator.validate(
+      createRequest({
+        name: 'a',
+        annotations: { [api.CocoonAnnotationKeys.onExpiry]: 'hibernate', [api.CocoonAnnotationKeys.net]: 'egress' },
+      }),
     );
-    // either alone is fine
-    creator.validate(createRequest({ name: 'b', annotations: { [api.CocoonAnnotationKeys.onExpiry]: 'hibernate' } }));
-    creator.validate(createRequest({ name: 'c', annotations: { [api.CocoonAnnotationKeys.net]: 'egress' } }));
+    assert.equal(key.net, 'egress');
+    assert.equal(onExpiry, 'hibernate');
   });
 
-  it('the e2b create refuses autoPause with internet access: 400 naming autoPause, nothing created', async () => {
+  it('the e2b create takes autoPause with internet access to the create', async () => {
     const created: unknown[] = [];
     const templates = new Map<string, TemplateAlias>([
       ['base', { id: 'base', template: 'sandbox/minimal', size: 'small', net: 'none' }],
@@ -200,17 +196,17 @@ describe('a lease-end hibernate on a networked VM', () => {
       log: silentLogger,
     });
     for (const body of [
-      { templateID: 'base', autoPause: true, allow_internet_access: true },
       { templateID: 'online', autoPause: true },
+      { templateID: 'online', autoPause: true, allow_internet_access: true },
     ])
-      await assert.rejects(
-        ops.create(body),
-        (err: { status?: number; message?: string }) => err.status === 400 && /^autoPause: /.test(err.message ?? ''),
-        JSON.stringify(body),
-      );
-    assert.equal(created.length, 0);
-    // autoPause without internet access reaches the create
-    await assert.rejects(ops.create({ templateID: 'online', autoPause: true, allow_internet_access: false }));
-    assert.equal(created.length, 1);
+      await assert.rejects(ops.create(body), /stop here: the create was reached/, JSON.stringify(body));
+    const asked = (created as Array<{ metadata: { annotations: Record<string, string> } }>).map((b) => [
+      b.metadata.annotations[api.CocoonAnnotationKeys.net],
+      b.metadata.annotations[api.CocoonAnnotationKeys.onExpiry],
+    ]);
+    assert.deepEqual(asked, [
+      ['egress', 'hibernate'],
+      ['egress', 'hibernate'],
+    ]);
   });
 });

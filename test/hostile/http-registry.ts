@@ -155,6 +155,7 @@ export const targets: HostileTarget[] = [
     bodies: [
       { method: 'POST', path: '/sandboxes' },
       { method: 'POST', path: '/sandboxes/x/timeout' },
+      { method: 'PUT', path: '/sandboxes/x/network' },
     ],
     start: async () => {
       const api = new E2bApi({
@@ -197,6 +198,7 @@ export const targets: HostileTarget[] = [
     bodies: [
       { method: 'POST', path: '/v1/claim' },
       { method: 'POST', path: '/v1/sandboxes/x/exec' },
+      { method: 'PUT', path: '/v1/sandboxes/x/network' },
     ],
     start: async () => {
       const sim = await simEngine();

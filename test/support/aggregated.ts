@@ -52,7 +52,7 @@ export async function startAggregatedForTests(
     warm: TEST_WARM,
     template: TEST_TEMPLATE,
     e2bWarm: TEST_E2B_WARM,
-    // An egress-lane pool too: the verbs it refuses (pause, fork) are part of the contract.
+    // An egress-lane pool too: every verb works on a networked VM (issue 30), which is part of the contract.
     pools: `${TEST_TEMPLATE}=${TEST_WARM},${TEST_TEMPLATE}:egress=1`,
     etcdFsync: true,
     logger: createLogger({ level: 'warn', name: 'aggregated' }),

@@ -2,6 +2,8 @@
  * A node in-process over the simulated VMM (src/vmm/sim-driver.ts): the real NodeEngine with the defaults the tests
  * share (no priming, a 1 ms refill delay, its run dir under `dir`), and its HTTP API on an ephemeral port.
  */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { NodeEngine, type EngineOptions } from '../../src/sandboxd/engine.js';
 import { SandboxdApi, type ApiServerOptions } from '../../src/sandboxd/http-api.js';
@@ -39,4 +41,31 @@ export async function listenSandboxdApi(
   const api = new SandboxdApi(opts);
   const { port } = await api.listen('127.0.0.1', 0);
   return { api, port, base: `http://127.0.0.1:${port}` };
+}
+
+export interface SimNode {
+  dir: string;
+  driver: SimulatedMicrovmDriver;
+  engine: NodeEngine;
+  api: SandboxdApi;
+  base: string;
+  /** Close the API, destroy every VM, remove the dir. */
+  close(): Promise<void>;
+}
+
+/** A started simulated node in a fresh temp dir (`<prefix>…`), its API taking `rootToken` and no tenant tokens. */
+export async function startSimNode(prefix: string, rootToken: string, opts: SimNodeOptions = {}): Promise<SimNode> {
+  const dir = await mkdtemp(join(tmpdir(), prefix));
+  const { driver, engine } = simNodeEngine(dir, opts);
+  await engine.start();
+  const { api, base } = await listenSandboxdApi({
+    engine,
+    auth: { rootToken, tenants: new Map(), allowAnonymous: false },
+  });
+  const close = async () => {
+    await api.close();
+    await engine.close({ destroyVms: true });
+    await rm(dir, { recursive: true, force: true });
+  };
+  return { dir, driver, engine, api, base, close };
 }

@@ -28,17 +28,21 @@ export async function startTestVirtualNode(opts: {
   /** Node name prefix, unique per test file. */
   base: string;
   podResyncMs?: number;
+  /** The engine over its data dir (e.g. the simulated one, test/support/sim-node.ts). @default QEMU microVMs */
+  engine?: (dataDir: string) => NodeEngine;
 }): Promise<TestVirtualNode> {
   const { cluster, client, base } = opts;
   const dir = mkdtempSync(join(tmpdir(), `${base}-`));
   chmodSync(dir, 0o755); // QEMU drops to an unprivileged user and must reach its run dir
   const log = createLogger({ level: process.env.SBX_TEST_LOG_LEVEL ?? 'warn', name: base });
-  const engine = new NodeEngine({
-    dataDir: join(dir, 'e'),
-    nodeName: base,
-    advertiseAddr: `${cluster.hostAddress}:0`,
-    logger: log,
-  });
+  const engine =
+    opts.engine?.(join(dir, 'e')) ??
+    new NodeEngine({
+      dataDir: join(dir, 'e'),
+      nodeName: base,
+      advertiseAddr: `${cluster.hostAddress}:0`,
+      logger: log,
+    });
   let vk: VirtualNodes | undefined;
   const stop = async () => {
     await vk?.stop({ deleteNodes: true });

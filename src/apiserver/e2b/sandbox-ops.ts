@@ -24,6 +24,8 @@ import type { SandboxStorage } from '../sandboxes/storage.js';
 import type { SandboxStore } from '../sandboxes/store.js';
 import { StatusFailure } from '../status.js';
 import { badRequest, E2bError, notFound, optionalBool, optionalInt, stringMap } from './http.js';
+import type { PoolNet } from '../../api/pool-key.js';
+import { createNetworkOptions, tenantLayerFor, updateNetworkOptions } from './network.js';
 import { findSnapshot } from './queries.js';
 import type { TemplateAlias } from './templates.js';
 import { E2B_ANNOTATIONS, stateOf } from './views.js';
@@ -81,21 +83,6 @@ function nodeFailure(err: unknown, id: string): E2bError {
   return new E2bError(500, (err as Error).message);
 }
 
-/**
- * `network` of a create: only `allowPublicTraffic` is served (e2b's default, true: the sandbox's ports other than
- * envd's answer without a token; false: they need the traffic access token of the create's answer).
- */
-function allowPublicTraffic(network: unknown): boolean {
-  if (network === undefined || network === null) return true;
-  if (typeof network !== 'object' || Array.isArray(network)) throw badRequest('network: must be an object');
-  const { allowPublicTraffic: allow, ...rest } = network as Record<string, unknown>;
-  const other = Object.keys(rest);
-  if (other.length) throw badRequest(`network.${other[0]}: not supported by this server`);
-  if (allow !== undefined && typeof allow !== 'boolean')
-    throw badRequest('network.allowPublicTraffic: must be a boolean');
-  return allow !== false;
-}
-
 export class SandboxOps {
   constructor(private readonly d: OpsDeps) {}
 
@@ -135,7 +122,7 @@ export class SandboxOps {
     const envVars = stringMap(body.envVars, 'envVars');
     const autoPause = optionalBool(body.autoPause, 'autoPause') ?? false;
     const internet = optionalBool(body.allow_internet_access, 'allow_internet_access');
-    const publicTraffic = allowPublicTraffic(body.network);
+    const { publicTraffic, egress } = createNetworkOptions(body.network, internet);
     for (const f of ['mcp', 'volumeMounts', 'iam'] as const) {
       const v = body[f];
       if (v !== undefined && v !== null && !(typeof v === 'object' && Object.keys(v).length === 0))
@@ -143,16 +130,9 @@ export class SandboxOps {
     }
     if ((body.autoResume as { enabled?: unknown } | undefined)?.enabled === true)
       throw badRequest('autoResume: not supported by this server; resume with Sandbox.connect');
-    const net = internet === undefined ? pool.net : internet ? 'egress' : 'none';
-    // A networked VM cannot hibernate (QEMU user networking), so autoPause would never pause it: refused, not kept.
-    if (autoPause && net === 'egress')
-      throw badRequest(
-        `autoPause: a sandbox with internet access (allow_internet_access${internet === undefined ? `, on by default for template "${templateId}"` : ''}) cannot be paused; set autoPause false or allow_internet_access false`,
-      );
-    if (snapshot && net !== snapshot.ck.key.net)
-      throw badRequest(
-        `allow_internet_access: a sandbox from snapshot ${snapshot.ck.id} keeps the network of the sandbox it was taken of (${snapshot.ck.key.net === 'egress' ? 'with' : 'without'} internet access)`,
-      );
+    // The lane is the template's (a snapshot's: the sandbox's it was taken of); the options are its tenant layer.
+    const net: PoolNet = pool.net === 'egress' ? 'egress' : 'none';
+    const tenant = tenantLayerFor(net, egress);
     for (let attempt = 0; ; attempt++) {
       const name = newSandboxId();
       const object = {
@@ -197,6 +177,8 @@ export class SandboxOps {
           warnings: [],
           ...(snapshot ? { snapshotHolder: snapshot } : {}),
           serverKeys: [E2B_PUBLIC_TRAFFIC_ANNOTATION],
+          // null: no tenant layer, also on a clone of a snapshot whose sandbox had one (a create says it whole).
+          ...(net === 'egress' ? { network: { tenant: tenant ?? null } } : {}),
         });
         const token = created.object.metadata?.annotations?.[CocoonAnnotationKeys.token];
         if (!created.entry || !token)
@@ -336,6 +318,24 @@ export class SandboxOps {
       if (!entry) throw new E2bError(500, `node ${parent.node} answered the fork without the children's identity`);
       return { entry, envdToken: envdAccessToken(c.token) };
     });
+  }
+
+  /**
+   * updateNetwork: the options replace the sandbox's tenant layer, live, on its node (which keeps the platform's
+   * template layer). On a NIC-less sandbox (net=none) there is nothing to narrow: accepted, as on create.
+   */
+  async updateNetwork(id: string, body: Record<string, unknown>): Promise<void> {
+    const options = updateNetworkOptions(body);
+    const e = this.entry(id);
+    if (e.pool.net !== 'egress') return;
+    const out = (await this.d.client
+      .call(e.node, e.address, 'PUT', `/v1/sandboxes/${encodeURIComponent(e.claimId)}/network`, {
+        tenant: tenantLayerFor(e.pool.net, options) ?? null,
+      })
+      .catch((err: unknown) => {
+        throw nodeFailure(err, id);
+      })) as { sandbox?: NodeRow };
+    if (out.sandbox) this.d.store.upsert(e.node, e.address, out.sandbox);
   }
 
   /** The node answers pause and resume with the row, applied at once (both APIs read the new phase). */

@@ -211,9 +211,9 @@ export class E2bApi {
       sendJson(res, 200, listTemplates(this.o.store, this.o.namespace, this.o.templates));
     this.route('GET', '/templates', templates);
     this.route('GET', '/v2/templates', templates);
-    this.route('PUT', '/sandboxes/{id}/network', async (_req, _res, [id]) => {
-      ops.entry(id!);
-      throw new E2bError(400, 'updating the network of a sandbox is not supported by this server');
+    this.route('PUT', '/sandboxes/{id}/network', async (req, res, [id]) => {
+      await ops.updateNetwork(id!, await readJson(req));
+      noContent(res);
     });
   }
 }

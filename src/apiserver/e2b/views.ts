@@ -8,6 +8,7 @@
 import { CocoonAnnotationKeys, E2B_PUBLIC_TRAFFIC_ANNOTATION } from '../../api/keys.js';
 import { ENVD_VERSION, trafficAccessToken } from '../../api/envd.js';
 import type { SandboxEntry } from '../sandboxes/entry.js';
+import { networkView } from './network.js';
 
 export const E2B_ANNOTATIONS = {
   templateId: 'e2b.dev/template-id',
@@ -79,7 +80,7 @@ export function detailView(e: SandboxEntry, envdAccessToken: string, domain: str
     ...listedView(e),
     envdAccessToken,
     domain: domain ?? null,
-    allowInternetAccess: e.pool.net === 'egress',
+    ...networkView(e),
     lifecycle: { onTimeout: autoPause ? 'pause' : 'kill', autoResume: false },
   };
 }

@@ -17,6 +17,7 @@ import {
 import { labelValueProblem, qualifiedNameProblem } from '../../api/claim-injection.js';
 import { derivePoolKey, describePoolKey, type PoolKeyOf } from '../../api/pool-key.js';
 import { validateStructural } from '../../api/structural-validate.js';
+import type { EgressLayer, VmNetworkPolicy } from '../../api/vm-network.js';
 import type { Logger } from '../../log/logger.js';
 import {
   alreadyExists,
@@ -62,6 +63,12 @@ export interface CreateRequest {
    * only, never from a request. Any other server-written key on the body is refused.
    */
   serverKeys?: readonly string[];
+  /**
+   * The egress policy's layers to send with the claim (docs/sandboxd-api.md "Network policy"); set by in-process
+   * callers only (the e2b API's tenant layer), never from a request. A clone of a snapshot keeps the layers of the
+   * sandbox it was taken of except those given here (`null`: that layer back to the default).
+   */
+  network?: { template?: EgressLayer | null; tenant?: EgressLayer | null };
 }
 
 export interface NamespaceState {
@@ -256,15 +263,6 @@ export class SandboxCreator {
       throw badRequest(`annotation ${CocoonAnnotationKeys.onExpiry}="${expiry}" must be release or hibernate`, [
         { reason: 'FieldValueNotSupported', field: expiryField, message: 'supported values: "release", "hibernate"' },
       ]);
-    // A networked VM cannot hibernate (QEMU user networking): the node would renew it at every lease's end, forever.
-    if (expiry === 'hibernate' && key.key.net === 'egress')
-      throw invalid('Sandbox', SANDBOXES.group, name, [
-        {
-          reason: 'FieldValueNotSupported',
-          field: expiryField,
-          message: `Unsupported value: "hibernate": a sandbox with network egress (${CocoonAnnotationKeys.net}=egress) cannot hibernate; use "release" or net "none"`,
-        },
-      ]);
     return { obj, name, key: key.key, ttl, onExpiry: expiry === 'hibernate' ? 'hibernate' : undefined };
   }
 
@@ -304,6 +302,7 @@ export class SandboxCreator {
       ]);
     const snapshot = obj.metadata?.annotations?.[CocoonAnnotationKeys.snapshot]?.trim();
     if (snapshot) return this.fromSnapshot(k, snapshot, ttl, stored, req, onExpiry);
+    const network = freshPolicy(req.network);
     if (!this.fleet.servesKey(key))
       throw serviceUnavailable(
         `no node serves pool (${describePoolKey(key)}); create a SandboxWarmPool for it or check the nodes' pools`,
@@ -318,7 +317,7 @@ export class SandboxCreator {
     }
     this.inFlight.add(k);
     try {
-      return await this.claim(k, key, ttl, stored, onExpiry);
+      return await this.claim(k, key, ttl, stored, onExpiry, network);
     } finally {
       this.inFlight.delete(k);
     }
@@ -333,7 +332,7 @@ export class SandboxCreator {
     id: string,
     ttl: number,
     stored: StoredObject,
-    { dryRun, snapshotHolder: given }: CreateRequest,
+    { dryRun, snapshotHolder: given, network }: CreateRequest,
     onExpiry: 'hibernate' | undefined,
   ): Promise<Created> {
     const field = `metadata.annotations[${CocoonAnnotationKeys.snapshot}]`;
@@ -372,6 +371,7 @@ export class SandboxCreator {
           ...(onExpiry ? { on_expiry: onExpiry } : {}),
           claim_ref: k,
           object: stored,
+          ...(network ? { network } : {}),
         },
         60_000,
       )) as ClaimAnswer;
@@ -418,6 +418,7 @@ export class SandboxCreator {
     ttl: number,
     stored: StoredObject,
     onExpiry: 'hibernate' | undefined,
+    network: VmNetworkPolicy | undefined,
   ): Promise<Created> {
     const candidates = this.fleet.candidates(key);
     for (;;) {
@@ -434,6 +435,7 @@ export class SandboxCreator {
           no_redirect: true,
           warm_only: true,
           object: stored,
+          ...(network ? { network } : {}),
         });
         this.fleet.noteWarm(c.node, key, -1);
         return this.answered(c.node, c.address, answer);
@@ -456,6 +458,15 @@ export class SandboxCreator {
       }
     }
   }
+}
+
+/** The layers a fresh VM's claim carries (a `null` layer is the default, which a fresh VM has already). */
+function freshPolicy(given: CreateRequest['network']): VmNetworkPolicy | undefined {
+  const policy: VmNetworkPolicy = {
+    ...(given?.template ? { template: given.template } : {}),
+    ...(given?.tenant ? { tenant: given.tenant } : {}),
+  };
+  return policy.template || policy.tenant ? policy : undefined;
 }
 
 function noCapacity(key: PoolKeyOf): StatusFailure {

@@ -14,6 +14,7 @@ import {
 } from '../../api/index.js';
 import type { PoolKeyOf } from '../../api/pool-key.js';
 import type { OwnerReference } from '../../api/meta.js';
+import type { VmNetworkPolicy } from '../../api/vm-network.js';
 
 /** What a create stores on the node with the claim (sandboxd keeps it opaque, capped, and returns it in rows). */
 export interface StoredObject {
@@ -46,6 +47,8 @@ export interface NodeRow {
   /** The VM's size (nodes that report it). */
   vcpus?: number;
   memory_mib?: number;
+  /** The egress policy its VM enforces (absent: the secure default; docs/sandboxd-api.md "Network policy"). */
+  network?: VmNetworkPolicy;
 }
 
 export interface SandboxEntry {
@@ -68,6 +71,8 @@ export interface SandboxEntry {
   /** The VM's vCPUs and memory as its node reports them (undefined from older nodes). */
   readonly vcpus: number | undefined;
   readonly memoryMiB: number | undefined;
+  /** The egress policy as its node reports it (the e2b API shows the tenant layer as `network`). */
+  readonly network: VmNetworkPolicy | undefined;
   /** This server's resourceVersion of the entry (set when the change is applied). */
   readonly rv: string;
 }
@@ -96,6 +101,7 @@ export function entryFromRow(row: NodeRow, node: string, address: string, rv: st
     nodeRv: row.rv,
     vcpus: row.vcpus,
     memoryMiB: row.memory_mib,
+    network: row.network,
     rv,
   };
 }

@@ -7,6 +7,7 @@ import { Agent, request, type IncomingMessage } from 'node:http';
 import { relayUpstreamError } from '../../error-http.js';
 import { SandboxError } from '../../errors.js';
 import { silentLogger, type Logger } from '../../log/logger.js';
+import type { VmNetworkPolicy } from '../../api/vm-network.js';
 import type { NodeRow, StoredObject } from './entry.js';
 
 export interface ClaimBody {
@@ -22,6 +23,8 @@ export interface ClaimBody {
   /** Only a warm VM: a miss is a 429, never a clone on the claim path (the server tries another node). */
   warm_only: true;
   object: StoredObject;
+  /** The egress policy (docs/sandboxd-api.md "Network policy"); absent: the secure default. */
+  network?: VmNetworkPolicy;
 }
 
 export interface ClaimAnswer {

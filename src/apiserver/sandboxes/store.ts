@@ -91,8 +91,9 @@ export class SandboxStore {
       return undefined;
     }
     if (existing && sameContent(existing, draft)) {
-      // A change readers cannot see (the node's own bookkeeping): keep the version, note the node's counter.
-      const kept: SandboxEntry = { ...existing, nodeRv: row.rv };
+      // A change readers cannot see (the node's own bookkeeping, a new egress policy, which the Sandbox object does
+      // not show): keep the version, note the node's counter and what the e2b API reads.
+      const kept: SandboxEntry = { ...existing, nodeRv: row.rv, network: draft.network };
       this.index(kept);
       return kept;
     }

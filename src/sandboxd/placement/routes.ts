@@ -14,6 +14,8 @@ import {
   type SandboxdApi,
 } from '../http-api.js';
 import { claimAnswer } from '../lifecycle-routes.js';
+import type { VmNetworkPolicy } from '../../api/vm-network.js';
+import { updatedPolicy } from '../network-policy.js';
 import { packRecord } from './blob.js';
 import type { Healer } from './heal.js';
 import type { OwnerDirectory } from './owners.js';
@@ -114,6 +116,12 @@ export function registerCheckpointRoutes(
     // A live (or being made) claim_ref is 409 before a redirect or a pull; the engine holds the ref over its clone.
     if (identity) engine.assertClaimRefFree(identity.claimRef);
     const onExpiry = onExpiryOf(body);
+    // The clone enforces the checkpoint's policy with the layers given here in place of its own (null: the default).
+    // Checked before a redirect or a pull.
+    const given = body.network;
+    const network =
+      given == null ? undefined : (inherited?: VmNetworkPolicy) => updatedPolicy(inherited, given, who, 'network');
+    network?.(undefined);
     const noRedirect = body.no_redirect === true;
     const answer = (tier: ClaimTier, status: number, payload: unknown) => {
       claims.inc({ tier });
@@ -121,7 +129,7 @@ export function registerCheckpointRoutes(
       json(res, status, payload);
     };
     if (engine.checkpointStore.get(id!)) {
-      const rec = await engine.claimCheckpoint(id!, ttl, identity, onExpiry);
+      const rec = await engine.claimCheckpoint(id!, ttl, identity, onExpiry, network);
       return answer('local', 200, claimAnswer(rec, engine.advertiseAddr));
     }
     if (!engine.hasRoom())
@@ -157,7 +165,7 @@ export function registerCheckpointRoutes(
       });
     }
     await engine.saveState();
-    const rec = await engine.claimCheckpoint(id!, ttl, identity, onExpiry);
+    const rec = await engine.claimCheckpoint(id!, ttl, identity, onExpiry, network);
     return answer('heal', 200, claimAnswer(rec, engine.advertiseAddr));
   });
 

@@ -4,8 +4,15 @@
  * Pod goes. Pods are read from one informer per node (fieldSelector `spec.nodeName=<node>`); status is written
  * with merge patches only when it differs. A claim for the same `<ns>/<name>` is adopted, so pods keep their VMs
  * across sandboxd restarts (the engine re-attaches running VMs from its state file).
+ *
+ * The egress lane's VMs enforce the NetworkPolicies that select their pods (pod-network-policy.ts): one cluster-wide
+ * NetworkPolicy informer; a policy's add, change or delete re-queues the pods of its namespace, and every reconcile
+ * compares the layer the policies give with the one the claim's VM enforces (level-triggered, so a pod's label
+ * change, a missed event or a restart converges the same way).
  */
 import { EventEmitter } from 'node:events';
+import { isDeepStrictEqual } from 'node:util';
+import type { EgressLayer, VmNetworkPolicy } from '../../api/vm-network.js';
 import { CocoonAnnotationKeys } from '../../api/keys.js';
 import {
   Controller,
@@ -13,6 +20,7 @@ import {
   Informer,
   isNotFound,
   keyOf,
+  NetworkPolicies,
   Pods,
   type KubeClient,
   type KubeObject,
@@ -22,6 +30,7 @@ import type { NodeEngine, SandboxRecord } from '../engine.js';
 import { ClaimTable, type PodClaim } from './claim-table.js';
 import { claimFailure, failedStatus, runningStatus, statusDiffers, vmRequestFor, waitingStatus } from './pod-spec.js';
 import type { PodLogs } from './pod-logs.js';
+import { podEgressLayer, type NetworkPolicy, type PodEgress } from './pod-network-policy.js';
 import type { Pod, PodStatus, VirtualNodeKind } from './types.js';
 
 export interface VirtualNodeRef {
@@ -47,8 +56,13 @@ export const VM_ID_ANNOTATION = 'vm.cocoonstack.io/id';
 /** Renew a vk-cocoon pod's lease once less than this much is left. */
 const RENEW_BELOW_MS = 12 * 3600_000;
 
+/** The informers' index by namespace: a NetworkPolicy event re-queues its namespace's pods, a pod reads its own. */
+const BY_NAMESPACE = 'namespace';
+
 export class PodLifecycle extends EventEmitter {
   readonly informers = new Map<string, Informer<Pod>>();
+  /** Every NetworkPolicy of the cluster (few, and small next to the pods; a watch, so a change applies in ms). */
+  readonly policies: Informer<NetworkPolicy>;
   private readonly nodeKinds = new Map<string, VirtualNodeKind>();
   private readonly eventsSent = new Set<string>();
   private readonly controller: Controller;
@@ -73,9 +87,21 @@ export class PodLifecycle extends EventEmitter {
         fieldSelector: `spec.nodeName=${n.name}`,
         logger: opts.logger,
       });
+      inf.addIndex(BY_NAMESPACE, (p) => [p.metadata.namespace ?? '']);
       this.informers.set(n.name, inf);
       this.controller.for(inf);
     }
+    this.policies = new Informer<NetworkPolicy>(opts.client, NetworkPolicies, { logger: opts.logger });
+    this.policies.addIndex(BY_NAMESPACE, (np) => [np.metadata.namespace ?? '']);
+    this.controller.watches(
+      this.policies,
+      (np) => this.podKeysIn(np.metadata.namespace ?? ''),
+      (old, np) => old?.metadata.resourceVersion !== np.metadata.resourceVersion,
+    );
+  }
+
+  private podKeysIn(namespace: string): string[] {
+    return [...this.informers.values()].flatMap((inf) => inf.byIndex(BY_NAMESPACE, namespace).map((p) => keyOf(p)));
   }
 
   /** The Pod bound to one of our nodes, from the cache. */
@@ -102,8 +128,10 @@ export class PodLifecycle extends EventEmitter {
 
   async run(signal: AbortSignal): Promise<void> {
     this.opts.engine.on('released', this.onReleased);
-    const informers = [...this.informers.values()].map((inf) => inf.start(signal));
-    await Promise.all([...this.informers.values()].map((inf) => inf.synced()));
+    // The policies are synced before any pod is: a VM is never handed to a pod with less filtering than its policies.
+    const all = [...this.informers.values(), this.policies];
+    const informers = all.map((inf) => inf.start(signal));
+    await Promise.all(all.map((inf) => inf.synced()));
     // Pods deleted while we were down: their claims are in the table but no informer has them.
     for (const row of this.opts.claims.list()) if (!this.pod(...splitPodKey(row.pod))) this.controller.enqueue(row.pod);
     const resync = setInterval(() => {
@@ -179,6 +207,8 @@ export class PodLifecycle extends EventEmitter {
       return;
     }
     const { request } = asked;
+    const egress =
+      request.key.net === 'egress' ? podEgressLayer(pod, this.policies.byIndex(BY_NAMESPACE, namespace)) : undefined;
 
     let rec = engine.byRef(key);
     let restartCount = row?.restartCount ?? 0;
@@ -207,7 +237,13 @@ export class PodLifecycle extends EventEmitter {
     if (!rec) {
       try {
         // A pod's VM mostly waits in a warm pool for a SandboxClaim: prime it, so the claimer's first exec is fast.
-        rec = await engine.claim({ key: request.key, ttlSeconds: request.ttlSeconds, claimRef: key, primeAfter: true });
+        rec = await engine.claim({
+          key: request.key,
+          ttlSeconds: request.ttlSeconds,
+          claimRef: key,
+          primeAfter: true,
+          ...(egress?.layer ? { network: { template: egress.layer } } : {}),
+        });
       } catch (err) {
         const f = claimFailure(err);
         log.warn({ err, reason: f.reason }, 'could not get a microVM for the pod');
@@ -250,6 +286,8 @@ export class PodLifecycle extends EventEmitter {
       return { requeueAfterMs: 0 };
     }
 
+    if (egress) await this.enforceEgress(pod, rec, egress, log);
+
     if (request.renew && Date.parse(rec.deadline) - Date.now() < RENEW_BELOW_MS) {
       engine.renew(rec.id, request.ttlSeconds ?? 0);
     }
@@ -274,6 +312,25 @@ export class PodLifecycle extends EventEmitter {
       if (left < (this.opts.resyncMs ?? 30_000)) return { requeueAfterMs: Math.max(0, left) + 1100 };
     }
     return;
+  }
+
+  /**
+   * Bring the template layer of the pod's VM to what its NetworkPolicies give (the tenant layer, set through the
+   * node API, is kept). A failure throws: the reconcile is retried, and the VM keeps what it enforced before.
+   */
+  private async enforceEgress(pod: Pod, rec: SandboxRecord, egress: PodEgress, log: Logger): Promise<void> {
+    if (egress.dropped)
+      this.event(
+        pod,
+        'Warning',
+        'NetworkPolicyTruncated',
+        `${egress.dropped} egress rules of ${egress.policies.join(', ')} are not enforced on the microVM (an invalid CIDR, or past the limit of rules): the traffic they would allow is denied`,
+      );
+    if (isDeepStrictEqual(rec.network?.template, egress.layer)) return;
+    await this.opts.engine.setNetworkPolicy(rec.id, (current) => withTemplate(current, egress.layer));
+    const what = egress.layer ? egress.layer.source : 'no NetworkPolicy selects the pod: the secure default';
+    log.info({ sandbox: rec.id, policies: egress.policies }, 'egress policy applied to the microVM');
+    this.opts.logs.event(this.logFile(pod), `egress policy of microVM ${rec.vmId}: ${what}`);
   }
 
   /**
@@ -374,6 +431,17 @@ export class PodLifecycle extends EventEmitter {
 
 function now(): string {
   return new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
+}
+
+/** `current` with its template layer replaced (undefined: removed, so the secure default applies). */
+function withTemplate(
+  current: VmNetworkPolicy | undefined,
+  template: EgressLayer | undefined,
+): VmNetworkPolicy | undefined {
+  const next: VmNetworkPolicy = { ...current };
+  if (template) next.template = template;
+  else delete next.template;
+  return next.template || next.tenant ? next : undefined;
 }
 
 export function splitPodKey(key: string): [string, string] {
