@@ -17,7 +17,12 @@
  */
 import { Type, type Static } from '@sinclair/typebox';
 import { isIP } from 'node:net';
-import type { NetworkPolicyEgressRule } from './generated/core-v1.36.gen.js';
+import type {
+  NetworkPolicyEgressRule,
+  NetworkPolicyIngressRule,
+  NetworkPolicyPeer,
+  NetworkPolicyPort,
+} from './generated/core-v1.36.gen.js';
 
 export const MAX_EGRESS_RULES = 256;
 export const MAX_EGRESS_CIDRS = 1024;
@@ -63,6 +68,11 @@ export const VmNetworkPolicySchema = Type.Object(
     template: Type.Optional(EgressLayerSchema),
     /** The tenant's narrowing (e2b). */
     tenant: Type.Optional(EgressLayerSchema),
+    /**
+     * Who may connect to the VM's pod address (the CRD layout's Ingress NetworkPolicies; rules' `to` are the peers,
+     * the sources). Absent = every peer that is routed there.
+     */
+    ingress: Type.Optional(EgressLayerSchema),
   },
   { additionalProperties: false },
 );
@@ -89,7 +99,7 @@ export function cidrProblem(s: unknown): string | undefined {
 /** Field errors of a policy the schema accepted (CIDR syntax, port ranges). */
 export function networkPolicyProblems(policy: VmNetworkPolicy): { field: string; message: string }[] {
   const out: { field: string; message: string }[] = [];
-  for (const name of ['template', 'tenant'] as const) {
+  for (const name of ['template', 'tenant', 'ingress'] as const) {
     policy[name]?.rules.forEach((r, i) => {
       for (const list of ['to', 'except'] as const)
         (r[list] ?? []).forEach((c, j) => {
@@ -105,7 +115,7 @@ export function networkPolicyProblems(policy: VmNetworkPolicy): { field: string;
   return out;
 }
 
-/** e2b's `network` object and `allow_internet_access` (spec/e2b-sdk-current.md). */
+/** e2b's `network` object and `allow_internet_access` (docs/e2b.md, "Control plane"). */
 export interface E2bNetworkOptions {
   allowOut?: readonly string[];
   denyOut?: readonly string[];
@@ -133,6 +143,30 @@ export function e2bTenantLayer(o: E2bNetworkOptions): EgressLayer | undefined {
  * pods) match nothing, which only ever denies more. Named ports match nothing either (the VM has no container ports).
  */
 export function networkPolicyEgressLayer(source: string, rules: readonly NetworkPolicyEgressRule[]): EgressLayer {
+  return peerRulesLayer(
+    source,
+    rules.map((r) => ({ peers: r.to, ports: r.ports })),
+  );
+}
+
+/**
+ * NetworkPolicy ingress rules as the ingress layer (VmNetworkPolicy.ingress): the same conversion with the rules'
+ * `from` peers (the sources) as the layer's `to`, and `ports` the guest's. So a rule whose peers are all pod or
+ * namespace selectors (the template's secure default lets in only the router pods) admits nobody at the pod address;
+ * the router and port-forward reach the guest through its agent, not through this address.
+ */
+export function networkPolicyIngressLayer(source: string, rules: readonly NetworkPolicyIngressRule[]): EgressLayer {
+  return peerRulesLayer(
+    source,
+    rules.map((r) => ({ peers: r.from, ports: r.ports })),
+  );
+}
+
+/** One layer of allow rules from NetworkPolicy rules' peers and ports; what none matches is denied. */
+function peerRulesLayer(
+  source: string,
+  rules: readonly { peers: NetworkPolicyPeer[] | undefined; ports: NetworkPolicyPort[] | undefined }[],
+): EgressLayer {
   const out: EgressRule[] = [];
   for (const rule of rules) {
     const ports: EgressPort[] = [];
@@ -150,11 +184,11 @@ export function networkPolicyEgressLayer(source: string, rules: readonly Network
     // Every port of the rule was named or of an unknown protocol: the rule matches nothing.
     if (rule.ports?.length && !ports.length) continue;
     const portField = ports.length ? { ports } : {};
-    if (!rule.to?.length) {
+    if (!rule.peers?.length) {
       out.push({ action: 'allow', to: [], ...portField });
       continue;
     }
-    for (const peer of rule.to) {
+    for (const peer of rule.peers) {
       if (!peer.ipBlock) continue;
       const { cidr, except } = peer.ipBlock;
       out.push({ action: 'allow', to: [cidr], ...(except?.length ? { except: [...except] } : {}), ...portField });

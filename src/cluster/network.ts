@@ -1,6 +1,8 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
+import { writeFile } from 'node:fs/promises';
 import { SandboxError } from '../errors.js';
+import { DEFAULT_VM_NETWORK_CIDR } from '../vmm/options.js';
 
 const run = promisify(execFile);
 
@@ -92,6 +94,10 @@ export async function createClusterNetwork(): Promise<ClusterNetwork> {
       await ip(['-n', netns, 'addr', 'add', `${net.apiAddress}/24`, 'dev', peer]);
       await ip(['-n', netns, 'link', 'set', peer, 'up']);
       await ip(['-n', netns, 'link', 'set', 'lo', 'up']);
+      // Networked VMs' pod addresses (src/vmm/net) are reached from the cluster through this machine: a route to
+      // their range, and forwarding on this link (our own interface; no global sysctl changes).
+      await ip(['-n', netns, 'route', 'add', DEFAULT_VM_NETWORK_CIDR, 'via', net.hostAddress]);
+      await writeFile(`/proc/sys/net/ipv4/conf/${hostInterface}/forwarding`, '1');
       return net;
     } catch (err) {
       await deleteClusterNetwork(net);

@@ -5,7 +5,9 @@
  *
  * Who may set what: the tenant layer only narrows what the template layer lets through, so whoever may claim or holds
  * the sandbox's token may set it; the template layer replaces the secure default (it can open private ranges), so only
- * the fleet's root token gives one (sandbox-apiserver and the operator's paths), or this node's claim gateway.
+ * the fleet's root token gives one (sandbox-apiserver and the operator's paths), or this node's claim gateway. The
+ * ingress layer (who may connect to the VM's pod address: the CRD layout's Ingress NetworkPolicies, which the virtual
+ * kubelet applies) is the platform's too: the same rule.
  */
 import { Value } from '@sinclair/typebox/value';
 import { networkPolicyProblems, VmNetworkPolicySchema, type VmNetworkPolicy } from '../api/vm-network.js';
@@ -39,13 +41,24 @@ export function parseNetworkPolicy(v: unknown, field: string): VmNetworkPolicy {
   return policy;
 }
 
-/** 403 unless `who` may give a template layer (`trusted`: this node's claim gateway made the request). */
-function assertMayGiveTemplate(who: Principal, field: string, trusted: boolean): void {
-  if (!trusted && !isOperator(who))
-    throw new SandboxError(
-      'sandboxd.forbidden',
-      `${field}.template: only the fleet's root token may replace the secure default; a tenant may narrow it (${field}.tenant)`,
-    );
+/** The layers only the platform sets, and what setting one does (for the 403). */
+const PLATFORM_LAYERS = {
+  template: 'replace the secure default',
+  ingress: 'say who may connect to the sandbox',
+} as const;
+
+/**
+ * 403 unless `who` may give the platform's layers that `given` has (`trusted`: this node's claim gateway made the
+ * request).
+ */
+function assertMayGivePlatformLayers(who: Principal, field: string, given: object, trusted: boolean): void {
+  if (trusted || isOperator(who)) return;
+  for (const [layer, what] of Object.entries(PLATFORM_LAYERS))
+    if (layer in given)
+      throw new SandboxError(
+        'sandboxd.forbidden',
+        `${field}.${layer}: only the fleet's root token may ${what}; a tenant may narrow the egress policy (${field}.tenant)`,
+      );
 }
 
 /**
@@ -60,7 +73,7 @@ export function assertPolicyFits(key: PoolKey, policy: VmNetworkPolicy | undefin
 
 /**
  * A claim's `network`: undefined when absent or when nothing is left to enforce (the default policy needs no call,
- * which keeps the warm claim as fast as one without it). A template layer on a net=none claim is dropped.
+ * which keeps the warm claim as fast as one without it). Template and ingress layers on a net=none claim are dropped.
  */
 export function claimNetworkPolicy(
   raw: unknown,
@@ -70,10 +83,9 @@ export function claimNetworkPolicy(
 ): VmNetworkPolicy | undefined {
   if (raw === undefined || raw === null) return undefined;
   const policy = parseNetworkPolicy(raw, 'network');
-  if (policy.template) assertMayGiveTemplate(who, 'network', trusted);
+  assertMayGivePlatformLayers(who, 'network', policy, trusted);
   assertPolicyFits(key, policy);
-  if (key.net !== 'egress' || (!policy.template && !policy.tenant)) return undefined;
-  return policy;
+  return key.net === 'egress' ? nonEmpty(policy) : undefined;
 }
 
 /**
@@ -92,13 +104,18 @@ export function updatedPolicy(
   const given: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(body)) if (v !== null) given[k] = v;
   const parsed = parseNetworkPolicy(given, field);
-  if ('template' in body) assertMayGiveTemplate(who, field, false);
+  assertMayGivePlatformLayers(who, field, body, false);
   const next: VmNetworkPolicy = { ...current };
-  for (const layer of ['template', 'tenant'] as const) {
+  for (const layer of ['template', 'tenant', 'ingress'] as const) {
     if (!(layer in body)) continue;
     const v = parsed[layer];
     if (v) next[layer] = v;
     else delete next[layer];
   }
-  return next.template || next.tenant ? next : undefined;
+  return nonEmpty(next);
+}
+
+/** `policy`, or undefined when it has no layer (the defaults need no call). */
+function nonEmpty(policy: VmNetworkPolicy): VmNetworkPolicy | undefined {
+  return policy.template || policy.tenant || policy.ingress ? policy : undefined;
 }

@@ -3,7 +3,7 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { Command, Option } from 'commander';
 import { SandboxError } from '../errors.js';
-import { SIM_CLONE_MS } from '../vmm/index.js';
+import { DEFAULT_VM_NETWORK_CIDR, SIM_CLONE_MS } from '../vmm/index.js';
 import {
   DEFAULT_CHECKPOINT_TTL_HOURS,
   DEFAULT_MAX_CHECKPOINTS,
@@ -160,7 +160,7 @@ export function sandboxdCommand(): Command {
     .option(
       '--vm-network-cidr <cidr>',
       "networked VMs: where each VM's veth /30 to the node comes from (must not overlap the node's networks)",
-      '10.200.0.0/16',
+      DEFAULT_VM_NETWORK_CIDR,
     )
     .option(
       '--vm-resolver <ip>',

@@ -11,7 +11,7 @@ export { QmpClient } from './qmp.js';
 export type { QmpEvent } from './qmp.js';
 export { liveQemuPids, pidAlive } from './process.js';
 export { hostHasHardwareKvm, hostTscKHz } from './host.js';
-export { resolveDriverOptions } from './options.js';
+export { DEFAULT_VM_NETWORK_CIDR, resolveDriverOptions } from './options.js';
 export type { QemuDriverOptions, ResolvedDriverOptions } from './options.js';
 export { ALLOWED_ACTIONS, assertAllowed } from './types.js';
 export type {

@@ -5,6 +5,9 @@ import { join } from 'node:path';
 import { nodeResolver } from './net/netns.js';
 import type { Accel } from './types.js';
 
+/** Where networked VMs' veth /30s (and so their pod addresses) come from unless told otherwise. */
+export const DEFAULT_VM_NETWORK_CIDR = '10.200.0.0/16';
+
 export interface QemuDriverOptions {
   /** @default `qemu-system-x86_64` (env SBX_QEMU) */
   qemuBinary?: string;
@@ -84,7 +87,7 @@ export function resolveDriverOptions(opts: QemuDriverOptions = {}): ResolvedDriv
     runAs: opts.runAs,
     spareVmms: Math.max(0, Math.floor(opts.spareVmms ?? 0)),
     extraQemuArgs: opts.extraQemuArgs ?? (env.SBX_QEMU_EXTRA_ARGS ?? '').split(' ').filter(Boolean),
-    vmNetworkCidr: opts.vmNetworkCidr ?? env.SBX_VM_NETWORK_CIDR ?? '10.200.0.0/16',
+    vmNetworkCidr: opts.vmNetworkCidr ?? env.SBX_VM_NETWORK_CIDR ?? DEFAULT_VM_NETWORK_CIDR,
     vmResolver: opts.vmResolver === null ? undefined : (opts.vmResolver ?? nodeResolver()),
     vmNetworkSlotDir: opts.vmNetworkSlotDir ?? env.SBX_VMNET_DIR ?? '/run/sandbox-operator/vmnet',
     runMarker: env.SBX_TEST_RUN_ID,

@@ -149,6 +149,36 @@ describe('egress policy through the sandboxd API (sim engine)', () => {
     assert.equal(engine.get(id)?.network, undefined);
   });
 
+  it("the ingress layer is the platform's: a root claim sets it, a tenant never does, a tenant's change keeps it", async () => {
+    const ingress = {
+      source: 'NetworkPolicy ns/from-office',
+      rules: [{ action: 'allow', to: ['10.8.0.0/16'], ports: [{ protocol: 'tcp', port: 8080 }] }],
+      otherwise: 'deny',
+    };
+    const refused = await call(base, 'POST', '/v1/claim', { ...EGRESS, network: { ingress } }, TENANT);
+    assert.equal(refused.status, 403, JSON.stringify(refused.json));
+    assert.match(String(refused.json.error), /network\.ingress: only the fleet's root token/);
+    const claim = await call(base, 'POST', '/v1/claim', { ...EGRESS, network: { ingress } }, ROOT);
+    assert.equal(claim.status, 200, JSON.stringify(claim.json));
+    const id = claim.json.id as string;
+    assert.deepEqual(enforced(id), { ingress });
+    const put = (body: unknown, t: string = claim.json.token as string) =>
+      call(base, 'PUT', `/v1/sandboxes/${id}/network`, body, t);
+
+    for (const body of [{ ingress: null }, { ingress: { ...ingress, rules: [], otherwise: 'allow' } }]) {
+      const r = await put(body);
+      assert.equal(r.status, 403, JSON.stringify(body));
+      assert.match(String(r.json.error), /body\.ingress: only the fleet's root token/);
+    }
+    const deny = tenantLayer(['192.0.2.1']);
+    assert.equal((await put({ tenant: deny })).status, 200);
+    assert.deepEqual(enforced(id), { ingress, tenant: deny });
+    assert.equal((await put({ tenant: null })).status, 200);
+    assert.deepEqual(enforced(id), { ingress }, "the tenant's own layer gone, the platform's ingress layer kept");
+    assert.equal((await put({ ingress: null }, ROOT)).status, 200);
+    assert.equal(enforced(id), undefined);
+  });
+
   it('a hibernated sandbox takes a new policy (recorded, enforced once it runs); a net=none one is 400', async () => {
     const claim = await call(base, 'POST', '/v1/claim', { ...EGRESS }, ROOT);
     const id = claim.json.id as string;

@@ -3,7 +3,9 @@
  * control plane, with the simulated engine (src/vmm/sim-driver.ts records the policy a VM is told to enforce), a
  * net=egress Pod bound to the sandboxd virtual node gets the template layer of the policy that selects it; a change
  * of the policy re-applies it to the running pod's VM; its deletion brings the secure default back; a pod no policy
- * selects keeps the secure default.
+ * selects keeps the secure default. An Ingress policy gives the VM's ingress layer the same way, and a networked VM's
+ * pod reports the VM's own address (its namespace's, which the QEMU driver records; here set on the simulated VM's
+ * record as that driver would) as its podIP.
  *
  *   node --import tsx test/run.ts test/sandboxd/vk-network-policy-apply.test.ts
  */
@@ -59,9 +61,11 @@ describe(
     let node: TestVirtualNode | undefined;
     let engine: NodeEngine;
     let sbxNode: string;
+    let hostAddress: string;
 
     before(async () => {
       const cluster = await getTestCluster();
+      hostAddress = cluster.hostAddress;
       ns = await createTestNamespace('vknp');
       client = await KubeClient.fromKubeconfig(cluster.kubeconfigPath, { qps: -1 });
       node = await startTestVirtualNode({
@@ -127,6 +131,56 @@ describe(
         what: 'the secure default back once the policy is gone',
       });
       assert.equal(enforced('other'), undefined, 'a pod the policy never selected was left alone');
+    });
+
+    it("reports the VM's address as the pod's IP, and enforces the Ingress policy selecting the pod", async () => {
+      await client.create(Pods, egressPod(ns.name, 'served', sbxNode, { app: 'server' }));
+      const rec = await eventually(() => engine.byRef(`${ns.name}/served`), {
+        until: (r) => r !== undefined,
+        timeoutMs: 30_000,
+        what: 'the pod bound to a VM',
+      });
+      // What the QEMU driver records for a networked VM (src/vmm/types.ts VmNetns); the sim driver has no namespaces.
+      engine.vm(rec!.id).record.netns = {
+        name: 'sbx-test',
+        hostIf: 'sbxv0test',
+        hostAddress: '10.200.0.5',
+        nsAddress: '10.200.0.6',
+      };
+      await client.create(NetworkPolicies, {
+        apiVersion: 'networking.k8s.io/v1',
+        kind: 'NetworkPolicy',
+        metadata: { name: 'served-in', namespace: ns.name },
+        spec: {
+          podSelector: { matchLabels: { app: 'server' } },
+          policyTypes: ['Ingress'],
+          ingress: [{ from: [{ ipBlock: { cidr: '10.8.0.0/16' } }], ports: [{ protocol: 'TCP', port: 8080 }] }],
+        },
+      });
+      const ingress = {
+        source: `NetworkPolicy ${ns.name}/served-in`,
+        rules: [{ action: 'allow', to: ['10.8.0.0/16'], ports: [{ protocol: 'tcp', port: 8080 }] }],
+        otherwise: 'deny',
+      };
+      await eventually(() => enforced('served'), {
+        until: (p) => isDeepStrictEqual(p, { ingress }),
+        timeoutMs: 10_000,
+        what: 'the ingress layer of the selecting policy on the VM',
+      });
+      const status = await eventually(async () => (await client.get<Pod>(Pods, ns.name, 'served')).status, {
+        until: (s) => s?.podIP === '10.200.0.6',
+        timeoutMs: 10_000,
+        what: "the VM's address as the pod's IP",
+      });
+      assert.deepEqual(status?.podIPs, [{ ip: '10.200.0.6' }]);
+      assert.equal(status?.hostIP, hostAddress, "the host's address stays the node's");
+
+      await client.delete(NetworkPolicies, ns.name, 'served-in');
+      await eventually(() => enforced('served'), {
+        until: (p) => p === undefined,
+        timeoutMs: 10_000,
+        what: 'every peer admitted again once the policy is gone',
+      });
     });
   },
 );

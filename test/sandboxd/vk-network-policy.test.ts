@@ -2,12 +2,22 @@
  * The NetworkPolicies that select a microVM pod, as its VM's template layer (src/sandboxd/vk/pod-network-policy.ts):
  * Kubernetes' selection (podSelector with matchLabels and matchExpressions, the policy's namespace, policyTypes and
  * their defaulting) and the union of the selecting policies' egress rules; no selecting policy = no template layer
- * (the secure default). Pure functions, no cluster.
+ * (the secure default). The same for Ingress: the policies selecting the pod for Ingress (absent policyTypes: always)
+ * give the ingress layer from their rules' `from` ipBlocks and ports; none = no ingress layer. Pure functions, no
+ * cluster.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { networkPolicyIngressLayer } from '../../src/api/vm-network.js';
 import { labelSelectorFromObject } from '../../src/apiserver/selectors.js';
-import { podEgressLayer, selectsEgressOf, type NetworkPolicy } from '../../src/sandboxd/vk/pod-network-policy.js';
+import { desiredNetworkPolicySpec } from '../../src/operator/extensions/template-controller.js';
+import {
+  podEgressLayer,
+  podIngressLayer,
+  selectsEgressOf,
+  selectsIngressOf,
+  type NetworkPolicy,
+} from '../../src/sandboxd/vk/pod-network-policy.js';
 
 const POD = { metadata: { namespace: 'team', labels: { app: 'agent', tier: 'sandbox' } } };
 
@@ -108,6 +118,88 @@ describe('podEgressLayer', () => {
     const { layer, dropped } = podEgressLayer(POD, [bad]);
     assert.equal(dropped, 1);
     assert.deepEqual(layer?.rules, [{ action: 'allow', to: ['192.0.2.0/24'] }]);
+  });
+});
+
+describe('podIngressLayer', () => {
+  const FROM_OFFICE = np('from-office', {
+    podSelector: { matchLabels: { app: 'agent' } },
+    policyTypes: ['Ingress'],
+    ingress: [
+      {
+        from: [
+          { ipBlock: { cidr: '10.8.0.0/16', except: ['10.8.9.0/24'] } },
+          { podSelector: { matchLabels: { app: 'web' } } },
+          { ipBlock: { cidr: '192.0.2.7/32' } },
+        ],
+        ports: [{ port: 8080 }, { protocol: 'UDP', port: 5000, endPort: 5010 }, { port: 'http' }],
+      },
+    ],
+  });
+
+  it('converts `from` ipBlocks to the peers and `ports` to the guest ports; selector peers and named ports match nothing', () => {
+    const ports = [
+      { protocol: 'tcp', port: 8080 },
+      { protocol: 'udp', port: 5000, endPort: 5010 },
+    ];
+    assert.deepEqual(podIngressLayer(POD, [FROM_OFFICE]), {
+      layer: {
+        source: 'NetworkPolicy team/from-office',
+        rules: [
+          { action: 'allow', to: ['10.8.0.0/16'], except: ['10.8.9.0/24'], ports },
+          { action: 'allow', to: ['192.0.2.7/32'], ports },
+        ],
+        otherwise: 'deny',
+      },
+      policies: ['team/from-office'],
+      dropped: 0,
+    });
+    assert.equal(podEgressLayer(POD, [FROM_OFFICE]).layer, undefined, 'an Ingress-only policy leaves egress alone');
+  });
+
+  it('a rule without `from` admits every peer on its ports; one without ports, every port', () => {
+    const layer = networkPolicyIngressLayer('x', [{ ports: [{ protocol: 'TCP', port: 22 }] }, {}]);
+    assert.deepEqual(layer.rules, [
+      { action: 'allow', to: [], ports: [{ protocol: 'tcp', port: 22 }] },
+      { action: 'allow', to: [] },
+    ]);
+    assert.equal(layer.otherwise, 'deny');
+  });
+
+  it('no policy selecting the pod for Ingress: no ingress layer (every peer); a selecting one with no rules: nobody', () => {
+    assert.deepEqual(podIngressLayer(POD, [HTTPS]), { layer: undefined, policies: [], dropped: 0 }, 'Egress only');
+    assert.equal(podIngressLayer(POD, [np('elsewhere', FROM_OFFICE.spec, 'other')]).layer, undefined);
+    // DNS names Ingress in policyTypes without ingress rules: Kubernetes isolates the pod for ingress.
+    assert.deepEqual(podIngressLayer(POD, [DNS, HTTPS]).layer, {
+      source: 'NetworkPolicy team/dns',
+      rules: [],
+      otherwise: 'deny',
+    });
+  });
+
+  it('absent policyTypes select for Ingress always (kube-apiserver defaults them so), Egress only with egress rules', () => {
+    const bare = np('bare', { podSelector: {} });
+    const egressOnly = np('egress-rules', { podSelector: {}, egress: HTTPS.spec!.egress! });
+    assert.equal(selectsIngressOf(bare, POD), true);
+    assert.equal(selectsIngressOf(egressOnly, POD), true);
+    assert.equal(selectsEgressOf(egressOnly, POD), true);
+    assert.equal(selectsIngressOf(HTTPS, POD), false, "policyTypes ['Egress'] leave ingress alone");
+  });
+
+  it("the template's managed secure default admits nobody at the pod address (its only peers are the router pods)", () => {
+    const template = { metadata: { name: 'python' }, spec: {} } as Parameters<typeof desiredNetworkPolicySpec>[0];
+    const spec = desiredNetworkPolicySpec(template, 'sandbox-system') as NetworkPolicy['spec'];
+    const pod = { metadata: { namespace: 'team', labels: spec!.podSelector!.matchLabels! } };
+    const { layer } = podIngressLayer(pod, [np('python-network-policy', spec)]);
+    assert.deepEqual(layer, { source: 'NetworkPolicy team/python-network-policy', rules: [], otherwise: 'deny' });
+  });
+
+  it('the union of several selecting policies, in name order', () => {
+    const ssh = np('a-ssh', { podSelector: {}, ingress: [{ ports: [{ port: 22 }] }] });
+    const { layer, policies } = podIngressLayer(POD, [FROM_OFFICE, ssh, HTTPS]);
+    assert.deepEqual(policies, ['team/a-ssh', 'team/from-office']);
+    assert.deepEqual(layer?.rules[0], { action: 'allow', to: [], ports: [{ protocol: 'tcp', port: 22 }] });
+    assert.equal(layer?.rules.length, 3);
   });
 });
 

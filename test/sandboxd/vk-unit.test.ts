@@ -171,6 +171,17 @@ describe('pod status builders', () => {
     );
   });
 
+  it("a networked VM's pod reports the VM's own address as its IP, the node's as the host's", () => {
+    const input = { claimId: 'sb_1', hostAddress: '10.0.0.1', ready: true, restartCount: 0, now };
+    const s = runningStatus(pod('sandbox/minimal'), { ...input, podAddress: '10.200.0.6' });
+    assert.deepEqual([s.podIP, s.podIPs], ['10.200.0.6', [{ ip: '10.200.0.6' }]]);
+    assert.deepEqual([s.hostIP, s.hostIPs], ['10.0.0.1', [{ ip: '10.0.0.1' }]]);
+    // The same pod moving to a VM with another address (a vk-cocoon restart) is a status change to write.
+    const p = pod('sandbox/minimal');
+    p.status = s;
+    assert.equal(statusDiffers(p.status, runningStatus(p, { ...input, podAddress: '10.200.0.10' })), true);
+  });
+
   it('keeps timestamps of an unchanged status, so a re-render does not differ', () => {
     const p = pod('sandbox/minimal');
     p.status = runningStatus(p, { claimId: 'sb_1', hostAddress: '10.0.0.1', ready: true, restartCount: 0, now });

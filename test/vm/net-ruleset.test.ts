@@ -62,6 +62,30 @@ describe('egress rules', () => {
     assert.equal(e2bTenantLayer({ allowInternetAccess: true }), undefined);
   });
 
+  it("the pod address is the guest's: DNAT'd in, judged by the ingress layer on sources, answers not by egress", () => {
+    const ingress = {
+      source: 'NetworkPolicy ns/in',
+      rules: [{ action: 'allow' as const, to: ['10.9.0.0/16'] }],
+      otherwise: 'deny' as const,
+    };
+    const text = vmRuleset({ ingress }, undefined, '10.200.0.6');
+    assert.match(text, /iifname "eth0" ip daddr 10\.200\.0\.6 dnat ip to 10\.0\.2\.15/);
+    assert.match(text, /ct status dnat jump ingress/);
+    assert.match(
+      text,
+      /iifname "tap0" oifname "eth0" ct direction reply accept\n {4}iifname "tap0" oifname "eth0" jump egress/,
+    );
+    assert.match(
+      text,
+      /chain inlayer \{\n {4}# NetworkPolicy ns\/in\n {4}ip saddr \{ 10\.9\.0\.0-10\.9\.255\.255 \} return\n {4}drop/,
+    );
+    assert.doesNotMatch(
+      vmRuleset(undefined, undefined),
+      /dnat ip to 10\.0\.2\.15|ct direction reply/,
+      'no pod address: no inbound',
+    );
+  });
+
   it("the node's table keeps VMs off the node and each other, and masquerades what leaves", () => {
     const text = hostRuleset();
     assert.match(text, /iifname "sbxv\*" drop/);

@@ -144,6 +144,49 @@ describe('egress lane: a namespace, a TAP and a policy per VM', { timeout: BUILD
     for (const v of made) assert.ok(!existsSync(`/run/netns/${v.record.netns!.name}`), `${v.id}'s namespace removed`);
   });
 
+  it("the VM's namespace address is its own (a pod address): a peer reaches a guest port; an ingress layer picks the peers", async () => {
+    const vm = await driver.clone(tpl);
+    try {
+      const podAddress = vm.record.netns!.nsAddress;
+      await vm.files.write('/srv/who', 'the guest', { parents: true });
+      const server = vm.exec(['python3', '-m', 'http.server', '8000', '--bind', '0.0.0.0', '--directory', '/srv'], {
+        collect: false,
+      });
+      await server.pid;
+      // A client in another namespace (as a pod of the cluster would be), routed to the VM through the node.
+      const fetchFrom = (ns: TestNetns, timeoutS = 3) => {
+        try {
+          const get = `fetch('http://${podAddress}:8000/who', { signal: AbortSignal.timeout(${timeoutS * 1000}) }).then((r) => r.text()).then((t) => process.stdout.write(t))`;
+          return execFileSync('nsenter', [`--net=/run/netns/${ns.name}`, '--', process.execPath, '-e', get], {
+            encoding: 'utf8',
+            stdio: ['ignore', 'pipe', 'ignore'],
+          });
+        } catch {
+          return 'ERR';
+        }
+      };
+      let body = 'ERR';
+      // python3 -m http.server takes seconds to start under TCG
+      for (let deadline = Date.now() + 90_000; body !== 'the guest' && Date.now() < deadline;)
+        body = fetchFrom(priv, 2);
+      assert.equal(body, 'the guest');
+      assert.equal(fetchFrom(pub), 'the guest');
+      // Only the private peer may connect now; the guest's egress rules did not stop its answers.
+      await vm.setNetworkPolicy({
+        ingress: {
+          source: 'NetworkPolicy test/in',
+          rules: [{ action: 'allow', to: ['10.251.7.0/30'] }],
+          otherwise: 'deny',
+        },
+      });
+      assert.equal(fetchFrom(priv), 'the guest');
+      assert.equal(fetchFrom(pub, 2), 'ERR');
+      await server.kill('SIGKILL');
+    } finally {
+      await vm.destroy();
+    }
+  });
+
   it('a namespace whose VM is gone (its daemon died mid-way) is removed when the next daemon starts', async () => {
     const vm = await driver.clone(tpl);
     const ns = netnsOf(vm);

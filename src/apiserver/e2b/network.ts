@@ -1,5 +1,5 @@
 /**
- * e2b's network options as this server serves them (docs/e2b.md "Network"): `allow_internet_access` and
+ * e2b's network options as this server serves them (docs/e2b.md "Control plane", its Network paragraph): `allow_internet_access` and
  * `network.{allowOut, denyOut}` of a create and of `PUT /sandboxes/{id}/network` become the sandbox's tenant layer
  * (src/api/vm-network.ts e2bTenantLayer: allowOut wins over denyOut, `allow_internet_access: false` denies
  * everything), which the sandbox's node enforces in its VM's namespace; `network.allowPublicTraffic` is the inbound

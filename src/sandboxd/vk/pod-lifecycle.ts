@@ -8,7 +8,8 @@
  * The egress lane's VMs enforce the NetworkPolicies that select their pods (pod-network-policy.ts): one cluster-wide
  * NetworkPolicy informer; a policy's add, change or delete re-queues the pods of its namespace, and every reconcile
  * compares the layer the policies give with the one the claim's VM enforces (level-triggered, so a pod's label
- * change, a missed event or a restart converges the same way).
+ * change, a missed event or a restart converges the same way). The policies selecting a pod for Ingress give its VM's
+ * ingress layer the same way: who may connect to the VM's own address, which the pod reports as its podIP.
  */
 import { EventEmitter } from 'node:events';
 import { isDeepStrictEqual } from 'node:util';
@@ -30,7 +31,7 @@ import type { NodeEngine, SandboxRecord } from '../engine.js';
 import { ClaimTable, type PodClaim } from './claim-table.js';
 import { claimFailure, failedStatus, runningStatus, statusDiffers, vmRequestFor, waitingStatus } from './pod-spec.js';
 import type { PodLogs } from './pod-logs.js';
-import { podEgressLayer, type NetworkPolicy, type PodEgress } from './pod-network-policy.js';
+import { podEgressLayer, podIngressLayer, type NetworkPolicy, type PodLayer } from './pod-network-policy.js';
 import type { Pod, PodStatus, VirtualNodeKind } from './types.js';
 
 export interface VirtualNodeRef {
@@ -207,8 +208,8 @@ export class PodLifecycle extends EventEmitter {
       return;
     }
     const { request } = asked;
-    const egress =
-      request.key.net === 'egress' ? podEgressLayer(pod, this.policies.byIndex(BY_NAMESPACE, namespace)) : undefined;
+    const policies = request.key.net === 'egress' ? this.policies.byIndex(BY_NAMESPACE, namespace) : undefined;
+    const layers = policies && { egress: podEgressLayer(pod, policies), ingress: podIngressLayer(pod, policies) };
 
     let rec = engine.byRef(key);
     let restartCount = row?.restartCount ?? 0;
@@ -235,6 +236,7 @@ export class PodLifecycle extends EventEmitter {
     }
 
     if (!rec) {
+      const network = layers && withLayers(undefined, layers);
       try {
         // A pod's VM mostly waits in a warm pool for a SandboxClaim: prime it, so the claimer's first exec is fast.
         rec = await engine.claim({
@@ -242,7 +244,7 @@ export class PodLifecycle extends EventEmitter {
           ttlSeconds: request.ttlSeconds,
           claimRef: key,
           primeAfter: true,
-          ...(egress?.layer ? { network: { template: egress.layer } } : {}),
+          ...(network ? { network } : {}),
         });
       } catch (err) {
         const f = claimFailure(err);
@@ -275,8 +277,12 @@ export class PodLifecycle extends EventEmitter {
     }
 
     let vmState: string;
+    /** The VM's own address on a networked VM (its namespace's, DNAT'd to the guest); NIC-less VMs have none. */
+    let podAddress: string | undefined;
     try {
-      vmState = engine.vm(rec.id).state;
+      const vm = engine.vm(rec.id);
+      vmState = vm.state;
+      podAddress = vm.record.netns?.nsAddress;
     } catch {
       vmState = 'destroyed';
     }
@@ -286,7 +292,7 @@ export class PodLifecycle extends EventEmitter {
       return { requeueAfterMs: 0 };
     }
 
-    if (egress) await this.enforceEgress(pod, rec, egress, log);
+    if (layers) await this.enforcePolicies(pod, rec, layers, log);
 
     if (request.renew && Date.parse(rec.deadline) - Date.now() < RENEW_BELOW_MS) {
       engine.renew(rec.id, request.ttlSeconds ?? 0);
@@ -301,6 +307,7 @@ export class PodLifecycle extends EventEmitter {
       runningStatus(pod, {
         claimId: rec.id,
         hostAddress: this.opts.hostAddress,
+        ...(podAddress ? { podAddress } : {}),
         ready,
         restartCount,
         now: now(),
@@ -315,22 +322,29 @@ export class PodLifecycle extends EventEmitter {
   }
 
   /**
-   * Bring the template layer of the pod's VM to what its NetworkPolicies give (the tenant layer, set through the
-   * node API, is kept). A failure throws: the reconcile is retried, and the VM keeps what it enforced before.
+   * Bring the template and ingress layers of the pod's VM to what its NetworkPolicies give (the tenant layer, set
+   * through the node API, is kept). A failure throws: the reconcile is retried, and the VM keeps what it enforced before.
    */
-  private async enforceEgress(pod: Pod, rec: SandboxRecord, egress: PodEgress, log: Logger): Promise<void> {
-    if (egress.dropped)
-      this.event(
-        pod,
-        'Warning',
-        'NetworkPolicyTruncated',
-        `${egress.dropped} egress rules of ${egress.policies.join(', ')} are not enforced on the microVM (an invalid CIDR, or past the limit of rules): the traffic they would allow is denied`,
-      );
-    if (isDeepStrictEqual(rec.network?.template, egress.layer)) return;
-    await this.opts.engine.setNetworkPolicy(rec.id, (current) => withTemplate(current, egress.layer));
+  private async enforcePolicies(pod: Pod, rec: SandboxRecord, layers: PodLayers, log: Logger): Promise<void> {
+    for (const [direction, l] of Object.entries(layers))
+      if (l.dropped)
+        this.event(
+          pod,
+          'Warning',
+          'NetworkPolicyTruncated',
+          `${l.dropped} ${direction} rules of ${l.policies.join(', ')} are not enforced on the microVM (an invalid CIDR, or past the limit of rules): the traffic they would allow is denied`,
+        );
+    const { egress, ingress } = layers;
+    if (
+      isDeepStrictEqual(rec.network?.template, egress.layer) &&
+      isDeepStrictEqual(rec.network?.ingress, ingress.layer)
+    )
+      return;
+    await this.opts.engine.setNetworkPolicy(rec.id, (current) => withLayers(current, layers));
     const what = egress.layer ? egress.layer.source : 'no NetworkPolicy selects the pod: the secure default';
-    log.info({ sandbox: rec.id, policies: egress.policies }, 'egress policy applied to the microVM');
-    this.opts.logs.event(this.logFile(pod), `egress policy of microVM ${rec.vmId}: ${what}`);
+    const from = ingress.layer ? ingress.layer.source : 'no NetworkPolicy selects the pod: every peer';
+    log.info({ sandbox: rec.id, egress: egress.policies, ingress: ingress.policies }, 'policy applied to the microVM');
+    this.opts.logs.event(this.logFile(pod), `egress policy of microVM ${rec.vmId}: ${what}; ingress: ${from}`);
   }
 
   /**
@@ -433,15 +447,25 @@ function now(): string {
   return new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
 }
 
-/** `current` with its template layer replaced (undefined: removed, so the secure default applies). */
-function withTemplate(
-  current: VmNetworkPolicy | undefined,
-  template: EgressLayer | undefined,
-): VmNetworkPolicy | undefined {
+/** What the NetworkPolicies selecting a pod give its VM. */
+interface PodLayers {
+  egress: PodLayer;
+  ingress: PodLayer;
+}
+
+/**
+ * `current` with its template and ingress layers replaced by the policies' (an absent one removed: the secure default,
+ * every peer); undefined when no layer is left.
+ */
+function withLayers(current: VmNetworkPolicy | undefined, layers: PodLayers): VmNetworkPolicy | undefined {
   const next: VmNetworkPolicy = { ...current };
-  if (template) next.template = template;
-  else delete next.template;
-  return next.template || next.tenant ? next : undefined;
+  const set = (name: 'template' | 'ingress', layer: EgressLayer | undefined) => {
+    if (layer) next[name] = layer;
+    else delete next[name];
+  };
+  set('template', layers.egress.layer);
+  set('ingress', layers.ingress.layer);
+  return next.template || next.tenant || next.ingress ? next : undefined;
 }
 
 export function splitPodKey(key: string): [string, string] {

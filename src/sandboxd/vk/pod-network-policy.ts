@@ -7,14 +7,19 @@
  * default (internal ranges denied), not Kubernetes' allow-all, so a namespace without policies never opens the node's
  * and the cluster's private addresses to a guest.
  *
+ * Ingress the same way, at the VM's pod address (src/vmm/net): the policies whose `policyTypes` include Ingress (absent
+ * policyTypes: always, kube-apiserver's defaulting) give the ingress layer from their rules' `from` ipBlocks and ports;
+ * no such policy = no ingress layer (every peer routed there may connect, Kubernetes' default).
+ *
  * Pure functions; pod-lifecycle.ts reads the policies from an informer and applies the result.
  */
-import type { LabelSelector, NetworkPolicyEgressRule } from '../../api/core.js';
+import type { LabelSelector, NetworkPolicyEgressRule, NetworkPolicyIngressRule } from '../../api/core.js';
 import {
   cidrProblem,
   MAX_EGRESS_CIDRS,
   MAX_EGRESS_RULES,
   networkPolicyEgressLayer,
+  networkPolicyIngressLayer,
   type EgressLayer,
 } from '../../api/vm-network.js';
 import { labelSelectorFromObject } from '../../apiserver/selectors.js';
@@ -26,6 +31,7 @@ export interface NetworkPolicy extends KubeObject {
     podSelector?: LabelSelector;
     policyTypes?: string[];
     egress?: NetworkPolicyEgressRule[];
+    ingress?: NetworkPolicyIngressRule[];
   };
 }
 
@@ -37,20 +43,29 @@ export interface PodIdentity {
 /** The EgressLayer's `source` bound (src/api/vm-network.ts EgressLayerSchema). */
 const MAX_SOURCE = 300;
 
+type Direction = 'Ingress' | 'Egress';
+
+/** Whether `np` governs `pod`'s egress. */
+export const selectsEgressOf = (np: NetworkPolicy, pod: PodIdentity): boolean => selects(np, pod, 'Egress');
+
+/** Whether `np` governs who may connect to `pod`. */
+export const selectsIngressOf = (np: NetworkPolicy, pod: PodIdentity): boolean => selects(np, pod, 'Ingress');
+
 /**
- * Whether `np` governs `pod`'s egress. A podSelector that cannot be evaluated (kube-apiserver's validation keeps
- * such objects out) selects nothing; an absent one is the empty selector (every pod), as the Go zero value is.
+ * Whether `np` governs `pod` in `direction`. Absent policyTypes are kube-apiserver's default: Ingress always, Egress
+ * when the policy has egress rules. A podSelector that cannot be evaluated (kube-apiserver's validation keeps such
+ * objects out) selects nothing; an absent one is the empty selector (every pod), as the Go zero value is.
  */
-export function selectsEgressOf(np: NetworkPolicy, pod: PodIdentity): boolean {
+function selects(np: NetworkPolicy, pod: PodIdentity, direction: Direction): boolean {
   if ((np.metadata.namespace ?? '') !== (pod.metadata.namespace ?? '')) return false;
   const spec = np.spec ?? {};
-  const egress = spec.policyTypes ? spec.policyTypes.includes('Egress') : (spec.egress ?? []).length > 0;
-  if (!egress) return false;
+  const types = spec.policyTypes ?? ['Ingress', ...((spec.egress ?? []).length ? ['Egress'] : [])];
+  if (!types.includes(direction)) return false;
   return labelSelectorFromObject(spec.podSelector)?.matches(pod.metadata.labels ?? {}) ?? false;
 }
 
-export interface PodEgress {
-  /** The template layer; undefined when no policy selects the pod (the secure default applies). */
+export interface PodLayer {
+  /** The layer; undefined when no policy selects the pod (egress: the secure default; ingress: every peer). */
   layer: EgressLayer | undefined;
   /** The selecting policies, `<namespace>/<name>`, sorted. */
   policies: string[];
@@ -66,18 +81,31 @@ export interface PodEgress {
  * rules (NetworkPolicy rules only ever allow, so the union of the allows is Kubernetes' "allowed by any policy").
  * Policies are taken in name order, so the same set always gives the same layer (a re-apply compares layers).
  */
-export function podEgressLayer(pod: PodIdentity, policies: readonly NetworkPolicy[]): PodEgress {
+export const podEgressLayer = (pod: PodIdentity, policies: readonly NetworkPolicy[]): PodLayer =>
+  podLayer(pod, policies, 'Egress');
+
+/** The ingress layer for `pod`: podEgressLayer's union over the policies selecting it for Ingress, from their rules. */
+export const podIngressLayer = (pod: PodIdentity, policies: readonly NetworkPolicy[]): PodLayer =>
+  podLayer(pod, policies, 'Ingress');
+
+function podLayer(pod: PodIdentity, policies: readonly NetworkPolicy[], direction: Direction): PodLayer {
   const selecting = policies
-    .filter((np) => selectsEgressOf(np, pod))
+    .filter((np) => selects(np, pod, direction))
     .sort((a, b) => (a.metadata.name ?? '').localeCompare(b.metadata.name ?? ''));
   if (!selecting.length) return { layer: undefined, policies: [], dropped: 0 };
   const names = selecting.map((np) => `${np.metadata.namespace ?? ''}/${np.metadata.name ?? ''}`);
   let source = `NetworkPolicy ${names.join(', ')}`;
   if (source.length > MAX_SOURCE) source = `${source.slice(0, MAX_SOURCE - 3)}...`;
-  const layer = networkPolicyEgressLayer(
-    source,
-    selecting.flatMap((np) => np.spec?.egress ?? []),
-  );
+  const layer =
+    direction === 'Egress'
+      ? networkPolicyEgressLayer(
+          source,
+          selecting.flatMap((np) => np.spec?.egress ?? []),
+        )
+      : networkPolicyIngressLayer(
+          source,
+          selecting.flatMap((np) => np.spec?.ingress ?? []),
+        );
   const fits = layer.rules.filter(
     (r) =>
       r.to.length <= MAX_EGRESS_CIDRS &&

@@ -90,6 +90,11 @@ export const containerIdOf = (claimId: string): string => `sandboxd://${claimId}
 export interface RunningInput {
   claimId: string;
   hostAddress: string;
+  /**
+   * The VM's own address (a networked VM's namespace address, DNAT'd to the guest): the pod's IP, which Services and
+   * in-cluster clients reach. Absent (a NIC-less or simulated VM): the node's address, as the host network is.
+   */
+  podAddress?: string;
   ready: boolean;
   restartCount: number;
   now: string;
@@ -116,7 +121,10 @@ function condition(
   };
 }
 
-/** Status of a Pod whose VM runs: Running, Ready per the VM, one running container status per spec container. */
+/**
+ * Status of a Pod whose VM runs: Running, Ready per the VM, one running container status per spec container, the VM's
+ * address as the pod's IP.
+ */
 export function runningStatus(pod: Pod, input: RunningInput): PodStatus {
   const prev = pod.status;
   const containerID = containerIdOf(input.claimId);
@@ -124,6 +132,7 @@ export function runningStatus(pod: Pod, input: RunningInput): PodStatus {
     const old = prev?.containerStatuses?.find((c) => c.name === name);
     return old?.containerID === containerID && old.state.running?.startedAt ? old.state.running.startedAt : input.now;
   };
+  const podIP = input.podAddress ?? input.hostAddress;
   const notReady = input.ready ? undefined : (input.notReadyReason ?? 'VMNotRunning');
   const containerStatuses: ContainerStatus[] = pod.spec.containers.map((c) => ({
     name: c.name,
@@ -141,8 +150,8 @@ export function runningStatus(pod: Pod, input: RunningInput): PodStatus {
     message: null,
     hostIP: input.hostAddress,
     hostIPs: [{ ip: input.hostAddress }],
-    podIP: input.hostAddress,
-    podIPs: [{ ip: input.hostAddress }],
+    podIP,
+    podIPs: [{ ip: podIP }],
     startTime: prev?.startTime ?? input.now,
     conditions: [
       condition(prev, 'PodReadyToStartContainers', true, input.now),

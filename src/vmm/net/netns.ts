@@ -225,7 +225,7 @@ export class VmNetworks {
 
   /** Replace the namespace's ruleset in one transaction (a narrowing also cuts connections already open). */
   async apply(ns: VmNetns, policy: VmNetworkPolicy | undefined): Promise<void> {
-    await this.inNamespace(ns.name, 'nft', ['-f', '-'], vmRuleset(policy, this.options.resolver));
+    await this.inNamespace(ns.name, 'nft', ['-f', '-'], vmRuleset(policy, this.options.resolver, ns.nsAddress));
   }
 
   /** Whether the namespace is still there (a node reboot empties /run). */

@@ -28,6 +28,8 @@ export interface EgressLayer {
 export interface VmNetworkPolicy {
   template?: EgressLayer;
   tenant?: EgressLayer;
+  /** Who may open connections to the VM's pod address; its rules' `to` are the peers. Absent = anyone routed there. */
+  ingress?: EgressLayer;
 }
 
 /** What the secure default denies: loopback, private, link-local, CGNAT, multicast, reserved. */

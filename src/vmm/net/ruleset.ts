@@ -22,6 +22,8 @@ export const GUEST_LINK = 'tap0';
 export const UPLINK = 'eth0';
 export const TAP_ADDRESS = '10.0.2.2';
 export const GUEST_DNS_ADDRESS = '10.0.2.3';
+/** The guest's own address (src/guest/build/assets/init.sh). */
+export const GUEST_ADDRESS = '10.0.2.15';
 /** Locally administered, the same in every namespace (netns.ts says why). */
 export const TAP_MAC = '02:73:62:78:00:02';
 /** The node-side veth names all start with this (nft wildcard `sbxv*`); the cluster's own veths are `sbx<k>h`. */
@@ -30,12 +32,15 @@ export const HOST_IF_PREFIX = 'sbxv';
 const VM_TABLE = 'sbx_vm';
 const HOST_TABLE = 'sbx_vmnet';
 
-/** nft statements of one rule; empty when the rule can match nothing here (e.g. only IPv6 destinations). */
-function ruleStatements(rule: EgressRule): string[] {
+/** Which end of a packet a layer's addresses are: the destination (egress) or the peer that sent it (ingress). */
+type Side = 'daddr' | 'saddr';
+
+/** nft statements of one rule; empty when the rule can match nothing here (e.g. only IPv6 addresses). */
+function ruleStatements(rule: EgressRule, side: Side): string[] {
   const dest = destinations(rule.to, rule.except ?? []);
   if (!dest.length) return [];
   const verdict = rule.action === 'allow' ? 'return' : 'drop';
-  const daddr = isEverything(dest) ? '' : `ip daddr ${nftSet(dest)} `;
+  const daddr = isEverything(dest) ? '' : `ip ${side} ${nftSet(dest)} `;
   if (!rule.ports?.length) return [`${daddr}${verdict}`];
   return rule.ports.map((p) => {
     const range =
@@ -44,19 +49,30 @@ function ruleStatements(rule: EgressRule): string[] {
   });
 }
 
-function layerChain(name: string, layer: EgressLayer): string[] {
+function layerChain(name: string, layer: EgressLayer, side: Side = 'daddr'): string[] {
   return [
     `  chain ${name} {`,
     `    # ${layer.source.replace(/[^\x20-\x7e]/g, '?')}`,
-    ...layer.rules.flatMap(ruleStatements).map((s) => `    ${s}`),
+    ...layer.rules.flatMap((r) => ruleStatements(r, side)).map((s) => `    ${s}`),
     `    ${layer.otherwise === 'allow' ? 'return' : 'drop'}`,
     '  }',
   ];
 }
 
-/** The whole table of a VM's namespace; applying it replaces the previous one in one transaction. */
-export function vmRuleset(policy: VmNetworkPolicy | undefined, resolver: string | undefined): string {
+/**
+ * The whole table of a VM's namespace; applying it replaces the previous one in one transaction. With `podAddress`
+ * (the namespace's veth address), what is sent to it from the node's side is the guest's: DNAT'd to 10.0.2.15 and
+ * judged by the ingress layer (none = every peer), and the guest's answers on those connections go back unjudged
+ * by the egress layers (their packets are the reply direction; the guest cannot make a reply of its own).
+ */
+export function vmRuleset(
+  policy: VmNetworkPolicy | undefined,
+  resolver: string | undefined,
+  podAddress?: string,
+): string {
   const layers = effectiveLayers(policy);
+  const inbound = podAddress ? [`    iifname "${UPLINK}" ip daddr ${podAddress} dnat ip to ${GUEST_ADDRESS}`] : [];
+  const ingress = policy?.ingress;
   const dnat = resolver
     ? [
         `    iifname "${GUEST_LINK}" ip daddr ${GUEST_DNS_ADDRESS} udp dport 53 dnat ip to ${resolver}`,
@@ -71,6 +87,7 @@ export function vmRuleset(policy: VmNetworkPolicy | undefined, resolver: string 
     '  chain prerouting {',
     '    type nat hook prerouting priority dstnat; policy accept;',
     ...dnat,
+    ...inbound,
     '  }',
     '  chain postrouting {',
     '    type nat hook postrouting priority srcnat; policy accept;',
@@ -84,8 +101,20 @@ export function vmRuleset(policy: VmNetworkPolicy | undefined, resolver: string 
     '  chain forward {',
     '    type filter hook forward priority filter; policy drop;',
     `    iifname "${UPLINK}" oifname "${GUEST_LINK}" ct state established,related accept`,
+    ...(podAddress
+      ? [
+          `    iifname "${UPLINK}" oifname "${GUEST_LINK}" ct status dnat jump ingress`,
+          `    iifname "${GUEST_LINK}" oifname "${UPLINK}" ct direction reply accept`,
+        ]
+      : []),
     `    iifname "${GUEST_LINK}" oifname "${UPLINK}" jump egress`,
     '  }',
+    '  chain ingress {',
+    '    meta nfproto ipv6 drop',
+    ...(ingress ? ['    jump inlayer'] : []),
+    '    accept',
+    '  }',
+    ...(ingress ? layerChain('inlayer', ingress, 'saddr') : []),
     '  chain egress {',
     '    meta nfproto ipv6 drop',
     ...dns,
