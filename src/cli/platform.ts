@@ -13,6 +13,7 @@ import {
 import { freePort } from '../net/free-port.js';
 import { defaultRunRoot } from '../sandboxd/engine.js';
 import type { Logger } from '../log/logger.js';
+import type { PoolNet, PoolSize } from '../api/pool-key.js';
 import { Components, type Component } from './components.js';
 
 /**
@@ -44,6 +45,11 @@ export interface PlatformOptions {
    * when `template` is not already sandbox/base. @default 0
    */
   e2bWarm?: number;
+  /**
+   * The e2b API's template alias table by template id (written for sandbox-apiserver's `--e2b-templates-file`,
+   * docs/e2b.md "Template alias table"); default: base -> sandbox/base.
+   */
+  e2bTemplates?: Record<string, { template: string; size?: PoolSize; net?: PoolNet }>;
   /**
    * The sandboxd nodes (by name, e.g. `node-2`) that pull a checkpoint they lack from a peer and serve it
    * (docs/placement.md); the others redirect to an owner. Nodes find each other through their NodeInventory.
@@ -260,6 +266,12 @@ async function startApiServer(
   const apiKey = `e2b_${randomBytes(20).toString('hex')}`;
   const apiKeyFile = join(opts.dataDir, 'e2b-api-keys');
   await writeFile(apiKeyFile, `# e2b API keys of the local platform (sbx up)\n${apiKey}\n`, { mode: 0o600 });
+  let templatesFile: string | undefined;
+  const e2bTemplates = opts.e2bTemplates ?? (servesNetworkedPool(opts) ? NETWORKED_E2B_TEMPLATES : undefined);
+  if (e2bTemplates) {
+    templatesFile = join(opts.dataDir, 'e2b-templates.json');
+    await writeFile(templatesFile, JSON.stringify({ templates: e2bTemplates }));
+  }
   const e2bPort = await freePort(host);
   const routerPort = await freePort(host);
   const kubeconfig = await serviceAccountKubeconfig(cluster.kubectl, {
@@ -284,6 +296,7 @@ async function startApiServer(
     `--e2b-sandbox-listen=${host}:${routerPort}`,
     `--e2b-api-key-file=${apiKeyFile}`,
     `--e2b-namespace=${E2B_NAMESPACE}`,
+    ...(templatesFile ? [`--e2b-templates-file=${templatesFile}`] : []),
   ]);
   const caFile = join(certDir, 'ca.crt');
   await components.waitFile(c, caFile, 60_000);
@@ -303,6 +316,16 @@ async function startApiServer(
   };
 }
 
+/** The default aggregated platform also keeps a networked sandbox/base VM warm, served to e2b as `base-egress`. */
+function servesNetworkedPool(opts: PlatformOptions): boolean {
+  return opts.layout === 'aggregated' && (opts.e2bWarm ?? 0) > 0 && !opts.pools;
+}
+
+const NETWORKED_E2B_TEMPLATES: NonNullable<PlatformOptions['e2bTemplates']> = {
+  base: { template: 'sandbox/base' },
+  'base-egress': { template: 'sandbox/base', net: 'egress' },
+};
+
 /** sandboxd's --pools: the layout's template, plus the e2b API's sandbox/base where that is another one. */
 function poolsFlag(opts: PlatformOptions): string[] {
   const template = opts.template ?? 'sandbox/base';
@@ -311,7 +334,7 @@ function poolsFlag(opts: PlatformOptions): string[] {
     pools.push(`sandbox/base=${opts.e2bWarm}`);
   // Networked sandboxes (e2b's default: internet on) under the egress lane's secure default: public addresses
   // through NAT, nothing of the node's or the cluster's (docs/vm.md "Networking").
-  if (opts.layout === 'aggregated' && (opts.e2bWarm ?? 0) > 0 && !opts.pools) pools.push('sandbox/base:egress=1');
+  if (servesNetworkedPool(opts)) pools.push('sandbox/base:egress=1');
   return pools.length ? [`--pools=${pools.join(',')}`] : [];
 }
 

@@ -19,7 +19,7 @@ import { kernelCmdline, qemuArgv, type LaunchPlan } from './qemu-argv.js';
 import { killRecorded, newId, readRecords } from './run-records.js';
 import { isSpare, SPARE_LABEL, SparePool } from './spares.js';
 import { buildTemplate, loadTemplate, templateHash } from './templates.js';
-import type { CloneOptions, NetworkLane, Template, TemplateSpec, VmNetns, VmRecord } from './types.js';
+import type { CloneOptions, NetworkLane, Template, TemplateSpec, VmRecord } from './types.js';
 import { Vm } from './vm.js';
 
 export class QemuMicrovmDriver {
@@ -173,14 +173,6 @@ export class QemuMicrovmDriver {
   ): Promise<{ plan: LaunchPlan; vm: Vm }> {
     const runDir = join(this.options.runRoot, id);
     mkdirSync(runDir, { recursive: true });
-    // Made before QEMU (it opens the TAP at start) and so before any claim: a warm VM's namespace is ready.
-    let netns: VmNetns | undefined;
-    try {
-      netns = template.network === 'egress' ? await this.networks.create(id, undefined) : undefined;
-    } catch (err) {
-      rmSync(runDir, { recursive: true, force: true });
-      throw err;
-    }
     const plan: LaunchPlan = {
       id,
       runDir,
@@ -188,7 +180,6 @@ export class QemuMicrovmDriver {
       memoryMiB: template.memoryMiB,
       vcpus: template.vcpus,
       network: template.network,
-      netns: netns?.name,
       image: template.image,
       cmdline: template.cmdline,
       mem: { kind: 'file', path: template.memFile, share: false },
@@ -208,10 +199,24 @@ export class QemuMicrovmDriver {
       labels: labels ?? {},
       createdAt: new Date().toISOString(),
       argv: [],
-      ...(netns ? { netns } : {}),
     };
     const vm = new Vm(this, record, this.log.child({ vm: id }));
     this.vms.set(id, vm);
+    if (template.network === 'egress') {
+      // Made before QEMU (it opens the TAP at start) and so before any claim: a warm VM's namespace is ready. The VM
+      // is registered first and its destroy waits for this, so a shutdown racing a refill removes the namespace too.
+      const creating = this.networks.create(id, undefined).then((ns) => (record.netns = ns));
+      vm.networkCreation = creating;
+      try {
+        plan.netns = (await creating).name;
+      } catch (err) {
+        this.vms.delete(id);
+        rmSync(runDir, { recursive: true, force: true });
+        throw err;
+      }
+      if (vm.state === 'destroyed')
+        throw new SandboxError('vm.destroyed', `VM ${id} was destroyed while its network namespace was made`);
+    }
     return { plan, vm };
   }
 

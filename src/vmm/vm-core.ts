@@ -48,6 +48,8 @@ export abstract class VmCore {
   private readonly startedAt = Date.now();
   /** Set before QEMU is stopped on purpose, so its exit does not mark the VM failed. */
   protected expectingExit = false;
+  /** @internal The VM's network namespace while it is being made (destroy waits for it, then removes it). */
+  networkCreation: Promise<unknown> | undefined;
   /** Why the VM failed (QEMU exit status and log tails), once it has. */
   failure: string | undefined;
 
@@ -365,6 +367,7 @@ export abstract class VmCore {
       this._state = 'destroyed';
       this.record.state = 'destroyed';
       rmSync(this.record.runDir, { recursive: true, force: true });
+      await this.networkCreation?.catch(() => undefined);
       await this.driver.releaseNetwork(this.record);
       this.driver.forget(this.id);
     };

@@ -26,7 +26,10 @@ describe('deadline', () => {
     const seen = { ours: 0, builtin: 0 };
     for (const d of ours) d.signal.addEventListener('abort', () => seen.ours++);
     for (const s of builtin) s.addEventListener('abort', () => seen.builtin++);
-    await sleep(300);
+    // Waited for, not slept on: on a loaded machine a 30 ms timer can run seconds late (seen: 0 of 20 after 300 ms
+    // while benchmarks ran beside the suite); what is checked is that every one fires, not how punctually.
+    for (const until = Date.now() + 10_000; seen.ours < 20 && Date.now() < until;) await sleep(20);
+    await sleep(50); // the built-in ones had as long, for the contrast line below
     assert.equal(seen.ours, 20, 'every deadline fired');
     assert.ok(ours.every((d) => (d.signal.reason as DOMException).name === 'TimeoutError'));
     process.stderr.write(`AbortSignal.any + AbortSignal.timeout on ${process.version}: ${seen.builtin} of 20 fired\n`);

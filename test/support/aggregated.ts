@@ -23,6 +23,8 @@ export const TEST_TEMPLATE = 'sandbox/minimal';
 export const TEST_WARM = 8;
 /** Warm sandbox/base VMs per node for the e2b tests (test/aggregated/e2b-*.test.ts). */
 export const TEST_E2B_WARM = 3;
+/** The e2b template id of a networked sandbox (sandbox/base on the egress lane; test/aggregated/e2b-network.test.ts). */
+export const E2B_EGRESS_TEMPLATE = 'base-egress';
 
 export interface AggregatedInfo {
   cluster: ClusterInfo;
@@ -53,7 +55,12 @@ export async function startAggregatedForTests(
     template: TEST_TEMPLATE,
     e2bWarm: TEST_E2B_WARM,
     // An egress-lane pool too: every verb works on a networked VM (issue 30), which is part of the contract.
-    pools: `${TEST_TEMPLATE}=${TEST_WARM},${TEST_TEMPLATE}:egress=1`,
+    pools: `${TEST_TEMPLATE}=${TEST_WARM},${TEST_TEMPLATE}:egress=1,sandbox/base:egress=1`,
+    // e2b's `base` as sbx up serves it, and a networked sandbox/base under the egress lane's secure default.
+    e2bTemplates: {
+      base: { template: 'sandbox/base' },
+      [E2B_EGRESS_TEMPLATE]: { template: 'sandbox/base', net: 'egress' },
+    },
     etcdFsync: true,
     logger: createLogger({ level: 'warn', name: 'aggregated' }),
     progress: (l) => process.stderr.write(`[aggregated] ${l}\n`),

@@ -177,11 +177,17 @@ export class VmNetworks {
       nsAddress: intToIpv4(this.base + index * 4 + 2),
     };
     try {
-      // A namespace or link of this name left by a crash before its slot file was written would fail the add.
-      await run('ip', ['link', 'del', hostIf]).catch(() => undefined);
-      await run('ip', ['netns', 'del', netns]).catch(() => undefined);
-      await run('ip', ['netns', 'add', netns]);
-      await run('ip', ['link', 'add', hostIf, 'type', 'veth', 'peer', 'name', UPLINK, 'netns', netns]);
+      // A namespace or link of this name left by a crash before its slot file was written fails the add: it is
+      // removed and the add made once more (only then: each command is a process, and this is a clone's path).
+      const veth = ['link', 'add', hostIf, 'type', 'veth', 'peer', 'name', UPLINK, 'netns', netns];
+      await run('ip', ['netns', 'add', netns]).catch(async () => {
+        await run('ip', ['netns', 'del', netns]).catch(() => undefined);
+        await run('ip', ['netns', 'add', netns]);
+      });
+      await run('ip', veth).catch(async () => {
+        await run('ip', ['link', 'del', hostIf]).catch(() => undefined);
+        await run('ip', veth);
+      });
       await run(
         'ip',
         ['-batch', '-'],
@@ -210,8 +216,13 @@ export class VmNetworks {
           '',
         ].join('\n'),
       );
-      await this.inNamespace(netns, 'sh', ['-c', 'echo 1 > /proc/sys/net/ipv4/ip_forward']);
-      await this.apply(ns, policy);
+      // Forwarding in the namespace and its first ruleset in one process.
+      await this.inNamespace(
+        netns,
+        'sh',
+        ['-c', 'echo 1 > /proc/sys/net/ipv4/ip_forward && exec nft -f -'],
+        vmRuleset(policy, this.options.resolver, ns.nsAddress),
+      );
       return ns;
     } catch (err) {
       await this.remove(ns.name, hostIf, file);
