@@ -50,7 +50,12 @@ describe('e2b network options (sim node)', () => {
     return { status: res.status, json: (text ? JSON.parse(text) : {}) as Record<string, unknown> };
   };
   const create = async (body: Record<string, unknown>) => {
-    const r = await e2b('POST', '/v2/sandboxes', body);
+    // A 503 is "the pool is refilling" (the SDKs retry it): waited out, as the tests before this one take VMs.
+    let r = await e2b('POST', '/v2/sandboxes', body);
+    for (const until = Date.now() + 10_000; r.status === 503 && Date.now() < until;) {
+      await new Promise((res) => setTimeout(res, 50));
+      r = await e2b('POST', '/v2/sandboxes', body);
+    }
     assert.equal(r.status, 201, JSON.stringify(r.json));
     return r.json.sandboxID as string;
   };
