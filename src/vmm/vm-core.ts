@@ -111,8 +111,7 @@ export abstract class VmCore {
   async setNetworkPolicy(policy: VmNetworkPolicy | undefined): Promise<void> {
     assertNetworked(this.record);
     if (this._state === 'destroyed') throw new SandboxError('vm.destroyed', `VM ${this.id} was destroyed`);
-    if (this.record.netns && this.driver.hasNetwork(this.record))
-      await this.driver.applyNetworkPolicy(this.record, policy);
+    if (this.driver.hasNetwork(this.record)) await this.driver.applyNetworkPolicy(this.record, policy);
     if (policy) this.record.netPolicy = policy;
     else delete this.record.netPolicy;
     this.persist();

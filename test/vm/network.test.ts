@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -201,7 +201,7 @@ describe('egress lane: a namespace, a TAP and a policy per VM', { timeout: BUILD
     await next.reapOrphanSpares();
     assert.ok(!existsSync(`/run/netns/${ns}`), 'namespace removed');
     const slots = readdirSync(driver.options.vmNetworkSlotDir).filter((f) =>
-      execFileSync('cat', [join(driver.options.vmNetworkSlotDir, f)], { encoding: 'utf8' }).includes(ns),
+      readFileSync(join(driver.options.vmNetworkSlotDir, f), 'utf8').includes(ns),
     );
     assert.deepEqual(slots, [], 'slot freed');
   });
