@@ -9,6 +9,8 @@ APT_PACKAGES=(
   iproute2 nftables                     # local cluster: network namespaces; networked VMs: per-VM netns + egress rules
   qemu-system-x86 busybox-static cpio lz4 e2fsprogs   # microVMs (QEMU microvm, TCG here)
   linux-source-6.1 flex bison libelf-dev bc libssl-dev make gcc xz-utils  # the minimal guest kernel, built once
+  runc containernetworking-plugins iptables conntrack socat  # real worker nodes: containerd's OCI runtime, pod
+                                        # networking, kube-proxy's rules, port-forward (containerd itself is built)
 )
 
 say() { printf '[bootstrap] %s\n' "$*" >&2; }
@@ -39,8 +41,8 @@ if [[ ! -d node_modules || package-lock.json -nt node_modules/.package-lock.json
   npm ci --no-audit --no-fund >&2
 fi
 
-say "obtaining etcd / Kubernetes / kwok binaries (cached; the first build takes a while)"
-node --import tsx scripts/obtain-binaries.ts >/dev/null
+say "obtaining etcd / Kubernetes / kwok, kubelet / kube-proxy / containerd / CoreDNS binaries (cached; the first build takes a while)"
+node --import tsx scripts/obtain-binaries.ts --real-nodes >/dev/null
 
 say "building guest images: kernel, initramfs, root filesystems (cached; the first build takes a while)"
 node --import tsx scripts/build-guest-images.ts >/dev/null

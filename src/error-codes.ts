@@ -252,6 +252,7 @@ export const ERROR_CODES = {
   'cluster.binary-missing': { status: 500, meaning: 'a Kubernetes binary is missing' },
   'cluster.build': { status: 500, meaning: 'building a Kubernetes binary failed' },
   'cluster.download': { status: 500, meaning: 'downloading a binary or kwok stage failed' },
+  'cluster.image': { status: 500, meaning: "a real node's local image archive cannot be built" },
   'cluster.kubectl': { status: 500, meaning: 'a kubectl command failed' },
   'cluster.network': { status: 500, meaning: "the local cluster's network namespace cannot be made" },
   'cluster.no-go': { status: 500, meaning: 'no usable Go toolchain to build a binary' },
@@ -259,6 +260,7 @@ export const ERROR_CODES = {
   'cluster.pki': { status: 500, meaning: "the local cluster's CA cannot be read" },
   'cluster.process': { status: 500, meaning: 'a control-plane process cannot be started' },
   'cluster.process-died': { status: 500, meaning: 'a control-plane process exited' },
+  'cluster.real-node': { status: 500, meaning: 'a real worker node (kubelet, containerd) cannot be started' },
   // The install manifests' generator (src/deploy, npm run generate).
   'deploy.flags': { status: 500, meaning: "a manifest passes a flag its component's option definitions reject" },
   'deploy.helm': { status: 500, meaning: 'the install variants cannot be merged into one Helm template' },

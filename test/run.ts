@@ -10,11 +10,12 @@
  */
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { cp, readdir, stat, writeFile } from 'node:fs/promises';
+import { cp, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
+  cgroupsWithPrefix,
   isAlive,
   listClusterNamespaces,
   listProcesses,
@@ -98,6 +99,10 @@ async function main(): Promise<number> {
       cacheDir: env.cacheDir,
       binDir: env.binDir,
       simulatedNodes: 2,
+      // One real node (kubelet + containerd) for the tests of the standard runtime; tainted, so every other test's
+      // Pods stay on the simulated nodes.
+      realNodes: 1,
+      realNodeTaint: true,
       progress: (l) => process.stderr.write(`${l}\n`),
     });
     process.stderr.write(
@@ -140,15 +145,27 @@ async function main(): Promise<number> {
     // Networked VMs' namespaces (src/vmm/net): their slot files carry the run marker.
     ...namespacesOfRun(resolveDriverOptions().vmNetworkSlotDir, runId),
   ];
-  if (leftovers.length || clusterAlive.length || netnsLeft.length) {
+  // Real nodes' cgroup subtrees (`<netns>-<node>`): their containers do not carry the run marker, their cgroups do
+  // hold them.
+  const cgroupsLeft = cluster ? await cgroupsWithPrefix(`${cluster.netns}-`) : [];
+  // Their mounts (overlay roots, volumes, pod namespaces) live in the nodes' own mount namespaces; one seen here
+  // would have escaped into the machine's.
+  const mountsLeft = cluster
+    ? (await readFile('/proc/self/mountinfo', 'utf8')).split('\n').filter((l) => l.includes(cluster!.dataDir))
+    : [];
+  cgroupsLeft.push(...mountsLeft.map((l) => `mount ${l.split(' ')[4]}`));
+  if (leftovers.length || clusterAlive.length || netnsLeft.length || cgroupsLeft.length) {
     process.stderr.write(
       `leak check FAILED: ${leftovers.length} processes still running${leftovers.map((p) => `\n  ${p.pid} ${p.cmd.slice(0, 160)}`).join('')}` +
-        `${netnsLeft.length ? `\n  network namespaces left: ${netnsLeft.join(', ')}` : ''}\n`,
+        `${netnsLeft.length ? `\n  network namespaces left: ${netnsLeft.join(', ')}` : ''}` +
+        `${cgroupsLeft.length ? `\n  cgroups / mounts left: ${cgroupsLeft.join(', ')}` : ''}\n`,
     );
     for (const p of leftovers) if (isAlive(p.pid)) process.kill(p.pid, 'SIGKILL');
     return 1;
   }
-  process.stderr.write(`leak check passed: every process started by the run has exited, no network namespace left\n`);
+  process.stderr.write(
+    `leak check passed: every process started by the run has exited, no network namespace or node cgroup left\n`,
+  );
   return code;
 }
 

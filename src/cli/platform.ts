@@ -31,6 +31,8 @@ export interface PlatformOptions {
   dataDir: string;
   layout: Layout;
   simulatedNodes: number;
+  /** Real worker nodes (kubelet + containerd) for the standard runtime. */
+  realNodes?: number;
   sandboxdNodes: number;
   /** Warm VMs each sandboxd keeps of the base template, so the first claim is fast. */
   warm: number;
@@ -117,6 +119,7 @@ export async function startPlatform(opts: PlatformOptions): Promise<Platform> {
     binDir: opts.binDir,
     dataDir: join(opts.dataDir, 'cluster'),
     simulatedNodes: opts.simulatedNodes,
+    realNodes: opts.realNodes ?? 0,
     etcdFsync: opts.etcdFsync,
     logger: opts.logger,
     progress: opts.progress,

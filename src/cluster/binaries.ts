@@ -79,6 +79,13 @@ export function cachedBinDir(cacheDir: string, spec: ComponentSpec): string {
   return join(cacheDir, 'bin', `${spec.name}-${spec.version}`);
 }
 
+/** The component's binaries if the cache holds a complete build of them; never builds (a test's "is it here?"). */
+export async function cachedBinaries(name: ComponentName, cacheDir: string): Promise<BinaryPaths | undefined> {
+  const spec = COMPONENTS[name];
+  const dir = cachedBinDir(cacheDir, spec);
+  return (await isComplete(dir)) ? pathsIn(spec, dir) : undefined;
+}
+
 function allBinaryNames(): string[] {
   return Object.values(COMPONENTS).flatMap((c) => c.binaries);
 }
@@ -105,6 +112,14 @@ async function isComplete(dir: string): Promise<boolean> {
   }
 }
 
+/** How to ask a binary for its version without side effects, where `--version` is not the way. */
+const VERSION_ARGS: Record<string, string[]> = {
+  kubectl: ['version', '--client'],
+  helm: ['version'],
+  'containerd-shim-runc-v2': ['-v'],
+  coredns: ['-version'],
+};
+
 /** A user-supplied directory must hold working binaries; say which one is missing or broken. */
 async function checkExplicitDir(spec: ComponentSpec, dir: string): Promise<BinaryPaths> {
   const paths = pathsIn(spec, dir);
@@ -116,8 +131,7 @@ async function checkExplicitDir(spec: ComponentSpec, dir: string): Promise<Binar
         hint: `put ${spec.name} ${spec.version} binaries in ${dir}, or unset SANDBOX_K8S_BIN_DIR to build them`,
       });
     }
-    const versionArgs = bin === 'kubectl' ? ['version', '--client'] : bin === 'helm' ? ['version'] : ['--version'];
-    const res = spawnSync(path, versionArgs, {
+    const res = spawnSync(path, VERSION_ARGS[bin] ?? ['--version'], {
       timeout: 15_000,
       encoding: 'utf8',
     });
@@ -159,36 +173,15 @@ interface GoModule {
   main?: string;
   packages: string[];
   ldflags: string;
+  /** Go build tags (`-tags`), e.g. to leave out parts that need cgo. */
+  tags?: string[];
 }
 
 async function goModuleFor(spec: ComponentSpec, buildDir: string): Promise<GoModule> {
   switch (spec.name) {
-    case 'kubernetes': {
-      // k8s.io/kubernetes requires its staging modules at v0.0.0 with ./staging replaces; mirror each replace
-      // onto the published module of the matching minor (v1.X.Y -> v0.X.Y), read from its own go.mod.
-      const info = await goJson(['mod', 'download', '-json', `k8s.io/kubernetes@${spec.version}`], buildDir);
-      const upstream = await readFile(String(info.GoMod), 'utf8');
-      const stagingVersion = spec.version.replace(/^v1\./, 'v0.');
-      const replaces = [...upstream.matchAll(/^\s*(k8s\.io\/[\w.-]+)\s+=>\s+\.\/staging\//gm)].map(
-        (m) => `\t${m[1]} => ${m[1]} ${stagingVersion}`,
-      );
-      if (replaces.length === 0)
-        throw new SandboxError('cluster.build', 'no staging replaces found in k8s.io/kubernetes go.mod');
-      const [, minor] = spec.version.match(/^v1\.(\d+)\./) ?? [];
-      const pkg = 'k8s.io/component-base/version';
-      return {
-        goMod: `module sbxbuild\n\ngo 1.26.0\n\nrequire k8s.io/kubernetes ${spec.version}\n\nreplace (\n${replaces.join('\n')}\n)\n`,
-        packages: spec.binaries.map((b) => `k8s.io/kubernetes/cmd/${b}`),
-        ldflags: [
-          '-s -w',
-          `-X ${pkg}.gitVersion=${spec.version}`,
-          `-X ${pkg}.gitMajor=1`,
-          `-X ${pkg}.gitMinor=${minor}`,
-          `-X ${pkg}.gitTreeState=clean`,
-          `-X k8s.io/client-go/pkg/version.gitVersion=${spec.version}`,
-        ].join(' '),
-      };
-    }
+    case 'kubernetes':
+    case 'kubernetes-node':
+      return kubernetesModule(spec, buildDir);
     case 'etcd':
       return {
         goMod: `module sbxbuild\n\ngo 1.26.0\n\nrequire go.etcd.io/etcd/server/v3 ${spec.version}\n`,
@@ -211,7 +204,55 @@ async function goModuleFor(spec: ComponentSpec, buildDir: string): Promise<GoMod
         ldflags: `-s -w -X helm.sh/helm/${major}/internal/version.version=${spec.version} -X helm.sh/helm/${major}/internal/version.gitTreeState=clean`,
       };
     }
+    case 'containerd': {
+      const mod = 'github.com/containerd/containerd/v2';
+      return {
+        goMod: `module sbxbuild\n\ngo 1.26.0\n\nrequire ${mod} ${spec.version}\n`,
+        packages: spec.binaries.map((b) => `${mod}/cmd/${b}`),
+        // Its Makefile's ldflags: otherwise `containerd --version` says "2.x+unknown". The tags leave out the
+        // snapshotters that need cgo or host tools (btrfs, devmapper, zfs); real nodes use overlayfs.
+        ldflags: `-s -w -X ${mod}/version.Version=${spec.version} -X ${mod}/version.Package=${mod}`,
+        tags: ['no_btrfs', 'no_devmapper', 'no_zfs'],
+      };
+    }
+    case 'coredns':
+      return {
+        goMod: `module sbxbuild\n\ngo 1.26.0\n\nrequire github.com/coredns/coredns ${spec.version}\n`,
+        // Its main package is the module root; the plugin list (core/plugin/zplugin.go) is the default one.
+        packages: ['github.com/coredns/coredns'],
+        ldflags: `-s -w -X github.com/coredns/coredns/coremain.GitCommit=${spec.version}`,
+      };
   }
+}
+
+/**
+ * k8s.io/kubernetes requires its staging modules at v0.0.0 with ./staging replaces; mirror each replace onto the
+ * published module of the matching minor (v1.X.Y -> v0.X.Y), read from its own go.mod. The control plane and the
+ * node agents share this, so kubelet reports exactly the control plane's version.
+ */
+async function kubernetesModule(spec: ComponentSpec, buildDir: string): Promise<GoModule> {
+  const info = await goJson(['mod', 'download', '-json', `k8s.io/kubernetes@${spec.version}`], buildDir);
+  const upstream = await readFile(String(info.GoMod), 'utf8');
+  const stagingVersion = spec.version.replace(/^v1\./, 'v0.');
+  const replaces = [...upstream.matchAll(/^\s*(k8s\.io\/[\w.-]+)\s+=>\s+\.\/staging\//gm)].map(
+    (m) => `\t${m[1]} => ${m[1]} ${stagingVersion}`,
+  );
+  if (replaces.length === 0)
+    throw new SandboxError('cluster.build', 'no staging replaces found in k8s.io/kubernetes go.mod');
+  const [, minor] = spec.version.match(/^v1\.(\d+)\./) ?? [];
+  const pkg = 'k8s.io/component-base/version';
+  return {
+    goMod: `module sbxbuild\n\ngo 1.26.0\n\nrequire k8s.io/kubernetes ${spec.version}\n\nreplace (\n${replaces.join('\n')}\n)\n`,
+    packages: spec.binaries.map((b) => `k8s.io/kubernetes/cmd/${b}`),
+    ldflags: [
+      '-s -w',
+      `-X ${pkg}.gitVersion=${spec.version}`,
+      `-X ${pkg}.gitMajor=1`,
+      `-X ${pkg}.gitMinor=${minor}`,
+      `-X ${pkg}.gitTreeState=clean`,
+      `-X k8s.io/client-go/pkg/version.gitVersion=${spec.version}`,
+    ].join(' '),
+  };
 }
 
 async function buildWithGo(spec: ComponentSpec, cacheDir: string, target: string, progress: (l: string) => void) {
@@ -233,7 +274,16 @@ async function buildWithGo(spec: ComponentSpec, cacheDir: string, target: string
   progress(`[build ${spec.name} ${spec.version}] compiling ${spec.binaries.join(', ')} (minutes on a cold cache)`);
   const outArg = mod.packages.length > 1 ? `${outDir}/` : join(outDir, spec.binaries[0] ?? spec.name);
   await runGo(
-    ['build', '-v', '-trimpath', `-ldflags=${mod.ldflags}`, '-o', outArg, ...mod.packages],
+    [
+      'build',
+      '-v',
+      '-trimpath',
+      ...(mod.tags?.length ? [`-tags=${mod.tags.join(',')}`] : []),
+      `-ldflags=${mod.ldflags}`,
+      '-o',
+      outArg,
+      ...mod.packages,
+    ],
     buildDir,
     progress,
     spec,
@@ -316,32 +366,58 @@ function runGo(args: string[], cwd: string, progress: (l: string) => void, spec:
   });
 }
 
-const RELEASE_URLS: Record<ComponentName, (v: string, bin: string) => string> = {
-  kubernetes: (v, bin) => `https://dl.k8s.io/release/${v}/bin/linux/amd64/${bin}`,
-  kwok: (v, bin) => `https://github.com/kubernetes-sigs/kwok/releases/download/${v}/${bin}-linux-amd64`,
-  etcd: (v) => `https://github.com/etcd-io/etcd/releases/download/${v}/etcd-${v}-linux-amd64.tar.gz`,
-  helm: (v) => `https://get.helm.sh/helm-${v}-linux-amd64.tar.gz`,
-};
-/** The binary's path inside a release tarball (its first directory is stripped). */
-const TARBALL_MEMBERS: Partial<Record<ComponentName, (v: string) => string>> = {
-  etcd: (v) => `etcd-${v}-linux-amd64/etcd`,
-  helm: () => 'linux-amd64/helm',
+/**
+ * Where each binary of a component is published upstream: a plain file, or a member of a release tarball (its
+ * leading directories are stripped). Total over ComponentName, so a new component must say where it comes from.
+ */
+interface ReleaseAsset {
+  url: string;
+  /** The binary's path inside the tarball at `url`; absent when `url` is the binary itself. */
+  member?: string;
+}
+const K8S_RELEASE = (v: string, bin: string): ReleaseAsset => ({
+  url: `https://dl.k8s.io/release/${v}/bin/linux/amd64/${bin}`,
+});
+const RELEASE_ASSETS: Record<ComponentName, (v: string, bin: string) => ReleaseAsset> = {
+  kubernetes: K8S_RELEASE,
+  'kubernetes-node': K8S_RELEASE,
+  kwok: (v, bin) => ({ url: `https://github.com/kubernetes-sigs/kwok/releases/download/${v}/${bin}-linux-amd64` }),
+  etcd: (v) => ({
+    url: `https://github.com/etcd-io/etcd/releases/download/${v}/etcd-${v}-linux-amd64.tar.gz`,
+    member: `etcd-${v}-linux-amd64/etcd`,
+  }),
+  helm: (v) => ({ url: `https://get.helm.sh/helm-${v}-linux-amd64.tar.gz`, member: 'linux-amd64/helm' }),
+  // The "static" tarball: the plain one is linked against the build host's glibc.
+  containerd: (v, bin) => ({
+    url: `https://github.com/containerd/containerd/releases/download/${v}/containerd-static-${v.slice(1)}-linux-amd64.tar.gz`,
+    member: `bin/${bin}`,
+  }),
+  coredns: (v) => ({
+    url: `https://github.com/coredns/coredns/releases/download/${v}/coredns_${v.slice(1)}_linux_amd64.tgz`,
+    member: 'coredns',
+  }),
 };
 
 async function download(spec: ComponentSpec, cacheDir: string, target: string, progress: (l: string) => void) {
   const dlDir = join(cacheDir, 'build', `${spec.name}-${spec.version}-download`);
   await mkdir(dlDir, { recursive: true });
   await installInto(target, async (tmp) => {
+    // Several binaries may share one tarball (containerd): fetch each URL once.
+    const fetched = new Map<string, string>();
     for (const bin of spec.binaries) {
-      const url = RELEASE_URLS[spec.name](spec.version, bin);
-      progress(`[download ${spec.name} ${spec.version}] ${url}`);
-      const res = await fetch(url);
-      if (!res.ok || !res.body) throw new SandboxError('cluster.download', `GET ${url}: HTTP ${res.status}`);
-      const member = TARBALL_MEMBERS[spec.name]?.(spec.version);
-      const file = member ? join(dlDir, `${spec.name}.tar.gz`) : join(tmp, bin);
-      await pipeline(Readable.fromWeb(res.body as import('node:stream/web').ReadableStream), createWriteStream(file));
+      const { url, member } = RELEASE_ASSETS[spec.name](spec.version, bin);
+      let file = fetched.get(url);
+      if (!file) {
+        progress(`[download ${spec.name} ${spec.version}] ${url}`);
+        const res = await fetch(url);
+        if (!res.ok || !res.body) throw new SandboxError('cluster.download', `GET ${url}: HTTP ${res.status}`);
+        file = member ? join(dlDir, `${spec.name}-${fetched.size}.tar.gz`) : join(tmp, bin);
+        await pipeline(Readable.fromWeb(res.body as import('node:stream/web').ReadableStream), createWriteStream(file));
+        fetched.set(url, file);
+      }
       if (member) {
-        const untar = spawnSync('tar', ['-xzf', file, '-C', tmp, '--strip-components=1', member]);
+        const strip = member.split('/').length - 1;
+        const untar = spawnSync('tar', ['-xzf', file, '-C', tmp, `--strip-components=${strip}`, member]);
         if (untar.status !== 0) throw new SandboxError('cluster.download', `cannot unpack ${file}: ${untar.stderr}`);
       }
       await chmod(join(tmp, bin), 0o755);

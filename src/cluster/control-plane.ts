@@ -12,6 +12,9 @@ import { KWOK_STAGES_FILE, obtainAll, type BinaryPaths } from './binaries.js';
 import { createClusterNetwork, deleteClusterNetwork, inNamespace, type ClusterNetwork } from './network.js';
 import { createPki, type Pki } from './pki.js';
 import { ProcessGroup, type ManagedProcess } from './processes.js';
+import { obtainRealNodeBinaries } from './nodes/binaries.js';
+import { startRealNodes, type RealNodes } from './nodes/real-node.js';
+import { nodeImageArchives } from './node-images.js';
 
 const run = promisify(execFile);
 
@@ -38,6 +41,15 @@ export interface ClusterOptions {
   readyTimeoutMs?: number;
   /** Serve kube-apiserver's /debug/pprof (off by default, as in production; benches turn it on to profile). */
   apiserverProfiling?: boolean;
+  /** Real worker nodes (kubelet + containerd, nodes/real-node.ts) to start; 0 by default. */
+  realNodes?: number;
+  /**
+   * Taint the real nodes (`sandbox.cocoonstack.io/real-node=true:NoSchedule`) so only Pods that tolerate it run
+   * there: the shared test cluster keeps every other test's Pods on the simulated nodes.
+   */
+  realNodeTaint?: boolean;
+  /** More OCI image archives every real node imports at start (the components' images, for the chart). */
+  realNodeImages?: ReadonlyArray<{ name: string; archive: string }>;
 }
 
 export interface ClusterInfo {
@@ -56,6 +68,9 @@ export interface ClusterInfo {
   etcdFsync: boolean;
   clusterDomain: string;
   simulatedNodes: string[];
+  /** Real worker nodes (kubelet + containerd) and the cluster DNS they use. */
+  realNodes: string[];
+  clusterDns: string | undefined;
   readyMs: number;
 }
 
@@ -84,9 +99,13 @@ export async function startCluster(opts: ClusterOptions): Promise<ClusterHandle>
   const etcdFsync = opts.etcdFsync ?? true;
   const procs = new ProcessGroup(join(dataDir, 'logs'));
   let net: ClusterNetwork | undefined;
+  let realNodes: RealNodes | undefined;
 
   const teardown = async () => {
     await procs.stop();
+    // After the node agents stopped: their containers and shims, then their cgroups.
+    const left = await realNodes?.cleanup();
+    if (left?.length) log.warn({ cgroups: left }, 'real-node cgroups could not be removed');
     if (net) await deleteClusterNetwork(net);
     if (ownsDataDir) await rm(dataDir, { recursive: true, force: true });
   };
@@ -229,6 +248,27 @@ export async function startCluster(opts: ClusterOptions): Promise<ClusterHandle>
 
     const simulatedNodes = Array.from({ length: opts.simulatedNodes ?? 1 }, (_, i) => `sim-node-${i}`);
     if (simulatedNodes.length) await kubectl(['apply', '-f', '-'], simulatedNodeManifests(simulatedNodes));
+    if (opts.realNodes) {
+      const nodeBins = await obtainRealNodeBinaries({ cacheDir: opts.cacheDir, binDir: opts.binDir, progress });
+      progress(`starting ${opts.realNodes} real node(s): kubelet + containerd, kube-proxy, CoreDNS`);
+      realNodes = await startRealNodes({
+        count: opts.realNodes,
+        clusterIndex: net.index,
+        netns: ns,
+        nodeIp: net.apiAddress,
+        apiPort: API_PORT,
+        dataDir,
+        pki,
+        clusterDomain,
+        binaries: nodeBins,
+        images: [...(await nodeImageArchives(opts.cacheDir, progress)), ...(opts.realNodeImages ?? [])],
+        taint: opts.realNodeTaint ?? false,
+        procs,
+        writeKubeconfig: (path, srv, pair, user) => writeKubeconfig(path, srv, pki.ca.cert, pair, user),
+        kubectl,
+        progress,
+      });
+    }
 
     const info: ClusterInfo = {
       kubeconfigPath,
@@ -245,6 +285,8 @@ export async function startCluster(opts: ClusterOptions): Promise<ClusterHandle>
       etcdFsync,
       clusterDomain,
       simulatedNodes,
+      realNodes: realNodes?.names ?? [],
+      clusterDns: realNodes?.dnsAddress,
       readyMs,
     };
     await writeFile(join(dataDir, 'cluster.json'), JSON.stringify(info, null, 2));
@@ -308,7 +350,8 @@ export async function runKubectl(kubectl: string, kubeconfig: string, args: stri
   }
 }
 
-async function writeKubeconfig(
+/** A kubeconfig with the client certificate embedded (the admin's, a component's, a real node's). */
+export async function writeKubeconfig(
   path: string,
   server: string,
   caPath: string,

@@ -10,3 +10,5 @@ export { KUBERNETES_VERSION, ETCD_VERSION, KWOK_VERSION } from './versions.js';
 export { applyCrdDir } from './manifests.js';
 export { listProcesses } from './processes.js';
 export type { ProcessInfo } from './processes.js';
+export { removeRealNodeCgroups, cgroupsWithPrefix } from './nodes/cgroups.js';
+export { REAL_NODE_LABEL } from './nodes/real-node.js';

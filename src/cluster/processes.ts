@@ -38,8 +38,11 @@ export class ProcessGroup {
     const logPath = join(this.logDir, `${name}.log`);
     const log = createWriteStream(logPath, { flags: 'a' });
     const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
-    child.stdout?.pipe(log);
-    child.stderr?.pipe(log);
+    // Two sources, one file: neither may end it (the other may still write, e.g. a process that exits with an error
+    // after closing stdout); it ends when the process is gone and both are drained.
+    child.stdout?.pipe(log, { end: false });
+    child.stderr?.pipe(log, { end: false });
+    child.on('close', () => log.end());
     if (child.pid === undefined) throw new SandboxError('cluster.process', `could not start ${name} (${cmd})`);
     const exited = new Promise<string>((resolve) => {
       child.on('error', (err) => resolve(`error: ${err.message}`));

@@ -36,6 +36,9 @@ async function load(): Promise<TestCluster> {
     cacheDir: env.cacheDir,
     binDir: env.binDir,
     simulatedNodes: 2,
+    // As test/run.ts's shared control plane: one real node, tainted so only tests of real containers land there.
+    realNodes: 1,
+    realNodeTaint: true,
     progress: (l) => process.stderr.write(`${l}\n`),
   });
   stopPrivate = () => cluster.stop();

@@ -11,6 +11,7 @@ import {
   listClusterNamespaces,
   listProcesses,
   readClusterEnvironment,
+  removeRealNodeCgroups,
 } from '../../cluster/index.js';
 import { SandboxError, errorMessage } from '../../errors.js';
 import { createLogger } from '../../log/logger.js';
@@ -32,6 +33,7 @@ interface UpOptions {
   nodes: string;
   warm: string;
   simulatedNodes: string;
+  realNodes: string;
   fsync: boolean;
   logLevel: string;
   checkpointPeerHeal?: string | boolean;
@@ -58,7 +60,16 @@ export function register(program: Command): void {
       '1',
     )
     .option('--warm <n>', 'warm sandbox/base microVMs each sandboxd keeps ready', '2')
-    .option('--simulated-nodes <n>', 'simulated (kwok) standard nodes', '2')
+    .option(
+      '--simulated-nodes <n>',
+      'simulated (kwok) standard nodes: no container runs there (scale experiments)',
+      '0',
+    )
+    .option(
+      '--real-nodes <n>',
+      'real worker nodes (kubelet + containerd, in the cluster namespace): standard-runtime Sandboxes run real containers',
+      '1',
+    )
     .option(
       '--no-fsync',
       'run etcd and sandboxd without fsync (faster; what they answered for survives a crash of one of them, not of the machine; figures measured so are labelled)',
@@ -107,6 +118,7 @@ function platformOptions(opts: UpOptions) {
     return n;
   };
   const nodes = int('simulated-nodes', opts.simulatedNodes, 100);
+  const realNodes = int('real-nodes', opts.realNodes, 8);
   const sandboxdNodes = int('nodes', opts.nodes, 16);
   const warm = int('warm', opts.warm, 200);
   const names = Array.from({ length: sandboxdNodes }, (_, i) => `node-${i}`);
@@ -131,6 +143,7 @@ function platformOptions(opts: UpOptions) {
       dataDir: join(env.stateDir, 'platform', 'data'),
       layout: opts.layout as Layout,
       simulatedNodes: nodes,
+      realNodes,
       sandboxdNodes,
       warm,
       checkpointPeerHeal: heal,
@@ -203,7 +216,12 @@ async function upForeground(opts: UpOptions): Promise<void> {
       `sandbox-operator platform is up (control plane Ready in ${(c.readyMs / 1000).toFixed(1)} s)`,
       `  kubeconfig:   ${c.kubeconfigPath}`,
       `  apiserver:    ${c.server}`,
-      `  nodes:        ${c.simulatedNodes.join(', ')} (standard runtime, simulated by kwok)`,
+      ...(c.realNodes.length
+        ? [`  real nodes:   ${c.realNodes.join(', ')} (kubelet + containerd; cluster DNS ${c.clusterDns ?? '-'})`]
+        : []),
+      ...(c.simulatedNodes.length
+        ? [`  nodes:        ${c.simulatedNodes.join(', ')} (standard runtime, simulated by kwok)`]
+        : []),
       `  layout:       ${platform.layout}${platform.apiserver ? ` (sandboxes served by sandbox-apiserver at https://${platform.apiserver.address}; APIService Available in ${(platform.apiserver.apiServiceAvailableMs / 1000).toFixed(1)} s)` : ' (Sandboxes are CRs)'}`,
       ...platform.sandboxd.map(
         (d) =>
@@ -247,6 +265,8 @@ async function upDetached(opts: UpOptions): Promise<void> {
     opts.warm,
     '--simulated-nodes',
     opts.simulatedNodes,
+    '--real-nodes',
+    opts.realNodes,
     '--log-level',
     opts.logLevel,
   ];
@@ -285,6 +305,8 @@ async function down(opts: { all?: boolean }): Promise<void> {
     // Whatever the supervisor could not stop (it was killed, say) goes now, by recorded PID.
     for (const pid of state.pids ?? []) if (isAlive(pid)) process.kill(pid, 'SIGKILL');
     await killVmsUnder(state.vmRunRoots ?? []);
+    // Real nodes' containers are not among the recorded PIDs: they go with their nodes' cgroup subtrees.
+    if (state.netns) await reportLeft(await removeRealNodeCgroups(state.netns));
     if (state.netns && state.hostInterface)
       await deleteClusterNetwork({ netns: state.netns, hostInterface: state.hostInterface });
     await rm(statePath(env.stateDir), { force: true });
@@ -294,10 +316,15 @@ async function down(opts: { all?: boolean }): Promise<void> {
   }
   if (opts.all) {
     for (const netns of await listClusterNamespaces()) {
+      await reportLeft(await removeRealNodeCgroups(netns));
       await deleteClusterNetwork({ netns, hostInterface: `${netns.replace('-', '')}h` });
       process.stderr.write(`removed stale network namespace ${netns}\n`);
     }
   }
+}
+
+async function reportLeft(cgroups: string[]): Promise<void> {
+  if (cgroups.length) process.stderr.write(`could not remove these cgroups (still busy?): ${cgroups.join(', ')}\n`);
 }
 
 /** QEMU processes whose command line names one of these run roots (left behind if sandboxd was killed). */

@@ -1,0 +1,3 @@
+module github.com/sandbox-operator/pause
+
+go 1.26.0
