@@ -11,6 +11,7 @@ APT_PACKAGES=(
   linux-source-6.1 flex bison libelf-dev bc libssl-dev make gcc xz-utils  # the minimal guest kernel, built once
   runc containernetworking-plugins iptables conntrack socat  # real worker nodes: containerd's OCI runtime, pod
                                         # networking, kube-proxy's rules, port-forward (containerd itself is built)
+  buildah mmdebstrap                    # the component images (scripts/build-images.sh) the chart runs on real nodes
 )
 
 say() { printf '[bootstrap] %s\n' "$*" >&2; }

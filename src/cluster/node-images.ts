@@ -17,7 +17,7 @@ import { ociWriterSource, writeOciArchive, type ImageSymlink, type OciImageSpec 
 /** A test image from Debian's busybox-static: a shell and the usual tools (nc, wget, httpd, nslookup, ...). */
 export const BUSYBOX_TEST_IMAGE = 'localhost/sbx/busybox:1';
 /** The pause program's Go module (its own go.mod: nothing of the agent's or the repo's leaks into it). */
-export const PAUSE_SRC = fileURLToPath(new URL('../../deploy/images/pause/', import.meta.url));
+export const PAUSE_SRC = fileURLToPath(new URL('./nodes/pause/', import.meta.url));
 const BUSYBOX = '/bin/busybox';
 
 export interface NodeImage {
@@ -60,7 +60,7 @@ async function cachedImage(
   return join(dir, `${artifact}.tar`);
 }
 
-/** `registry.k8s.io/pause:3.10.1` from deploy/images/pause (a static Go program: reaps children, exits on TERM). */
+/** `registry.k8s.io/pause:3.10.1` from src/cluster/nodes/pause (a static Go program: reaps children, exits on TERM). */
 export async function pauseImage(cacheDir: string, progress: Progress): Promise<NodeImage> {
   const go = goVersion();
   const sources = ['go.mod', 'pause.go'].flatMap((f) => [f, readFileSync(join(PAUSE_SRC, f))]);

@@ -80,6 +80,9 @@ export const ValuesSchema = strict(
       {
         pools: str('initial warm pools, template[:net[:size]]=N comma separated (sandboxd --pools)'),
         maxClaims: int('claimed sandboxes per node at most (sandboxd --max-claims)', 1),
+        dataHostPath: str(
+          "the node's directory for sandboxd's claim table, checkpoints and kubelet certificate (a hostPath: they outlive the pod)",
+        ),
         ...placement,
       },
       'sandboxd DaemonSet: one node daemon per VM host',
@@ -125,6 +128,7 @@ export const DEFAULT_VALUES: Values = {
   sandboxd: {
     pools: '',
     maxClaims: 200,
+    dataHostPath: '/var/lib/sandboxd',
     // No memory limit by default: the VMs' RAM is charged to this pod, and a limit would OOM-kill sandboxes.
     resources: { requests: { cpu: '500m', memory: '1Gi' } },
     nodeSelector: {},

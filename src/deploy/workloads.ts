@@ -254,7 +254,7 @@ export function sandboxdObjects(c: BuildContext): Manifest[] {
           ],
           volumes: [
             // The claim table, checkpoints and the kubelet serving certificate survive a pod restart.
-            { name: 'data', hostPath: { path: SANDBOXD_DATA, type: 'DirectoryOrCreate' } },
+            { name: 'data', hostPath: { path: c.p.value('sandboxd.dataHostPath'), type: 'DirectoryOrCreate' } },
             emptyDir('templates'),
             emptyDir('run'),
             emptyDir('tmp'),

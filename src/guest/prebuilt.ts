@@ -20,13 +20,21 @@ export function prebuiltDir(): string | undefined {
   return process.env[PREBUILT_ENV] || undefined;
 }
 
-/** Copy every built image into `dir` (content-addressed file names, so templates share kernel and initramfs). */
+/**
+ * Copy every built image into `dir`. Templates share one kernel and one initramfs in the build cache; each cached
+ * file is copied once (named after the first template's hash) and shared in the manifest, which keeps two copies of
+ * each out of the sandboxd image (~45 MB).
+ */
 export function exportGuestImages(dir: string, images: readonly GuestImageArtifact[]): string {
   mkdirSync(dir, { recursive: true });
   const manifest: Manifest = { templates: {} };
+  const copied = new Map<string, string>();
   const copy = (path: string, hash: string, kind: string) => {
+    const known = copied.get(path);
+    if (known) return known;
     const name = `${kind}-${hash}`;
     copyFileSync(path, join(dir, name));
+    copied.set(path, name);
     return name;
   };
   for (const img of images) {
