@@ -62,6 +62,7 @@ export const ERROR_CODES = {
     meaning: 'an argument the VMM refuses (fork count, a network policy on a NIC-less VM)',
   },
   'vm.invalid-state': { status: 409, meaning: "the VM's state does not allow the operation (paused, hibernated)" },
+  'vm.kill': { status: 500, meaning: "QEMU cannot be signalled (sandboxd lacks CAP_KILL for another user's process)" },
   'vm.migration-failed': { status: 500, meaning: 'QEMU failed to save VM state' },
   'vm.migration-timeout': { status: 504, meaning: 'saving VM state did not finish in time' },
   'vm.not-found': { status: 404, meaning: 'no VM with this id in the run directory' },

@@ -4,7 +4,8 @@
  * nothing the run started is still running.
  *
  * A file named `*.alone.test.ts` stops or partitions something the other files share (a node of the aggregated
- * platform, say): it runs after all the others, one file at a time, so no other file's test sees the fault.
+ * platform, say), or loads the machine enough to upset other tests' timing (the chart installed on real nodes): it
+ * runs after all the others, one file at a time, so no other file's test sees the fault.
  *
  *   node --import tsx test/run.ts [files or directories...]
  */

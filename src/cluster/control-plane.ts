@@ -48,6 +48,13 @@ export interface ClusterOptions {
    * there: the shared test cluster keeps every other test's Pods on the simulated nodes.
    */
   realNodeTaint?: boolean;
+  /**
+   * Verify kubelets' serving certificates against the cluster CA (`--kubelet-certificate-authority`; default
+   * true). false is kubeadm's default: kubelets that serve a self-signed certificate (one without
+   * serverTLSBootstrap, or sandboxd's virtual kubelet in a Pod, whose address is only known when it runs) are then
+   * reachable for exec, logs and port-forward.
+   */
+  verifyKubeletCerts?: boolean;
   /** More OCI image archives every real node imports at start (the components' images, for the chart). */
   realNodeImages?: ReadonlyArray<{ name: string; archive: string }>;
 }
@@ -173,7 +180,7 @@ export async function startCluster(opts: ClusterOptions): Promise<ClusterHandle>
         '--anonymous-auth=false',
         `--kubelet-client-certificate=${pki.apiserverKubeletClient.cert}`,
         `--kubelet-client-key=${pki.apiserverKubeletClient.key}`,
-        `--kubelet-certificate-authority=${pki.ca.cert}`,
+        ...(opts.verifyKubeletCerts === false ? [] : [`--kubelet-certificate-authority=${pki.ca.cert}`]),
         '--kubelet-preferred-address-types=InternalIP,Hostname',
         // Aggregation: the apiserver proxies to extension apiservers with this client cert; they trust its CA.
         `--requestheader-client-ca-file=${pki.frontProxyCa.cert}`,

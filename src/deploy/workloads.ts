@@ -221,11 +221,7 @@ export function sandboxdObjects(c: BuildContext): Manifest[] {
           containers: [
             container(c, 'sandboxd', {
               args: containerArgs({ command: sandboxdCommand, flags: sandboxdFlags(c) }, c.p),
-              env: [
-                fieldEnv('NODE_NAME', 'spec.nodeName'),
-                fieldEnv('POD_IP', 'status.podIP'),
-                { name: 'SBX_RUN_DIR', value: '/run/sandboxd/vms' },
-              ],
+              env: [fieldEnv('NODE_NAME', 'spec.nodeName'), fieldEnv('POD_IP', 'status.podIP')],
               ports,
               livenessProbe: { httpGet: { path: '/healthz', port: 'api' }, periodSeconds: 10 },
               readinessProbe: { httpGet: { path: '/healthz', port: 'api' }, periodSeconds: 5 },
@@ -236,7 +232,8 @@ export function sandboxdObjects(c: BuildContext): Manifest[] {
                 // privileged mode, no host namespaces. KVM comes from a device plugin resource (see values.yaml);
                 // without it VMs run under TCG.
                 allowPrivilegeEscalation: false,
-                capabilities: { drop: ['ALL'], add: ['SETUID', 'SETGID', 'NET_ADMIN', 'SYS_ADMIN'] },
+                // KILL: QEMU runs as another user, and stopping a VM signals it.
+                capabilities: { drop: ['ALL'], add: ['SETUID', 'SETGID', 'KILL', 'NET_ADMIN', 'SYS_ADMIN'] },
                 readOnlyRootFilesystem: true,
                 runAsNonRoot: false,
                 runAsUser: 0,
@@ -245,7 +242,12 @@ export function sandboxdObjects(c: BuildContext): Manifest[] {
               volumeMounts: [
                 { name: 'data', mountPath: SANDBOXD_DATA },
                 { name: 'templates', mountPath: `${SANDBOXD_CACHE}/vm` },
-                { name: 'run', mountPath: '/run/sandboxd' },
+                // sandboxd's run root (VM sockets, per-VM dirs) and the networked VMs' slot files, both under
+                // /run/sandbox-operator (src/sandboxd/engine.ts defaultRunRoot, src/vmm/options.ts): the root file
+                // system is read-only, and these must not outlive the pod.
+                { name: 'run', mountPath: '/run/sandbox-operator' },
+                // `ip netns add` (networked VMs) bind-mounts namespaces here; the pod's own, not the host's.
+                { name: 'netns', mountPath: '/run/netns' },
                 { name: 'tmp', mountPath: '/tmp' },
                 { name: 'token', mountPath: SANDBOXD_TOKEN_DIR, readOnly: true },
                 { name: 'kubeconfig', mountPath: '/etc/sandboxd', readOnly: true },
@@ -257,6 +259,7 @@ export function sandboxdObjects(c: BuildContext): Manifest[] {
             { name: 'data', hostPath: { path: c.p.value('sandboxd.dataHostPath'), type: 'DirectoryOrCreate' } },
             emptyDir('templates'),
             emptyDir('run'),
+            emptyDir('netns'),
             emptyDir('tmp'),
             { name: 'token', secret: { secretName: SANDBOXD_TOKEN_SECRET, defaultMode: 0o400 } },
             { name: 'kubeconfig', configMap: { name: `${SANDBOXD}-kubeconfig` } },

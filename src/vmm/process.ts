@@ -165,7 +165,12 @@ function trackedProcess(pid: number, exited: Promise<string>, isAlive: () => boo
 function sigkill(pid: number): void {
   try {
     process.kill(pid, 'SIGKILL');
-  } catch {
-    /* already gone */
+  } catch (err) {
+    // ESRCH: already gone. EPERM is not: QEMU runs as another user (-runas), and a root without CAP_KILL (a
+    // container that drops it) cannot signal it; waiting for its exit would hang every release.
+    if ((err as NodeJS.ErrnoException).code === 'EPERM')
+      throw new SandboxError('vm.kill', `cannot signal QEMU (pid ${pid}): ${(err as Error).message}`, {
+        hint: 'sandboxd needs CAP_KILL to stop VMs whose QEMU runs as another user (-runas)',
+      });
   }
 }
