@@ -72,9 +72,13 @@ describe('control plane bad input: clear errors, nothing left running', () => {
   });
 
   it('a port in use: the real kube-apiserver fails to bind and the error says so', async () => {
-    // A wrapper that makes the real apiserver bind etcd's client port, which etcd already holds.
+    // A wrapper that makes the real apiserver bind etcd's client port, which etcd already holds: it waits until etcd
+    // listens there (both start together, and a loaded machine may start the apiserver first, when etcd would be
+    // the one refused).
     const real = cluster.binaries['kube-apiserver'];
-    const wrapper = `#!/bin/sh\nif [ "$1" = "--version" ]; then exec ${real} --version; fi\nexec ${real} "$@" --secure-port=2379\n`;
+    const waitEtcd =
+      'i=0; until /bin/busybox nc -w 1 127.0.0.1 2379 </dev/null >/dev/null 2>&1 || [ $i -ge 300 ]; do sleep 0.1; i=$((i+1)); done';
+    const wrapper = `#!/bin/sh\nif [ "$1" = "--version" ]; then exec ${real} --version; fi\n${waitEtcd}\nexec ${real} "$@" --secure-port=2379\n`;
     const err = await expectStartFailure(await binDirWith(cluster, { 'kube-apiserver': wrapper }));
     assert.equal(err.code, 'cluster.process-died');
     assert.match(err.message, /kube-apiserver exited/);
