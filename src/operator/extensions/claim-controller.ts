@@ -7,10 +7,9 @@
  *      with 409 if anything changed the Sandbox since we saw it, in particular another adoption). The patch moves
  *      the controller ownerReference to the claim and sets `claim-uid`, so the binding lives on the Sandbox.
  *      Conflict -> the next candidate at once (no requeue, no backoff);
- *   3. merge-patch the claim's annotations (`sandbox-name`, `controller-first-observed-at`, `sandbox-template-ref`):
- *      before the status, because the status turns the claim Ready and a claim seen Ready must name its Sandbox;
- *   4. merge-patch the claim's status from the patch response (the Sandbox was Ready, so the claim is Ready).
- * A status write that does not turn the claim Ready goes first, and its annotations wait off the critical path.
+ *   3. merge-patch the claim's status from the patch response (the Sandbox was Ready, so the claim is Ready);
+ *   4. off the critical path, merge-patch the claim's annotations (`sandbox-name`, `controller-first-observed-at`,
+ *      `sandbox-template-ref`).
  * The upstream's first write (a resourceVersion-guarded claim update recording `sandbox-name` before the Sandbox
  * patch) is not needed: exclusivity comes from the guarded Sandbox patch alone, and a claim finds its Sandbox again
  * by ownership — in this process from the patch response, after a restart from the Sandbox informer's
@@ -169,19 +168,14 @@ export class ClaimReconciler implements ClaimContext {
 
     const status = claimStatusFor(claim, outcome, kubeTime());
     const becameReady = !isReady(claim.status) && isReady(status);
-    // A claim seen Ready already says what it is (spec §9.1; upstream's observability and warm-adoption tests watch
-    // for it): when this status write turns it Ready, the pending annotations go first. The same two claim writes
-    // as otherwise, only in this order. Any other time the status goes first (it is what clients wait for) and the
-    // annotations yield to claims still waiting for a Sandbox.
-    let current = claim;
-    if (becameReady && this.writes.annotationsPending(claim, resolved))
-      current = (await this.writes.writeAnnotations(claim, resolved)) ?? claim;
-    const afterStatus = await this.writes.writeStatus(current, status);
-    if (becameReady && resolved) this.observeLatency(current, resolved, launched);
-    current = afterStatus ?? current;
-    const held = this.writes.annotationsPending(current, resolved) ? this.foreground.hold(`claim:${uid}`) : 0;
+    // Status first (it is what clients wait for); the annotations yield to claims still waiting for a Sandbox.
+    const afterStatus = await this.writes.writeStatus(claim, status);
+    if (becameReady && resolved) this.observeLatency(claim, resolved, launched);
+    const held = this.writes.annotationsPending(afterStatus ?? claim, resolved)
+      ? this.foreground.hold(`claim:${uid}`)
+      : 0;
     if (held > 0) requeueMs = Math.min(requeueMs ?? Infinity, held);
-    else await this.writes.writeAnnotations(current, resolved);
+    else await this.writes.writeAnnotations(afterStatus ?? claim, resolved);
     if (failure) throw failure;
     return requeueMs === undefined ? undefined : { requeueAfterMs: requeueMs };
   }
