@@ -59,7 +59,10 @@ export function readJsonBody(
       req.resume();
       return reject(unsupportedMediaType(type));
     }
-    if (declared > limit) {
+    // A declared length past 8 x the cap is refused at once (the connection is closed, nobody streams us that);
+    // below it collectBody drains the body first, so a proxy in front (kube-aggregator) has finished writing when
+    // the 413 comes (answered mid-body, its write fails with EPIPE and it turns the 413 into a 503).
+    if (declared > limit * 8) {
       req.resume();
       return reject(tooLarge(limit));
     }
