@@ -20,7 +20,7 @@ import { CHART, helmBinary, KUSTOMIZE, runTool } from '../support/deploy.js';
 const NS = 'sandbox-system';
 const TEMPLATE = 'sandbox/minimal';
 const env = readClusterEnvironment();
-let images: Array<{ component: ImageComponent; image: NodeImage }>;
+let images: Record<ImageComponent, NodeImage>;
 
 /** A control plane with one untainted real node holding the layout's component images. */
 async function platform(layout: 'crd' | 'aggregated'): Promise<ClusterHandle> {
@@ -35,7 +35,7 @@ async function platform(layout: 'crd' | 'aggregated'): Promise<ClusterHandle> {
     // without serverTLSBootstrap does: exec and logs through it need a control plane that does not pin kubelet
     // certificates to the cluster CA, which is kubeadm's default (docs/real-nodes.md "The chart on real nodes").
     verifyKubeletCerts: false,
-    realNodeImages: images.filter((i) => i.component !== skip).map((i) => i.image),
+    realNodeImages: Object.entries(images).flatMap(([component, image]) => (component === skip ? [] : [image])),
     progress: (l) => process.stderr.write(`${l}\n`),
   });
   await cluster.kubectl(['create', 'namespace', NS]);
@@ -139,14 +139,10 @@ async function execInVm(cluster: ClusterHandle, ns: string, pod: string, marker:
 
 describe('the Helm chart and the kustomize overlay, installed on a real node', () => {
   before(async () => {
-    const built = await ensureComponentImages({
+    images = await ensureComponentImages({
       cacheDir: env.cacheDir,
       progress: (l) => process.stderr.write(`${l}\n`),
     });
-    images = (Object.entries(built) as Array<[ImageComponent, NodeImage]>).map(([component, image]) => ({
-      component,
-      image,
-    }));
   });
 
   describe('crd layout, by helm', () => {

@@ -1,4 +1,5 @@
-import { readdir, readFile, mkdir, rmdir, writeFile, stat } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { readdir, readFile, mkdir, rmdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
@@ -96,7 +97,7 @@ export async function destroyNodeCgroups(root: string, timeoutMs = 15_000): Prom
   const left: string[] = [];
   for (const h of await hierarchies()) {
     const top = join(h, root);
-    if (!(await exists(top))) continue;
+    if (!existsSync(top)) continue;
     const dirs: string[] = [];
     const walk = async (dir: string): Promise<void> => {
       dirs.push(dir);
@@ -128,13 +129,6 @@ export async function cgroupsWithPrefix(prefix: string): Promise<string[]> {
       if (e.isDirectory() && e.name.startsWith(prefix)) out.add(e.name);
   }
   return [...out];
-}
-
-async function exists(path: string): Promise<boolean> {
-  return stat(path).then(
-    () => true,
-    () => false,
-  );
 }
 
 /**

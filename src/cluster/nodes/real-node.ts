@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
-import { access, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { promisify } from 'node:util';
@@ -217,7 +218,13 @@ async function startNode(
     '-c',
     `set -e; ${[...binds, ...privateRunContainerd, `touch ${ready}`].join('; ')}; exec sleep infinity`,
   ]);
-  await waitFor(`${layout.name}'s mount namespace`, opts.procs, [holder], () => exists(ready), 10_000);
+  await waitFor(
+    `${layout.name}'s mount namespace`,
+    opts.procs,
+    [holder],
+    () => Promise.resolve(existsSync(ready)),
+    10_000,
+  );
 
   const binDir = dirname(opts.binaries.containerd);
   const containerd = opts.procs.start(
@@ -350,11 +357,4 @@ async function waitFor(
   throw new SandboxError('cluster.real-node', `${what} not ready after ${timeoutMs} ms`, {
     hint: `see ${watched.map((p) => p.logPath).join(', ')}`,
   });
-}
-
-async function exists(path: string): Promise<boolean> {
-  return access(path).then(
-    () => true,
-    () => false,
-  );
 }
