@@ -281,8 +281,19 @@ func TestStalledStdinHoldsBackOnlyItsStream(t *testing.T) {
 	h.until(TRes, 2, stalledWait, nil)
 	t.Logf("ping answered in %v beside the stalled stream", time.Since(t0))
 	h.request(3, map[string]any{"op": "signal", "target": 1, "signal": int(syscall.SIGKILL)})
-	h.until(TRes, 3, stalledWait, nil)
-	res := result(t, h.until(TRes, 1, stalledWait, nil))
+	// The exec's result may come before the signal's answer (the process can be reaped and its result sent while
+	// the signal request's reply is still on its way), so keep it if it passes by while waiting for the answer.
+	var exited *Frame
+	h.until(TRes, 3, stalledWait, func(f Frame) {
+		if f.Type == TRes && f.ID == 1 {
+			exited = &f
+		}
+	})
+	if exited == nil {
+		f := h.until(TRes, 1, stalledWait, nil)
+		exited = &f
+	}
+	res := result(t, *exited)
 	if res["signal"] != "SIGKILL" {
 		t.Fatalf("exec result %v", res)
 	}
