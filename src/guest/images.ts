@@ -34,6 +34,14 @@ const BASE_PACKAGES = [
   'ca-certificates',
   'util-linux',
   'diffutils',
+  // What e2b's users expect inside its `base` template (docs/e2b.md "The guest images"): git, python3 (and
+  // `python`), sudo for the default user, curl and tput.
+  'git',
+  'python3',
+  'sudo',
+  'curl',
+  'ncurses-bin',
+  'ncurses-base',
 ];
 
 export const GUEST_TEMPLATES: Readonly<Record<string, GuestTemplateDef>> = {
@@ -46,15 +54,16 @@ export const GUEST_TEMPLATES: Readonly<Record<string, GuestTemplateDef>> = {
   'sandbox/base': {
     name: 'sandbox/base',
     description:
-      'Debian bookworm userland (bash, coreutils, ...), read-only root + tmpfs copy-on-write layer, no network',
+      'Debian bookworm userland (bash, coreutils, git, python3, sudo, curl, ...), read-only root + tmpfs copy-on-write layer, no network',
     packages: BASE_PACKAGES,
     memoryMiB: 128,
     network: 'none',
   },
   'sandbox/python': {
     name: 'sandbox/python',
-    description: 'sandbox/base + python3, egress networking (own namespace, NAT on the node)',
-    packages: [...BASE_PACKAGES, 'python3'],
+    description:
+      'sandbox/base on the egress lane (own namespace, NAT on the node), with python3 warmed in its template',
+    packages: BASE_PACKAGES,
     memoryMiB: 256,
     network: 'egress',
     warmup: [['python3', '-c', 'import json, os, sys']],

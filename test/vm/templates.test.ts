@@ -56,6 +56,41 @@ describe('Debian templates', { timeout: BUILD_TIMEOUT_MS + 10 * 60_000 }, () => 
   );
 
   it(
+    "sandbox/base: the tools e2b's base template has, for its default user: git, python3 and python, sudo, curl, tput",
+    { timeout: BUILD_TIMEOUT_MS },
+    async () => {
+      const tpl = await template(driver, 'sandbox/base');
+      const vm = await driver.clone(tpl);
+      const script = [
+        'set -e',
+        'id -un',
+        'git init -q /tmp/repo && git -C /tmp/repo -c user.name=u -c user.email=u@x commit -q --allow-empty -m first',
+        'git -C /tmp/repo log --format=%s',
+        'python --version',
+        'python3 -c "import sys; print(sys.version_info[0])"',
+        'sudo -n id -u',
+        'curl --version | head -1 | cut -d" " -f1',
+        'TERM=xterm tput cols',
+      ].join('\n');
+      const r = await vm.run(['bash', '-c', script], {
+        uid: 1000,
+        gid: 1000,
+        env: { HOME: '/home/user', PATH: '/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin' },
+      });
+      assert.equal(r.exitCode, 0, `${r.stdout.toString()}\n${r.stderr.toString()}`);
+      const lines = r.stdout.toString().trim().split('\n');
+      assert.equal(lines[0], 'user');
+      assert.equal(lines[1], 'first');
+      assert.match(lines[2]!, /^Python 3\.11\./);
+      assert.equal(lines[3], '3');
+      assert.equal(lines[4], '0', 'sudo -n as user runs as root');
+      assert.equal(lines[5], 'curl');
+      assert.equal(lines[6], '80');
+      await vm.destroy();
+    },
+  );
+
+  it(
     'sandbox/python: python3 runs on the egress lane; a guest port answers through the agent',
     { timeout: BUILD_TIMEOUT_MS },
     async () => {

@@ -209,6 +209,8 @@ function fixups(root: string): void {
   link('dash', 'usr/bin/sh');
   if (existsSync(p('usr/bin/mawk'))) link('mawk', 'usr/bin/awk');
   if (existsSync(p('usr/bin/python3.11'))) link('python3.11', 'usr/bin/python3');
+  // python-is-python3 would add only this link (and a dependency on the whole python3 metapackage set).
+  if (existsSync(p('usr/bin/python3'))) link('python3', 'usr/bin/python');
   const passwdMaster = p('usr/share/base-passwd/passwd.master');
   writeFileSync(
     p('etc/passwd'),
@@ -227,6 +229,7 @@ function fixups(root: string): void {
   appendFileSync(p('etc/group'), 'user:x:1000:\n');
   mkdirSync(p('home/user'), { recursive: true, mode: 0o755 });
   chownSync(p('home/user'), 1000, 1000);
+  if (existsSync(p('usr/bin/sudo'))) sudoForUser(root);
   writeFileSync(p('etc/hostname'), 'sandbox\n');
   writeFileSync(p('etc/hosts'), '127.0.0.1 localhost sandbox\n');
   // ca-certificates: build the bundle update-ca-certificates would have written.
@@ -250,4 +253,30 @@ function fixups(root: string): void {
   } catch {
     /* the loader's default paths still work */
   }
+}
+
+/**
+ * e2b's `user` has passwordless sudo in its templates, and scripts written for e2b rely on it. What sudo's
+ * maintainer scripts and pam-auth-update would have written: the sudoers drop-in, shadow entries (pam_unix's account
+ * check reads them) and the common PAM stacks /etc/pam.d/sudo includes, as pam-auth-update writes them for pam_unix
+ * alone. The setuid bit on /usr/bin/sudo comes from the package (the tree is unpacked as root).
+ */
+function sudoForUser(root: string): void {
+  const p = (...s: string[]) => join(root, ...s);
+  mkdirSync(p('etc/sudoers.d'), { recursive: true });
+  writeFileSync(p('etc/sudoers.d/user'), 'user ALL=(ALL:ALL) NOPASSWD: ALL\n', { mode: 0o440 });
+  writeFileSync(p('etc/shadow'), 'root:*:19000:0:99999:7:::\nuser:*:19000:0:99999:7:::\n', { mode: 0o640 });
+  const stacks: Record<string, string> = {
+    'common-auth':
+      'auth [success=1 default=ignore] pam_unix.so nullok\nauth requisite pam_deny.so\nauth required pam_permit.so\n',
+    'common-account':
+      'account [success=1 new_authtok_reqd=done default=ignore] pam_unix.so\naccount requisite pam_deny.so\naccount required pam_permit.so\n',
+    'common-password':
+      'password [success=1 default=ignore] pam_unix.so obscure yescrypt\npassword requisite pam_deny.so\npassword required pam_permit.so\n',
+    'common-session':
+      'session [default=1] pam_permit.so\nsession requisite pam_deny.so\nsession required pam_permit.so\nsession required pam_unix.so\n',
+  };
+  stacks['common-session-noninteractive'] = stacks['common-session']!;
+  mkdirSync(p('etc/pam.d'), { recursive: true });
+  for (const [name, text] of Object.entries(stacks)) writeFileSync(p('etc/pam.d', name), text);
 }
