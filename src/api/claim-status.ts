@@ -162,8 +162,17 @@ export function claimStatusFor(claim: SandboxClaim, outcome: ClaimOutcome, now: 
     const s: NonNullable<SandboxClaimStatus['sandbox']> = { name: sandbox.metadata.name };
     const ips = sandbox.status?.podIPs;
     if (ips?.length) s.podIPs = [...ips];
+    // Mirrored (upstream 1.0): in-cluster SDK clients reach the Sandbox's Service from the claim alone.
+    const fqdn = sandbox.status?.serviceFQDN;
+    if (fqdn) s.serviceFQDN = fqdn;
     status.sandbox = s;
   } else if (clear) delete status.sandbox;
+  else if (outcome.kind === 'expired' && status.sandbox?.serviceFQDN !== undefined) {
+    // An expired claim whose Sandbox is gone: its Service went with it, so the name no longer resolves (name and
+    // podIPs stay, as upstream keeps them, to say what the claim had).
+    const { serviceFQDN: _gone, ...kept } = status.sandbox;
+    status.sandbox = kept;
+  }
   return status;
 }
 

@@ -127,7 +127,16 @@ export interface CrdOptions {
    * Conversion webhook client config; defaults to the in-cluster Service DEFAULT_WEBHOOK_SERVICE without a caBundle.
    */
   conversionClientConfig?: ConversionClientConfig;
+  /**
+   * Only v1beta1, served and stored, and no conversion stanza (docs/api.md "Migrating to v1beta1"): the apiserver
+   * then never calls a conversion webhook and keeps one watch cache per kind. Objects stored as v1alpha1 must have
+   * been rewritten as v1beta1 first: once v1alpha1 is gone from `spec.versions` they cannot be read.
+   */
+  v1beta1Only?: boolean;
 }
+
+/** The only version a v1beta1-only CRD lists (the hub every conversion goes through). */
+export const HUB_VERSION = 'v1beta1';
 
 export function buildCrd(resource: ResourceDef, opts: CrdOptions = {}): Record<string, unknown> {
   const spec: Record<string, unknown> = {
@@ -140,9 +149,9 @@ export function buildCrd(resource: ResourceDef, opts: CrdOptions = {}): Record<s
       singular: resource.singular,
     },
     scope: resource.scope,
-    versions: resource.versions.map((v) => renderVersion(resource, v)),
+    versions: versionsOf(resource, opts).map((v) => renderVersion(resource, v)),
   };
-  if (resource.conversion === 'Webhook') {
+  if (resource.conversion === 'Webhook' && !opts.v1beta1Only) {
     const clientConfig = structuredClone(opts.conversionClientConfig ?? { service: { ...DEFAULT_WEBHOOK_SERVICE } });
     spec['conversion'] = {
       strategy: 'Webhook',
@@ -155,6 +164,13 @@ export function buildCrd(resource: ResourceDef, opts: CrdOptions = {}): Record<s
     metadata: { name: crdNameOf(resource) },
     spec,
   };
+}
+
+function versionsOf(resource: ResourceDef, opts: CrdOptions): VersionDef[] {
+  if (!opts.v1beta1Only) return [...resource.versions];
+  const hub = resource.versions.find((v) => v.name === HUB_VERSION);
+  if (!hub?.storage) throw new Error(`${resource.kind}: ${HUB_VERSION} is not its storage version`);
+  return [{ ...hub, served: true }];
 }
 
 export function buildAllCrds(opts: CrdOptions = {}): Record<string, unknown>[] {

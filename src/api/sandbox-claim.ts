@@ -35,6 +35,12 @@ export const EnvListSchema = List(EnvVarSchema, { 'x-kubernetes-list-type': 'ato
 export const ClaimSandboxStatusSchema = Type.Object({
   name: Type.Optional(Str()),
   podIPs: Type.Optional(Type.Array(Str())),
+  serviceFQDN: Type.Optional(
+    Str({
+      description:
+        "The bound Sandbox's status.serviceFQDN (its headless Service, set when spec.service is true); absent without one.",
+    }),
+  ),
 });
 export type ClaimSandboxStatus = Static<typeof ClaimSandboxStatusSchema>;
 

@@ -15,6 +15,8 @@ export interface OperatorConfig {
   readonly defaultRuntime: RuntimeName;
   readonly extensions: boolean;
   readonly clusterDomain: string;
+  /** No lifecycle Events on Sandboxes (SandboxPodCreated, SandboxReady, ...: docs/operator.md "Events"). */
+  readonly disableSandboxEvents: boolean;
   readonly sandboxWorkers: number;
   readonly claimWorkers: number;
   readonly warmPoolWorkers: number;
@@ -75,6 +77,7 @@ export function operatorCommand(): Command {
     )
     .addOption(b('extensions', true, 'run the SandboxTemplate/SandboxWarmPool/SandboxClaim controllers'))
     .option('--cluster-domain <domain>', 'cluster DNS domain (Service FQDNs, cert SANs)', 'cluster.local')
+    .addOption(b('disable-sandbox-events', false, 'record no lifecycle Events on Sandboxes'))
     .option('--sandbox-concurrent-workers <n>', 'Sandbox reconcile workers', int, 16)
     .option('--sandbox-claim-concurrent-workers <n>', 'SandboxClaim reconcile workers', int, 50)
     .option('--sandbox-warm-pool-concurrent-workers <n>', 'SandboxWarmPool reconcile workers', int, 8)
@@ -140,6 +143,7 @@ export function toConfig(opts: Record<string, unknown>): OperatorConfig {
     defaultRuntime: runtime as RuntimeName,
     extensions: opts.extensions as boolean,
     clusterDomain: String(opts.clusterDomain),
+    disableSandboxEvents: opts.disableSandboxEvents as boolean,
     sandboxWorkers: opts.sandboxConcurrentWorkers as number,
     claimWorkers: opts.sandboxClaimConcurrentWorkers as number,
     warmPoolWorkers: opts.sandboxWarmPoolConcurrentWorkers as number,

@@ -334,6 +334,7 @@ const claimStatus = opt(
               ),
             ),
             podIPs: opt(fc.array(fc.ipV4(), { maxLength: 2 })),
+            serviceFQDN: opt(dnsName.map((n) => `${n}.team-a.svc.cluster.local`)),
           })
           .map(compact),
       ),

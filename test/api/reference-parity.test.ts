@@ -1,6 +1,7 @@
 /**
  * Dev check against the reference CRDs in shared/reference (read at test time, never copied into the repo):
- * every field path, type, format, enum, default and validation rule of the reference exists in ours, and the
+ * every field path, type, format, enum, default and validation rule of the reference exists in ours (and no default
+ * the reference lacks: the apiserver would write it into stored objects), and the
  * CRD-level facts (names, scope, versions, printer columns, subresources, conversion) match.
  */
 import assert from 'node:assert/strict';
@@ -53,6 +54,10 @@ function compareSchemas(ref: Node, ours: Node | undefined, path: string, problem
     problems.push(`${path}: missing`);
     return;
   }
+  // A default is compared both ways: one the reference lacks is a value the apiserver writes into stored objects
+  // that upstream's never carry (the reason a default differs at all is what users see, not the schema).
+  if (ref['default'] === undefined && ours['default'] !== undefined)
+    problems.push(`${path}: default is ${JSON.stringify(ours['default'])}, reference has none`);
   for (const key of COMPARED) {
     if (ref[key] === undefined) continue;
     if (canonical(ref[key]) !== canonical(ours[key])) {

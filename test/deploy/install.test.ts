@@ -94,6 +94,40 @@ describe('install manifests (helm chart, kustomize) on the real control plane', 
     assert.ok(unserved.filter((v) => / v1beta1 /.test(v)).every((v) => v.endsWith('served=true storage=true')));
   });
 
+  it('crds.v1beta1Only=true lists v1beta1 alone (served, storage) with no conversion, and the apiserver takes them', async () => {
+    const crds = async (set: Record<string, string | boolean>) =>
+      (await helmTemplate(ns.name, set)).filter((o) => o.kind === 'CustomResourceDefinition');
+    const versions = (o: Obj) =>
+      (o as unknown as { spec: { versions: Array<{ name: string; served: boolean; storage: boolean }> } }).spec
+        .versions;
+    const conversion = (o: Obj) => (o as unknown as { spec: { conversion?: unknown } }).spec.conversion;
+    const name = (o: Obj) => (o.metadata as { name: string }).name;
+    const all = await crds({});
+    const only = await crds({ 'crds.v1beta1Only': true });
+    assert.deepEqual(only.map(name).sort(), all.map(name).sort(), 'the same CRDs, each once');
+    for (const o of only) {
+      assert.deepEqual(
+        versions(o).map((v) => `${v.name} served=${v.served} storage=${v.storage}`),
+        ['v1beta1 served=true storage=true'],
+        name(o),
+      );
+      assert.equal(conversion(o), undefined, `${name(o)}: no conversion webhook`);
+      assert.equal(
+        (o.metadata as { annotations?: Record<string, string> }).annotations?.['cert-manager.io/inject-ca-from'],
+        undefined,
+      );
+    }
+    // Each v1beta1 schema is the one the default CRDs carry: only v1alpha1 and the conversion stanza are gone.
+    for (const o of only) {
+      const full = all.find((a) => name(a) === name(o))!;
+      assert.deepEqual(versions(o)[0], { ...versions(full).find((v) => v.name === 'v1beta1')!, served: true }, name(o));
+    }
+    // Stored objects are all v1beta1 (the storage version), so the apiserver takes v1alpha1's removal.
+    const { accepted, failures } = await dryRun(cluster, only);
+    assert.deepEqual(failures, []);
+    assert.equal(accepted, only.length);
+  });
+
   it('every object helm renders passes kubectl apply --dry-run=server, for each layout and cert-manager choice', async () => {
     const skipped = new Set<string>();
     for (const { name, set } of variantSets) {

@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { claim, OperatorProcess, setupPool, waitPool, watchAll } from '../../bench/claim-driver.js';
+import { AnnotationKeys } from '../../src/api/index.js';
 import { SandboxClaims } from '../../src/kube/index.js';
 import { PREDECESSOR_SETTLE_MS } from '../../src/operator/extensions/claim-binding.js';
 import type { ClaimObj } from '../../src/operator/extensions/support.js';
@@ -21,6 +22,7 @@ interface ClaimWrite {
   ready: string | undefined;
   reason: string | undefined;
   message: string | undefined;
+  /** The Sandbox the write names: its status, or the `sandbox-name` annotation written just before it. */
   sandbox: string | undefined;
 }
 
@@ -66,7 +68,7 @@ describe('SandboxClaim: operator SIGKILLed and restarted with claims pending', (
             ready: ready?.status,
             reason: ready?.reason,
             message: ready?.message,
-            sandbox: cl.status?.sandbox?.name,
+            sandbox: cl.status?.sandbox?.name ?? cl.metadata.annotations?.[AnnotationKeys.sandboxName],
           });
         },
         stop.signal,
@@ -99,7 +101,8 @@ describe('SandboxClaim: operator SIGKILLed and restarted with claims pending', (
         [],
         'a claim reported ReconcilerError',
       );
-      // Nothing is written to a claim before it is bound: its first write already names its Sandbox.
+      // Nothing is written to a claim before it is bound: its first write already names its Sandbox (on the pass
+      // that turns it Ready that is the annotations' write, which goes before the status: docs/claim-model.md).
       assert.deepEqual(
         writes.filter((w) => !w.sandbox),
         [],

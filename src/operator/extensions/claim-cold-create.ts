@@ -4,7 +4,14 @@
  */
 import { AnnotationKeys, fnv1a32, LabelKeys, type Sandbox } from '../../api/index.js';
 import { SandboxError } from '../../errors.js';
-import { controllerRef, isAlreadyExists, Sandboxes, SandboxClaims } from '../../kube/index.js';
+import {
+  controllerRef,
+  isAlreadyExists,
+  isControlledBy,
+  isNotFound,
+  Sandboxes,
+  SandboxClaims,
+} from '../../kube/index.js';
 import { sandboxSpecFromTemplate } from './blueprint.js';
 import { Outcome, type ClaimContext } from './claim-context.js';
 import { desiredPodMetadata } from './claim-metadata.js';
@@ -59,13 +66,7 @@ export async function createCold(ctx: ClaimContext, claim: ClaimObj, template: T
   try {
     out = await ctx.d.manager.client.create<SandboxObj>(Sandboxes, body as SandboxObj);
   } catch (err) {
-    if (isAlreadyExists(err))
-      throw new Outcome(
-        ClaimReasons.createPending,
-        'Sandbox already created; waiting for cache to converge',
-        CREATE_PENDING_REQUEUE_MS,
-        true,
-      );
+    if (isAlreadyExists(err)) return readBack(ctx, claim);
     throw new SandboxError('claim.create', `sandbox create error: ${(err as Error).message}`, { cause: err });
   }
   ctx.bindings.remember(claim.metadata.uid!, out);
@@ -79,4 +80,42 @@ export async function createCold(ctx: ClaimContext, claim: ClaimObj, template: T
     created_by: normalizeCreatedBy(createdBy),
   });
   return out;
+}
+
+/**
+ * The create answered AlreadyExists although the caches knew no Sandbox of that name (docs/claim-model.md "Cold
+ * create"): one GET decides, as agent-sandbox 1.0 does. Ours (this claim its controller, not deleting): adopted as
+ * the claim's Sandbox on this pass, so a claim whose earlier create committed unseen (a lost response, a lagging
+ * cache) does not wait on the cache. Someone else's: the same refusal as a Sandbox of that name the cache shows.
+ * Gone again, or deleting: created anew on a later pass.
+ */
+async function readBack(ctx: ClaimContext, claim: ClaimObj): Promise<SandboxObj> {
+  const name = claim.metadata.name!;
+  let live: SandboxObj | undefined;
+  try {
+    live = await ctx.d.manager.client.get<SandboxObj>(Sandboxes, claim.metadata.namespace, name);
+  } catch (err) {
+    if (!isNotFound(err))
+      throw new SandboxError('claim.create', `sandbox read-back error: ${(err as Error).message}`, { cause: err });
+  }
+  if (!live || live.metadata.deletionTimestamp)
+    throw new Outcome(
+      ClaimReasons.createPending,
+      'Sandbox already created; waiting for cache to converge',
+      CREATE_PENDING_REQUEUE_MS,
+      true,
+    );
+  if (!isControlledBy(live, claim)) throw notControlled(name);
+  ctx.bindings.remember(claim.metadata.uid!, live);
+  return live;
+}
+
+/** A Sandbox named like the claim that the claim does not control: only the user can resolve it. */
+export function notControlled(name: string): Outcome {
+  return new Outcome(
+    ClaimReasons.reconcilerError,
+    `Error seen: sandbox "${name}" is not controlled by claim "${name}". Please use a different claim name or delete the sandbox manually`,
+    undefined,
+    true,
+  );
 }

@@ -7,9 +7,10 @@
  *      with 409 if anything changed the Sandbox since we saw it, in particular another adoption). The patch moves
  *      the controller ownerReference to the claim and sets `claim-uid`, so the binding lives on the Sandbox.
  *      Conflict -> the next candidate at once (no requeue, no backoff);
- *   3. merge-patch the claim's status from the patch response (the Sandbox was Ready, so the claim is Ready);
- *   4. off the critical path, merge-patch the claim's annotations (`sandbox-name`, `controller-first-observed-at`,
- *      `sandbox-template-ref`).
+ *   3. merge-patch the claim's annotations (`sandbox-name`, `controller-first-observed-at`, `sandbox-template-ref`):
+ *      before the status, because the status turns the claim Ready and a claim seen Ready must name its Sandbox;
+ *   4. merge-patch the claim's status from the patch response (the Sandbox was Ready, so the claim is Ready).
+ * A status write that does not turn the claim Ready goes first, and its annotations wait off the critical path.
  * The upstream's first write (a resourceVersion-guarded claim update recording `sandbox-name` before the Sandbox
  * patch) is not needed: exclusivity comes from the guarded Sandbox patch alone, and a claim finds its Sandbox again
  * by ownership — in this process from the patch response, after a restart from the Sandbox informer's
@@ -43,7 +44,7 @@ import { foregroundOf, type Foreground } from '../foreground.js';
 import { CandidateQueues } from './candidates.js';
 import { adoptWarm, offerCandidate } from './claim-adoption.js';
 import { ClaimBindings, Deferred } from './claim-binding.js';
-import { createCold } from './claim-cold-create.js';
+import { createCold, notControlled } from './claim-cold-create.js';
 import { Outcome, type ClaimContext, type ClaimDeps, type Resolved } from './claim-context.js';
 import { reconcileExpired } from './claim-expiry.js';
 import { syncMetadata } from './claim-metadata.js';
@@ -168,14 +169,19 @@ export class ClaimReconciler implements ClaimContext {
 
     const status = claimStatusFor(claim, outcome, kubeTime());
     const becameReady = !isReady(claim.status) && isReady(status);
-    // Status first (it is what clients wait for); the annotations yield to claims still waiting for a Sandbox.
-    const afterStatus = await this.writes.writeStatus(claim, status);
-    if (becameReady && resolved) this.observeLatency(claim, resolved, launched);
-    const held = this.writes.annotationsPending(afterStatus ?? claim, resolved)
-      ? this.foreground.hold(`claim:${uid}`)
-      : 0;
+    // A claim seen Ready already says what it is (docs/claim-model.md "The pass", step 5; upstream's observability
+    // and warm-adoption tests watch for it): when this status write turns it Ready, the pending annotations go
+    // first. The same two claim writes as otherwise, only in this order. Any other time the status goes first (it
+    // is what clients wait for) and the annotations yield to claims still waiting for a Sandbox.
+    let current = claim;
+    if (becameReady && this.writes.annotationsPending(claim, resolved))
+      current = (await this.writes.writeAnnotations(claim, resolved)) ?? claim;
+    const afterStatus = await this.writes.writeStatus(current, status);
+    if (becameReady && resolved) this.observeLatency(current, resolved, launched);
+    current = afterStatus ?? current;
+    const held = this.writes.annotationsPending(current, resolved) ? this.foreground.hold(`claim:${uid}`) : 0;
     if (held > 0) requeueMs = Math.min(requeueMs ?? Infinity, held);
-    else await this.writes.writeAnnotations(afterStatus ?? claim, resolved);
+    else await this.writes.writeAnnotations(current, resolved);
     if (failure) throw failure;
     return requeueMs === undefined ? undefined : { requeueAfterMs: requeueMs };
   }
@@ -218,13 +224,7 @@ export class ClaimReconciler implements ClaimContext {
     if (bound) return { sandbox: await syncMetadata(this, claim, bound, template), template: templateName };
 
     const sameName = this.bindings.view(ns, claim.metadata.name!, claim.metadata.uid!);
-    if (sameName && !sameName.metadata.deletionTimestamp)
-      throw new Outcome(
-        ClaimReasons.reconcilerError,
-        `Error seen: sandbox "${claim.metadata.name}" is not controlled by claim "${claim.metadata.name}". Please use a different claim name or delete the sandbox manually`,
-        undefined,
-        true,
-      );
+    if (sameName && !sameName.metadata.deletionTimestamp) throw notControlled(claim.metadata.name!);
 
     if (!pool && templateName === undefined)
       throw new Outcome(

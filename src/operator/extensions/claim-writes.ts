@@ -73,10 +73,13 @@ export class ClaimWrites {
     return Object.keys(this.wantedAnnotations(claim, resolved)).length > 0;
   }
 
-  /** Persist the observability and binding annotations (one merge patch, only when something is missing). */
-  async writeAnnotations(claim: ClaimObj, resolved: Resolved | undefined): Promise<void> {
+  /**
+   * Persist the observability and binding annotations (one merge patch, only when something is missing); the
+   * response, or undefined when nothing was written.
+   */
+  async writeAnnotations(claim: ClaimObj, resolved: Resolved | undefined): Promise<ClaimObj | undefined> {
     const want = this.wantedAnnotations(claim, resolved);
-    if (!Object.keys(want).length) return;
+    if (!Object.keys(want).length) return undefined;
     const first = this.firstObserved.get(claim.metadata.uid!);
     const out = await this.client.patch<ClaimObj>(
       SandboxClaims,
@@ -87,6 +90,7 @@ export class ClaimWrites {
     );
     this.written.set(claim.metadata.uid!, out);
     if (first) this.firstObserved.delete(claim.metadata.uid!);
+    return out;
   }
 
   private wantedAnnotations(claim: ClaimObj, resolved: Resolved | undefined): Record<string, string | null> {

@@ -1,11 +1,9 @@
 /**
  * Small helpers the extension controllers share: object types with required metadata, resourceVersion order,
- * Sandbox readiness, and a fire-and-forget events.k8s.io/v1 recorder.
+ * Sandbox readiness, and (re-exported from ../events.ts, which the Sandbox controller shares) the events recorder.
  */
-import { hostname } from 'node:os';
 import type { Sandbox, SandboxClaim, SandboxTemplate, SandboxWarmPool } from '../../api/index.js';
-import { EventsV1, type KubeClient, type ObjectMeta, type ResourceType } from '../../kube/index.js';
-import type { Logger } from '../../log/logger.js';
+import type { ObjectMeta } from '../../kube/index.js';
 
 type WithMeta<T> = T & { metadata: ObjectMeta };
 export type SandboxObj = WithMeta<Sandbox>;
@@ -38,52 +36,4 @@ export function isSandboxReady(sb: Sandbox | undefined): boolean {
   return sb?.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 }
 
-export const REPORTING_CONTROLLER = 'sandbox-operator';
-const instance = `${REPORTING_CONTROLLER}-${hostname()}`;
-
-/** metav1.MicroTime wants exactly six fractional digits. */
-export function microTime(d = new Date()): string {
-  return d.toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');
-}
-
-export interface EventSpec {
-  type: 'Normal' | 'Warning';
-  reason: string;
-  action: string;
-  note: string;
-}
-
-/** Records events without blocking the reconcile that caused them; failures are logged at debug. */
-export class EventRecorder {
-  constructor(
-    private readonly client: KubeClient,
-    private readonly log: Logger,
-  ) {}
-
-  record(regarding: { metadata: ObjectMeta }, rt: ResourceType, ev: EventSpec): void {
-    const { name, namespace, uid } = regarding.metadata;
-    if (!name || !namespace) return;
-    const body = {
-      apiVersion: 'events.k8s.io/v1',
-      kind: 'Event',
-      metadata: { generateName: `${name}.`, namespace },
-      eventTime: microTime(),
-      reportingController: REPORTING_CONTROLLER,
-      reportingInstance: instance,
-      action: ev.action,
-      reason: ev.reason,
-      note: ev.note,
-      type: ev.type,
-      regarding: {
-        apiVersion: rt.group ? `${rt.group}/${rt.version}` : rt.version,
-        kind: rt.kind,
-        name,
-        namespace,
-        uid,
-      },
-    };
-    this.client
-      .create(EventsV1, body)
-      .catch((err: unknown) => this.log.debug({ err, reason: ev.reason }, 'event not recorded'));
-  }
-}
+export { EventRecorder, microTime, REPORTING_CONTROLLER, type EventSpec } from '../events.js';

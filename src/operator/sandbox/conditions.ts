@@ -16,6 +16,7 @@ export const ConditionTypes = {
 
 export const ReadyReasons = {
   reconcilerError: 'ReconcilerError',
+  invalidConfiguration: 'InvalidConfiguration',
   multiplePods: 'MultiplePods',
   suspended: 'SandboxSuspended',
   podSucceeded: 'PodSucceeded',
@@ -87,6 +88,8 @@ export interface Observation {
   multiplePods?: number;
   /** Child errors of this pass (each a full sentence). */
   errors: string[];
+  /** What makes the Sandbox's spec impossible to carry out (terminal: only an edit fixes it). */
+  invalid?: string;
   /** Whether Ready must account for the Service (spec.service=true, or unset with a Service in use). */
   serviceRequired: boolean;
   serviceExists: boolean;
@@ -118,6 +121,7 @@ export function readyCondition(o: Observation): Omit<Condition, 'lastTransitionT
     message,
     observedGeneration: o.generation,
   });
+  if (o.invalid) return c('False', ReadyReasons.invalidConfiguration, o.invalid);
   if (o.errors.length) return c('False', ReadyReasons.reconcilerError, `Error seen: ${o.errors.join('\n')}`);
   if (o.multiplePods) {
     return c(

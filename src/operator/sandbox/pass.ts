@@ -15,6 +15,11 @@ export interface Pass {
   errors: string[];
   /** How many of them are refusals (ownership, adoption, runtime conflicts) that retrying cannot fix. */
   refusals: number;
+  /**
+   * The Sandbox asks for something its own spec or name makes impossible (the Ready message, reason
+   * InvalidConfiguration): terminal, so not an error (no retry; an edit of the Sandbox triggers the next pass).
+   */
+  invalid?: string;
   /** Set when a write of the pass was held back for claims: look again after this long. */
   heldMs?: number;
   log: Logger;

@@ -13,6 +13,7 @@ import {
   type KubeClient,
 } from '../../kube/index.js';
 import type { RuntimeName } from '../runtime/adapter.js';
+import type { SandboxEvents } from './events.js';
 import { ConditionTypes, findCondition, type SuspendedState } from './conditions.js';
 import {
   buildPod,
@@ -54,6 +55,7 @@ export class PodReconciler extends ChildReconciler<Pod> {
     pods: Informer<Pod>,
     private readonly defaultRuntime: RuntimeName,
     private readonly setPodNameAnnotation: PodNameAnnotator,
+    private readonly events: SandboxEvents,
     private readonly hold: Hold = () => 0,
   ) {
     super(client, pods);
@@ -114,11 +116,13 @@ export class PodReconciler extends ChildReconciler<Pod> {
         pod = await this.client.create(Pods, desired, { fieldManager: SANDBOX_FIELD_OWNER });
         this.overlay.remember(sb.metadata.uid ?? '', pod);
         pass.log.info({ pod: name }, 'pod created');
+        this.events.podCreated(sb, name);
         await this.setPodNameAnnotation(pass, name);
         return { pod, owned: true };
       } catch (err) {
         if (!isAlreadyExists(err)) {
           pass.errors.push(`create pod "${name}": ${(err as Error).message}`);
+          this.events.podCreateFailed(sb, name, (err as Error).message);
           return { pod: undefined, owned: false };
         }
         // Rare path: a Pod the filtered cache cannot see (no name-hash label) holds the name.

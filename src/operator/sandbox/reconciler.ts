@@ -29,6 +29,7 @@ import {
   type ReconcileResult,
 } from '../../kube/index.js';
 import { SandboxError } from '../../errors.js';
+import type { EventRecorder } from '../events.js';
 import type { RuntimeName } from '../runtime/adapter.js';
 import {
   computeStatus,
@@ -40,6 +41,7 @@ import {
   setCondition,
 } from './conditions.js';
 import { selectorOf } from './desired.js';
+import { SandboxEvents } from './events.js';
 import { Overlay } from './overlay.js';
 import { deleteChild, type Pass } from './pass.js';
 import { PodReconciler, type Hold } from './pod-reconciler.js';
@@ -55,6 +57,8 @@ export interface SandboxReconcilerDeps {
   pvcs: Informer<PersistentVolumeClaim>;
   defaultRuntime: RuntimeName;
   clusterDomain: string;
+  /** Lifecycle Events (events.ts); undefined with `--disable-sandbox-events`. */
+  events?: EventRecorder;
   /** Called once per Ready False→True transition with the creation-to-Ready latency. */
   onReady?(sb: SandboxObject, latencyMs: number): void;
   /** Writes that can wait ask this first (claims in flight): ms to wait, 0 = now. */
@@ -77,16 +81,19 @@ export class SandboxReconciler {
   private readonly pvcs: PvcReconciler;
   private readonly pods: PodReconciler;
   private readonly services: ServiceReconciler;
+  private readonly events: SandboxEvents;
   private readonly now: () => number;
 
   constructor(private readonly deps: SandboxReconcilerDeps) {
     this.now = deps.now ?? Date.now;
+    this.events = new SandboxEvents(deps.events);
     this.pvcs = new PvcReconciler(deps.client, deps.pvcs);
     this.pods = new PodReconciler(
       deps.client,
       deps.pods,
       deps.defaultRuntime,
       (pass, podName) => this.setPodNameAnnotation(pass, podName),
+      this.events,
       deps.hold,
     );
     this.services = new ServiceReconciler(deps.client, deps.services);
@@ -104,6 +111,7 @@ export class SandboxReconciler {
     this.services.forget(key);
     this.pods.forget(sb.metadata.uid ?? '');
     this.pvcs.forget(sb);
+    this.events.forget(sb.metadata.uid ?? '');
   }
 
   /** Drop read-your-writes state for a Pod that is gone (called from the pod informer). */
@@ -153,6 +161,7 @@ export class SandboxReconciler {
         suspendedState: pod.suspendedState,
         multiplePods: pod.multiple,
         errors: pass.errors,
+        invalid: pass.invalid,
         serviceRequired: service?.required ?? false,
         serviceExists: service?.exists ?? false,
         service: service
@@ -270,6 +279,7 @@ export class SandboxReconciler {
       if (isNotFound(err)) return;
       throw err;
     }
+    this.events.statusWritten(sb, sb.status, next);
     const before = findCondition(sb.status?.conditions, ConditionTypes.ready);
     const after = findCondition(next.conditions, ConditionTypes.ready);
     if (after?.status === 'True' && before?.status !== 'True' && sb.metadata.creationTimestamp) {

@@ -24,6 +24,24 @@ export interface ServiceOutcome {
   exists: boolean;
 }
 
+/** Longest DNS-1035 label, the bound on a Service's name. */
+export const MAX_SERVICE_NAME = 63;
+const DNS1035_LABEL = /^[a-z]([-a-z0-9]*[a-z0-9])?$/;
+
+/**
+ * Why a Sandbox's name cannot name its headless Service (a Service name is a DNS-1035 label; a Sandbox's name is a
+ * DNS-1123 subdomain, up to 253 characters, dots and a leading digit allowed), or undefined when it can. Only an
+ * edit fixes it, so the Sandbox reports it as Ready=False InvalidConfiguration and is not retried.
+ */
+export function serviceNameProblem(name: string): string | undefined {
+  const what = `spec.service: the headless Service is named after the Sandbox, and "${name}"`;
+  if (name.length > MAX_SERVICE_NAME)
+    return `${what} (${name.length} characters) is too long for a Service name: must be no more than ${MAX_SERVICE_NAME} characters`;
+  if (!DNS1035_LABEL.test(name))
+    return `${what} is not a valid Service name: a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character`;
+  return undefined;
+}
+
 export class ServiceReconciler extends ChildReconciler<Service> {
   /** Drop the read-your-writes entry of a Sandbox (by key) that is gone. */
   forget(sandboxKey: string): void {
@@ -49,6 +67,8 @@ export class ServiceReconciler extends ChildReconciler<Service> {
 
     if (!svc) {
       if (mode !== true) return none;
+      pass.invalid = serviceNameProblem(name);
+      if (pass.invalid) return none;
       try {
         svc = await this.client.create(Services, buildService(sb), { fieldManager: SANDBOX_FIELD_OWNER });
         this.overlay.remember(key, svc);
