@@ -3,13 +3,13 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 	"unsafe"
+
+	"sandbox-operator/agent/upstream"
 )
 
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -67,14 +67,8 @@ func spawn(argv0 string, argv []string, attr *syscall.ProcAttr) (int, chan sysca
 }
 
 func lookPath(name, path string) (string, error) {
-	if strings.Contains(name, "/") {
-		return name, nil
-	}
-	for _, dir := range filepath.SplitList(path) {
-		p := filepath.Join(dir, name)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
+	if p, ok := upstream.FindExecutable(name, path); ok {
+		return p, nil
 	}
 	return "", newOpError("ENOENT", fmt.Sprintf("executable %q not found in PATH", name))
 }

@@ -450,6 +450,8 @@ func (s *session) handleRequest(f Frame) {
 		s.fileWatch(id, &req)
 	case "tcp.connect":
 		s.tcpConnect(id, &req)
+	case "upstream.start":
+		go func() { res, err := startUpstream(&req); s.reply(id, res, err) }()
 	default:
 		s.reply(id, nil, newOpError("EUNKNOWNOP", "unknown op "+req.Op))
 	}
@@ -471,7 +473,7 @@ func (s *session) handleExec(f Frame) {
 // helloReply is encoded once at start-up, before any snapshot: a restored clone's first answer then
 // runs no JSON encoder (cold code is what a clone pays for under TCG).
 var helloReply = mustJSON(map[string]any{"ok": true, "protocol": ProtocolVersion, "version": AgentVersion,
-	"pid": os.Getpid(), "features": []string{"exec", "exec.bin", "pty", "signal", "files", "watch", "tcp", "health", "time", "flow"}})
+	"pid": os.Getpid(), "features": []string{"exec", "exec.bin", "pty", "signal", "files", "watch", "tcp", "health", "time", "flow", "upstream"}})
 
 // hello answers a THello frame: u64 BE host wall clock in ns, then seed bytes.
 func (s *session) hello(id uint32, p []byte) {

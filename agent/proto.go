@@ -144,6 +144,9 @@ type Request struct {
 	// tcp
 	Host string `json:"host,omitempty"`
 	Port int    `json:"port,omitempty"`
+	// upstream.start (Path is the root dir, Host the listen host, Env the daemon's environment)
+	GRPCPort int `json:"grpcPort,omitempty"`
+	RESTPort int `json:"restPort,omitempty"`
 }
 
 type PtySize struct {

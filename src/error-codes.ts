@@ -33,6 +33,7 @@ export const ERROR_CODES = {
   'agent.version': { status: 502, meaning: 'the guest agent speaks another protocol version (rebuild the image)' },
   // The errno an agent operation failed with (AGENT_ERRNO_CODES in src/guest/agent-errors.ts).
   'agent.eacces': { status: 400, meaning: 'the guest refused: permission denied' },
+  'agent.eaddrinuse': { status: 409, meaning: 'the guest port is already in use (another service listens on it)' },
   'agent.ebusy': { status: 409, meaning: 'the guest refused: the id or resource is in use' },
   'agent.ecanceled': { status: 503, meaning: 'the guest cancelled the operation (its stream or session ended)' },
   'agent.econnrefused': { status: 502, meaning: 'nothing listens on the guest port' },
@@ -146,6 +147,10 @@ export const ERROR_CODES = {
   'placement.busy': { status: 503, meaning: "the node's concurrent checkpoint pulls are at their cap (Retry-After)" },
   'placement.changed': { status: 500, meaning: 'a checkpoint file changed while this node served it to a peer' },
   'placement.deleted': { status: 404, meaning: 'the checkpoint was deleted while this node was pulling it' },
+  'placement.off': {
+    status: 409,
+    meaning: "the node keeps no copies of peers' checkpoints (--checkpoint-replicas 1)",
+  },
   'placement.heal-failed': { status: 502, meaning: 'no owner served the checkpoint whole within the heal budget' },
   'placement.truncated': { status: 502, meaning: 'a checkpoint record stream broke off mid-transfer (nothing kept)' },
 

@@ -8,6 +8,7 @@ import { SandboxError } from '../errors.js';
  */
 export const AGENT_ERRNO_CODES: Readonly<Record<string, ErrorCode>> = {
   EACCES: 'agent.eacces',
+  EADDRINUSE: 'agent.eaddrinuse',
   EBUSY: 'agent.ebusy',
   ECANCELED: 'agent.ecanceled',
   ECONNREFUSED: 'agent.econnrefused',

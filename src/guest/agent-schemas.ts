@@ -86,6 +86,14 @@ export const WatchEventSchema = Type.Union([
 
 export const TcpEvent = Type.Object({ type: Type.Literal('connected') });
 
+/** `upstream.start`: the addresses upstream sandboxd's two listeners are bound to (already: it was running). */
+export const UpstreamStartResult = Type.Object({
+  grpc: Type.String({ maxLength: 64 }),
+  rest: Type.String({ maxLength: 64 }),
+  rootDir: GuestPath,
+  already: Type.Optional(Type.Boolean()),
+});
+
 /** A compiled check of one of the schemas above (compiled once; RES and EVT frames are on every operation's path). */
 export type Check = TypeCheck<TSchema>;
 

@@ -199,6 +199,8 @@ export const targets: HostileTarget[] = [
       { method: 'POST', path: '/v1/claim' },
       { method: 'POST', path: '/v1/sandboxes/x/exec' },
       { method: 'PUT', path: '/v1/sandboxes/x/network' },
+      // The peer route of checkpoint replicas (docs/placement.md "Replicas"): it reads no body, which it must survive.
+      { method: 'POST', path: '/v1/checkpoints/ck_0123456789abcdef/replicate' },
     ],
     start: async () => {
       const sim = await simEngine();

@@ -33,9 +33,13 @@ function goBinary(): string {
   }
 }
 
-/** The hash of what goes into the binary: Go sources (not `_test.go`, so a test-only change rebuilds no guest image). */
+/**
+ * The hash of what goes into the binary: Go sources of every package in the module, subdirectories included (not
+ * `_test.go`, so a test-only change rebuilds no guest image), and go.mod/go.sum, which pin the dependencies the build
+ * fetches through the Go module proxy.
+ */
 export function agentHash(go = goBinary()): string {
-  const files = readdirSync(AGENT_SRC)
+  const files = (readdirSync(AGENT_SRC, { recursive: true }) as string[])
     .filter((f) => (f.endsWith('.go') && !f.endsWith('_test.go')) || f === 'go.mod' || f === 'go.sum')
     .sort();
   const goVersion = execFileSync(go, ['version'], { encoding: 'utf8' }).trim();

@@ -3,7 +3,8 @@
  * the cluster CA (the apiserver's `--kubelet-client-certificate`), requests without one get 401. Routes are the
  * kubelet's: `/exec`, `/containerLogs`, `/portForward`, `/run`, `/pods`, `/healthz`. exec and port-forward are
  * WebSocket upgrades: the node declares `ExtendWebSocketsToKubelet` in `status.declaredFeatures`, so the
- * apiserver (1.36) proxies kubectl's WebSocket straight here instead of translating it to SPDY.
+ * apiserver (1.36) proxies kubectl's WebSocket straight here instead of translating it to SPDY. Port-forward
+ * also takes the WebSocket channel protocol (client-node's) and plain SPDY, as the kubelet does.
  */
 import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:https';
@@ -28,6 +29,12 @@ import {
   servePortForward,
   servePortForwardOnSocket,
 } from './port-forward.js';
+import {
+  parseChannelPorts,
+  pickChannelProtocol,
+  PORT_FORWARD_CHANNEL_PROTOCOLS,
+  servePortForwardChannels,
+} from './port-forward-channel.js';
 import type { Pod } from './types.js';
 
 export interface KubeletTls {
@@ -251,11 +258,25 @@ export class KubeletServer {
       }
       if (root === 'portForward' && (parts.length === 3 || parts.length === 4)) {
         const [, ns = '', name = ''] = parts;
+        // As the kubelet: the SPDY tunnel when offered at all, else the channel protocol (none offered = binary).
         const protocol = PORT_FORWARD_PROTOCOLS.find((p) => offered.includes(p));
+        const channel = protocol ? undefined : pickChannelProtocol(offered);
+        if (channel !== undefined) {
+          const parsed = parseChannelPorts(url.searchParams);
+          if ('error' in parsed) throw new SandboxError('kubelet.bad-request', parsed.error);
+          const { pod, claimId } = this.runningPod(ns, name);
+          const vm = this.opts.engine.vm(claimId);
+          this.upgrade(req, socket, head, channel, (ws) => {
+            const log = this.log.child({ pod: `${ns}/${name}` });
+            log.info({ transport: channel || 'channel (binary)', ports: parsed.ports }, 'port-forward session');
+            servePortForwardChannels(ws, channel, parsed.ports, vm, `${name}, uid ${pod.metadata.uid ?? ''}`, log);
+          });
+          return;
+        }
         if (!protocol)
           throw new SandboxError(
             'kubelet.bad-request',
-            `no supported port-forward subprotocol offered (${offered.join(', ') || 'none'}); supported: ${PORT_FORWARD_PROTOCOLS.join(', ')}`,
+            `no supported port-forward subprotocol offered (${offered.join(', ')}); supported: ${[...PORT_FORWARD_PROTOCOLS, ...PORT_FORWARD_CHANNEL_PROTOCOLS].join(', ')}`,
           );
         const { claimId } = this.runningPod(ns, name);
         const vm = this.opts.engine.vm(claimId);

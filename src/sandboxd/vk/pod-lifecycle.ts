@@ -33,6 +33,7 @@ import { claimFailure, failedStatus, runningStatus, statusDiffers, vmRequestFor,
 import type { PodLogs } from './pod-logs.js';
 import { podEgressLayer, podIngressLayer, type NetworkPolicy, type PodLayer } from './pod-network-policy.js';
 import type { Pod, PodStatus, VirtualNodeKind } from './types.js';
+import { startUpstreamSandboxd, upstreamSandboxdFor } from './upstream-sandboxd.js';
 
 export interface VirtualNodeRef {
   name: string;
@@ -66,6 +67,8 @@ export class PodLifecycle extends EventEmitter {
   readonly policies: Informer<NetworkPolicy>;
   private readonly nodeKinds = new Map<string, VirtualNodeKind>();
   private readonly eventsSent = new Set<string>();
+  /** Pods whose VM (`<claim>/<vm>`) already serves upstream sandboxd: asked once per VM, not per reconcile. */
+  private readonly upstreamServed = new Map<string, string>();
   private readonly controller: Controller;
   private readonly log: Logger;
   private readonly onReleased = (rec: SandboxRecord) => {
@@ -301,7 +304,26 @@ export class PodLifecycle extends EventEmitter {
     if (current && current.deadline !== rec.deadline) claims.set({ ...current, deadline: rec.deadline });
 
     await this.annotate(pod, kind, rec);
-    const ready = vmState === 'running';
+    let ready = vmState === 'running';
+    let notReady: { reason: string; message: string } | undefined = ready
+      ? undefined
+      : { reason: vmState, message: `the microVM is ${vmState}` };
+    // Ready promises the SDKs a listening upstream sandboxd when the pod asks for one: they never probe first.
+    const upstream = ready ? upstreamSandboxdFor(pod) : undefined;
+    const served = `${rec.id}/${rec.vmId}`;
+    if (upstream && this.upstreamServed.get(key) !== served) {
+      try {
+        await startUpstreamSandboxd(engine.vm(rec.id), upstream);
+        this.upstreamServed.set(key, served);
+        this.opts.logs.event(logFile, 'upstream sandboxd listening on 8080 (REST) and 9090 (gRPC)');
+      } catch (err) {
+        const message = `upstream sandboxd did not start: ${err instanceof Error ? err.message : String(err)}`;
+        log.warn({ err }, 'upstream sandboxd did not start');
+        this.event(pod, 'Warning', 'UpstreamSandboxdFailed', message);
+        ready = false;
+        notReady = { reason: 'UpstreamSandboxdFailed', message };
+      }
+    }
     await this.writeStatus(
       pod,
       runningStatus(pod, {
@@ -311,9 +333,10 @@ export class PodLifecycle extends EventEmitter {
         ready,
         restartCount,
         now: now(),
-        ...(ready ? {} : { notReadyReason: vmState }),
+        ...(notReady ? { notReadyReason: notReady.reason, notReadyMessage: notReady.message } : {}),
       }),
     );
+    if (notReady?.reason === 'UpstreamSandboxdFailed') return { requeueAfterMs: 5000 };
     if (kind === 'sandboxd') {
       const left = Date.parse(rec.deadline) - Date.now();
       if (left < (this.opts.resyncMs ?? 30_000)) return { requeueAfterMs: Math.max(0, left) + 1100 };
@@ -422,6 +445,7 @@ export class PodLifecycle extends EventEmitter {
       await this.opts.engine.release(row.claimId);
     }
     this.opts.claims.delete(row.pod);
+    this.upstreamServed.delete(row.pod);
   }
 
   private async writeStatus(pod: Pod, want: PodStatus): Promise<void> {

@@ -100,6 +100,8 @@ export interface RunningInput {
   now: string;
   /** Why the VM is not ready (paused, hibernated). */
   notReadyReason?: string;
+  /** The Ready condition's message; by default "the microVM is <reason>". */
+  notReadyMessage?: string;
 }
 
 function condition(
@@ -156,7 +158,14 @@ export function runningStatus(pod: Pod, input: RunningInput): PodStatus {
     conditions: [
       condition(prev, 'PodReadyToStartContainers', true, input.now),
       condition(prev, 'Initialized', true, input.now),
-      condition(prev, 'Ready', input.ready, input.now, notReady, notReady && `the microVM is ${notReady}`),
+      condition(
+        prev,
+        'Ready',
+        input.ready,
+        input.now,
+        notReady,
+        notReady && (input.notReadyMessage ?? `the microVM is ${notReady}`),
+      ),
       condition(prev, 'ContainersReady', input.ready, input.now, notReady),
       condition(prev, 'PodScheduled', true, input.now),
     ],

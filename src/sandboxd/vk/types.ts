@@ -23,12 +23,25 @@ export interface ContainerPort {
   protocol?: string;
 }
 
+export interface EnvVar {
+  name: string;
+  value?: string;
+  valueFrom?: { fieldRef?: { fieldPath: string } };
+}
+
+export interface SecurityContext {
+  runAsUser?: number;
+  runAsGroup?: number;
+}
+
 export interface Container {
   name: string;
   image?: string;
   command?: string[];
   args?: string[];
   ports?: ContainerPort[];
+  env?: EnvVar[];
+  securityContext?: SecurityContext;
 }
 
 export interface PodCondition {
@@ -78,6 +91,8 @@ export interface Pod extends KubeObject {
     tolerations?: Toleration[];
     nodeSelector?: Record<string, string>;
     terminationGracePeriodSeconds?: number;
+    securityContext?: SecurityContext;
+    serviceAccountName?: string;
   };
   status?: PodStatus;
 }
