@@ -11,6 +11,7 @@ import { Healer } from './placement/heal.js';
 import { InventoryPeers } from './placement/inventory-peers.js';
 import { OwnerDirectory } from './placement/owners.js';
 import { PeerClient } from './placement/peer-client.js';
+import { Replicator } from './placement/replicate.js';
 import { startVirtualNodes, type VirtualNodes } from './vk/index.js';
 import { selfSignedKubeletCert } from './vk/serving-cert.js';
 import { vmMemoryGauge } from './vm-metrics.js';
@@ -73,6 +74,32 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
   });
   const peerClient = new PeerClient(config.rootToken);
   const placementLog = log.child({ component: 'placement' });
+  const replicating = config.checkpointReplicas > 1;
+  // One puller for both uses (a claim's heal and a peer's request for a copy), so its concurrency cap is the node's.
+  const puller =
+    config.checkpointPeerHeal || replicating
+      ? new Healer({
+          store: engine.checkpointStore,
+          driver: engine.driver,
+          client: peerClient,
+          maxConcurrent: config.checkpointHealConcurrency,
+          budgetMs: config.checkpointHealTimeoutMs,
+          maxRecordBytes: config.checkpointMaxBytes,
+          logger: placementLog,
+        })
+      : undefined;
+  const replicator = replicating
+    ? new Replicator({
+        store: engine.checkpointStore,
+        client: peerClient,
+        peers: () => peers.addresses(),
+        self: () => engine.advertiseAddr,
+        replicas: config.checkpointReplicas,
+        intervalMs: config.checkpointReplicaIntervalMs,
+        copyTimeoutMs: config.checkpointHealTimeoutMs,
+        logger: placementLog,
+      })
+    : undefined;
   const api = new SandboxdApi({
     engine,
     peers,
@@ -82,22 +109,17 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
     logger: log.child({ component: 'api' }),
     placement: {
       owners: new OwnerDirectory(() => peers.addresses(), peerClient, { logger: placementLog }),
-      healer: config.checkpointPeerHeal
-        ? new Healer({
-            store: engine.checkpointStore,
-            driver: engine.driver,
-            client: peerClient,
-            maxConcurrent: config.checkpointHealConcurrency,
-            budgetMs: config.checkpointHealTimeoutMs,
-            maxRecordBytes: config.checkpointMaxBytes,
-            logger: placementLog,
-          })
-        : undefined,
+      healer: config.checkpointPeerHeal ? puller : undefined,
+      puller: replicating ? puller : undefined,
+      replicator,
       client: peerClient,
       peers: () => peers.addresses(),
     },
   });
   vmMemoryGauge(api.registry, engine);
+  replicator?.register(api.registry);
+  // A checkpoint taken here is copied at once, not at the next interval.
+  engine.on('checkpoint', () => replicator?.kick());
   const bound = await api.listen(config.listenHost, config.listenPort);
   const address = `${bound.address}:${bound.port}`;
   if (!config.advertiseExplicit && config.listenPort === 0) engine.advertiseAddr = address;
@@ -173,6 +195,7 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
       peers.start();
       const tasks: Promise<unknown>[] = [];
       if (inventoryPeers) tasks.push(inventoryPeers.run(signal));
+      if (replicator) tasks.push(replicator.run(signal));
       if (client && config.publishInventory) {
         const publisher = new InventoryPublisher({
           client,

@@ -49,7 +49,8 @@ export interface EngineOptions {
   vmNetworkCidr?: string;
   vmResolver?: string;
   /**
-   * Run one command (`true`) and one JSON request (a stat of `/`) in each warm VM once the refill is done, before a
+   * Run one command (the template's prime command, src/guest/images.ts: a login shell where there is bash, as e2b's
+   * SDK runs one for every command; else `true`) and one JSON request (a stat of `/`) in each warm VM once the refill is done, before a
    * tenant gets it. Under TCG a fresh clone's QEMU has translated none of the guest's exec path yet, so its first
    * command pays ~0.2 s for that, and its first JSON request (files, port-forward, signals) ~25 ms more for the
    * agent's JSON path, which exec no longer takes (binary EXEC frame); priming pays both in the background, and
@@ -555,6 +556,8 @@ export class NodeEngine extends EventEmitter {
     this.claims.extend(rec, ttlSeconds);
     this.state.schedule();
     this.emit('changed', rec);
+    // A lease ended now is ended now, not at the reaper's next tick.
+    if (ttlSeconds === 0) void this.reapExpired();
     return rec;
   }
 
@@ -723,6 +726,8 @@ export class NodeEngine extends EventEmitter {
       // Written before the answer (a checkpoint takes seconds; the write is nothing next to it), so a checkpoint
       // the API has answered for is never lost to a crash, and its directory never looks orphaned at the next start.
       await this.state.flush();
+      // Placement copies it to peers (placement/replicate.ts) once it is on disk and in the state file.
+      this.emit('checkpoint', ck);
       return ck;
     } finally {
       done();

@@ -9,6 +9,7 @@ import {
   DEFAULT_MAX_CHECKPOINTS,
   DEFAULT_MAX_CHECKPOINTS_PER_NAMESPACE,
 } from './engine.js';
+import { DEFAULT_CHECKPOINT_REPLICAS } from './placement/replicate.js';
 import { NETS, parsePoolKey, SIZES, type PoolKey } from './pool-key.js';
 
 /** sandboxd flags; the only place sandboxd reads its configuration (and the environment). */
@@ -59,6 +60,9 @@ export interface SandboxdConfig {
   readonly checkpointHealConcurrency: number;
   readonly checkpointHealTimeoutMs: number;
   readonly checkpointMaxBytes: number;
+  /** How many nodes should hold each checkpoint (docs/placement.md "Replicas"); 1: only where it was taken. */
+  readonly checkpointReplicas: number;
+  readonly checkpointReplicaIntervalMs: number;
   readonly pools: ReadonlyArray<{ key: PoolKey; warm: number }>;
   readonly kubeconfig: string | undefined;
   readonly publishInventory: boolean;
@@ -225,6 +229,16 @@ export function sandboxdCommand(): Command {
       DEFAULT_MAX_CHECKPOINTS_PER_NAMESPACE,
     )
     .option('--checkpoint-max-gib <n>', "most GiB a pulled checkpoint's files may declare together", Number, 64)
+    .option(
+      '--checkpoint-replicas <n>',
+      `nodes that keep a copy of each checkpoint, copied in the background (1: only the node that took it; needs --token-file and --checkpoint-ttl-hours > 0; default ${DEFAULT_CHECKPOINT_REPLICAS} when those are set, else 1)`,
+    )
+    .option(
+      '--checkpoint-replica-interval <seconds>',
+      'how often the copies of every checkpoint held here are counted again (a node that went away is noticed then)',
+      Number,
+      30,
+    )
     .option('--pools <list>', 'initial warm targets: template[:net[:size]]=N, comma separated', '')
     .option('--kubeconfig <path>', 'enables NodeInventory publishing and virtual-kubelet nodes')
     .addOption(
@@ -349,6 +363,24 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
   if (heal && !rootToken) errors.push('--checkpoint-peer-heal needs --token-file (peers pull with the fleet token)');
   if (heal && !(ttlHours > 0))
     errors.push('--checkpoint-peer-heal needs --checkpoint-ttl-hours > 0 (a delete a peer missed ages out there)');
+  // Replication pulls with the fleet token, and, as heal, needs deletes a down peer missed to age out there: without
+  // a TTL, a copy on a node that was down during a delete would be copied back to the fleet.
+  const replicasGiven = o.checkpointReplicas !== undefined;
+  const replicas = replicasGiven
+    ? Number(o.checkpointReplicas)
+    : rootToken && ttlHours > 0
+      ? DEFAULT_CHECKPOINT_REPLICAS
+      : 1;
+  if (!(Number.isInteger(replicas) && replicas >= 1))
+    errors.push(`--checkpoint-replicas: must be an integer >= 1 (got ${String(o.checkpointReplicas)})`);
+  if (replicas > 1 && !rootToken)
+    errors.push('--checkpoint-replicas > 1 needs --token-file (peers pull copies with the fleet token)');
+  if (replicas > 1 && !(ttlHours > 0))
+    errors.push('--checkpoint-replicas > 1 needs --checkpoint-ttl-hours > 0 (a delete a peer missed ages out there)');
+  if (!(Number(o.checkpointReplicaInterval) > 0))
+    errors.push(
+      `--checkpoint-replica-interval: must be a positive number (got ${String(o.checkpointReplicaInterval)})`,
+    );
   if (errors.length || !listen)
     throw new SandboxError('sandboxd.flags', errors.join('; '), { hint: 'see sandboxd --help' });
   const { host: listenHost, port: listenPort } = listen;
@@ -396,6 +428,8 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
     checkpointHealConcurrency: Number(o.checkpointHealConcurrency),
     checkpointHealTimeoutMs: Number(o.checkpointHealTimeout) * 1000,
     checkpointMaxBytes: Number(o.checkpointMaxGib) * 2 ** 30,
+    checkpointReplicas: replicas,
+    checkpointReplicaIntervalMs: Number(o.checkpointReplicaInterval) * 1000,
     pools,
     kubeconfig: o.kubeconfig as string | undefined,
     publishInventory: Boolean(o.publishInventory),

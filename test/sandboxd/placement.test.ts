@@ -152,7 +152,11 @@ describe('checkpoint placement on three nodes (real microVMs, peers from NodeInv
 
   before(async () => {
     const cluster = await getTestCluster();
-    common = ['--kubeconfig', cluster.kubeconfigPath, '--vk-nodes', '', '--log-level', 'info'];
+    // The tiers are what is tested here: no background copies (replicas.test.ts tests those).
+    common = [
+      ...['--kubeconfig', cluster.kubeconfigPath, '--vk-nodes', '', '--log-level', 'info'],
+      ...['--checkpoint-replicas', '1'],
+    ];
     for (const n of ['a', 'b', 'c'] as const) {
       const port = await freePort();
       nodes[n] = await SandboxdProcess.create(`placement-${n}-${suffix}`, ROOT, {}, { port });

@@ -19,8 +19,9 @@ import { updatedPolicy } from '../network-policy.js';
 import { packRecord } from './blob.js';
 import type { Healer } from './heal.js';
 import type { OwnerDirectory } from './owners.js';
+import type { Replicator } from './replicate.js';
 import type { PeerClient } from './peer-client.js';
-import { contentDigest, META_FORMAT, type RecordMeta } from './record.js';
+import { CHECKPOINT_ID, contentDigest, META_FORMAT, type RecordMeta } from './record.js';
 
 /**
  * The checkpoint routes (docs/placement.md), registered by SandboxdApi: list, delete (and tell the peers),
@@ -32,6 +33,10 @@ export interface PlacementOptions {
   owners?: OwnerDirectory;
   /** Present when --checkpoint-peer-heal is on. */
   healer?: Healer;
+  /** Pulls the copies peers ask this node to keep (POST .../replicate); present when --checkpoint-replicas > 1. */
+  puller?: Healer;
+  /** This node's view of where its checkpoints' copies are (GET /v1/checkpoints `copies`). */
+  replicator?: Replicator;
   /** For forwarded deletes. */
   client?: PeerClient;
   peers?: () => string[];
@@ -80,7 +85,37 @@ export function registerCheckpointRoutes(
 
   api.route('GET', '/v1/checkpoints', async (_q, res, who) => {
     requireOperator(who);
-    json(res, 200, { checkpoints: engine.listCheckpoints().map(checkpointRow) });
+    json(res, 200, {
+      checkpoints: engine.listCheckpoints().map((ck) => {
+        const copies = p.replicator?.copiesOf(ck.id);
+        return { ...checkpointRow(ck), ...(copies ? { copies } : {}) };
+      }),
+    });
+  });
+
+  // A peer asks this node to keep a copy of a checkpoint it holds (replicate.ts). The request names only the id:
+  // the owners are the ones this node finds by its own probe, so the caller cannot make it fetch from elsewhere.
+  // Answered once the copy is published (or was here already).
+  api.route('POST', '/v1/checkpoints/{id}/replicate', async (_q, res, who, [id]) => {
+    requireOperator(who);
+    if (!CHECKPOINT_ID.test(id!)) throw new SandboxError('sandboxd.bad-request', `checkpoint id ${id} is malformed`);
+    if (engine.checkpointStore.get(id!)) return json(res, 200, { id, copied: false });
+    if (!p.puller || !p.owners)
+      throw new SandboxError('placement.off', `node ${engine.nodeName} keeps no copies of peers' checkpoints`, {
+        hint: 'start it with --checkpoint-replicas > 1 (and --token-file, --checkpoint-ttl-hours > 0)',
+      });
+    const owners = await p.owners.owners(id!);
+    if (!owners.length) throw new SandboxError('sandboxd.not-found', `checkpoint ${id} not found on this node's peers`);
+    try {
+      const healed = await p.puller.heal(id!, owners);
+      await engine.saveState();
+      json(res, 200, { id, copied: true, from: healed.owner, bytes: healed.bytes, ms: Math.round(healed.ms) });
+    } catch (err) {
+      if (err instanceof SandboxError && err.code === 'placement.busy')
+        res.setHeader('retry-after', String(p.retryAfterSeconds ?? 2));
+      else p.owners.forget(id!);
+      throw err;
+    }
   });
 
   api.route('DELETE', '/v1/checkpoints/{id}', async (_q, res, who, [id], url) => {
