@@ -4,7 +4,7 @@
  * and how a sandbox's envd access token is derived from its sandboxd token. Both sides compute the token, so it is
  * never stored or sent between them, and it grants envd only (the sandboxd token also drives release, fork, ...).
  */
-import { createHmac } from 'node:crypto';
+import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
 
 /** The in-sandbox port of envd (E2b-Sandbox-Port, the `49983-<id>.<domain>` host). */
 export const ENVD_PORT = 49983;
@@ -27,4 +27,30 @@ export function envdAccessToken(sandboxToken: string): string {
  */
 export function trafficAccessToken(envdToken: string): string {
   return createHmac('sha256', envdToken).update('sandbox-operator traffic access token v1').digest('base64url');
+}
+
+/**
+ * A v1 file signature, as the SDK signs `uploadUrl` / `downloadUrl`: `v1_` + base64(sha256("<path>:<read|write>:
+ * <user>:<envd token>[:<expiration>]")) without padding. envd checks it (src/sandboxd/envd/access.ts); the router
+ * uses it to find which sandbox a signed URL without a sandbox id is for (src/apiserver/e2b/router.ts).
+ */
+export function fileSignature(
+  path: string,
+  operation: 'read' | 'write',
+  user: string,
+  token: string,
+  expiration?: number,
+): string {
+  const raw = `${path}:${operation}:${user}:${token}${expiration === undefined ? '' : `:${expiration}`}`;
+  return `v1_${createHash('sha256').update(raw).digest('base64').replace(/=+$/, '')}`;
+}
+
+/**
+ * Compare a presented secret (a token, a signature) with the expected one in time independent of both: digests of
+ * equal length are compared, so neither a matching prefix nor the lengths show in the timing.
+ */
+export function sameSecret(a: string, b: string): boolean {
+  const dx = createHash('sha256').update(a).digest();
+  const dy = createHash('sha256').update(b).digest();
+  return timingSafeEqual(dx, dy) && a.length === b.length;
 }

@@ -4,6 +4,7 @@
  * the authentication ConfigMap and a first answer from every node's feed, so a restarted server never serves a
  * half-built view.
  */
+import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { Gauge, Registry } from 'prom-client';
 import type { ObjectMeta } from '../api/meta.js';
@@ -306,7 +307,14 @@ export async function buildApiServer(
   let router: SandboxRouter | undefined;
   let routerAddr: AddressInfo | undefined;
   if (config.e2b.sandboxListen) {
-    router = new SandboxRouter({ store, client: sandboxd, namespace: config.e2b.namespace, logger: e2bLog });
+    const t = config.e2b.sandboxTls;
+    router = new SandboxRouter({
+      store,
+      client: sandboxd,
+      namespace: config.e2b.namespace,
+      logger: e2bLog,
+      ...(t ? { tls: { cert: readFileSync(t.certFile, 'utf8'), key: readFileSync(t.keyFile, 'utf8') } } : {}),
+    });
     routerAddr = await router.listen(config.e2b.sandboxListen.host, config.e2b.sandboxListen.port);
     e2bLog.info({ address: `${routerAddr.address}:${routerAddr.port}` }, 'e2b sandbox router listening');
   }

@@ -36,6 +36,8 @@ export interface ApiServerConfig {
   readonly e2b: {
     readonly listen: { host: string; port: number } | undefined;
     readonly sandboxListen: { host: string; port: number } | undefined;
+    /** The router's certificate and key, read at start (--e2b-sandbox-tls-*-file); absent: plain HTTP. */
+    readonly sandboxTls?: { certFile: string; keyFile: string };
     readonly apiKeys: readonly string[];
     readonly allowAnonymous: boolean;
     readonly namespace: string;
@@ -159,6 +161,11 @@ export function apiServerCommand(): Command {
     .option('--e2b-namespace <ns>', 'the namespace whose sandboxes the e2b API creates and serves', 'e2b')
     .option('--e2b-domain <domain>', 'the sandbox domain returned to SDKs (<port>-<id>.<domain> hosts)')
     .option(
+      '--e2b-sandbox-tls-cert-file <path>',
+      'serve --e2b-sandbox-listen over HTTPS with this certificate (PEM; a *.<e2b-domain> wildcard: the SDK builds https://<port>-<id>.<domain>)',
+    )
+    .option('--e2b-sandbox-tls-key-file <path>', "the private key (PEM) of --e2b-sandbox-tls-cert-file's certificate")
+    .option(
       '--e2b-templates-file <path>',
       'the e2b template alias table (YAML/JSON {templates: {<id>: {template, size?, net?}}}; default: base -> sandbox/base)',
     );
@@ -193,7 +200,19 @@ interface RawOptions {
   e2bAllowAnonymous: boolean;
   e2bNamespace: string;
   e2bDomain?: string;
+  e2bSandboxTlsCertFile?: string;
+  e2bSandboxTlsKeyFile?: string;
   e2bTemplatesFile?: string;
+}
+
+function sandboxTls(o: RawOptions, problems: string[]): { certFile: string; keyFile: string } | undefined {
+  const { e2bSandboxTlsCertFile: certFile, e2bSandboxTlsKeyFile: keyFile } = o;
+  if (!certFile && !keyFile) return undefined;
+  if (!certFile || !keyFile) {
+    problems.push('--e2b-sandbox-tls-cert-file and --e2b-sandbox-tls-key-file go together');
+    return undefined;
+  }
+  return { certFile, keyFile };
 }
 
 function hostPort(flag: string, v: string | undefined, problems: string[]): { host: string; port: number } | undefined {
@@ -224,6 +243,7 @@ export function toApiServerConfig(o: RawOptions): ApiServerConfig {
   }
   const e2bListen = hostPort('--e2b-listen', o.e2bListen, problems);
   const e2bSandboxListen = hostPort('--e2b-sandbox-listen', o.e2bSandboxListen, problems);
+  const e2bSandboxTls = sandboxTls(o, problems);
   let apiKeys: string[] = [];
   let templates: TemplateAlias[] = [];
   try {
@@ -269,6 +289,7 @@ export function toApiServerConfig(o: RawOptions): ApiServerConfig {
       allowAnonymous: o.e2bAllowAnonymous,
       namespace: o.e2bNamespace,
       domain: o.e2bDomain || undefined,
+      ...(e2bSandboxTls ? { sandboxTls: e2bSandboxTls } : {}),
       templates,
     },
   };

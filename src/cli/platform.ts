@@ -43,8 +43,9 @@ export interface PlatformOptions {
   /** Extra sandboxd flags (benchmarks: e.g. `--refill-delay=60000` to keep refills off a measured burst). */
   sandboxdArgs?: string[];
   /**
-   * Warm VMs per node for the e2b API's templates (aggregated layout; its alias table's `base` is sandbox/base),
-   * when `template` is not already sandbox/base. @default 0
+   * Warm VMs per node for the e2b API's templates (aggregated layout): sandbox/base when `template` is not already
+   * it, and, without `pools`, sandbox/base on the egress lane, which `base` is served from (e2b's SDKs ask for the
+   * internet by default). `sbx up --layout aggregated` sets it to `--warm`. @default 0
    */
   e2bWarm?: number;
   /**
@@ -270,7 +271,7 @@ async function startApiServer(
   const apiKeyFile = join(opts.dataDir, 'e2b-api-keys');
   await writeFile(apiKeyFile, `# e2b API keys of the local platform (sbx up)\n${apiKey}\n`, { mode: 0o600 });
   let templatesFile: string | undefined;
-  const e2bTemplates = opts.e2bTemplates ?? (servesNetworkedPool(opts) ? NETWORKED_E2B_TEMPLATES : undefined);
+  const e2bTemplates = e2bTemplatesOf(opts);
   if (e2bTemplates) {
     templatesFile = join(opts.dataDir, 'e2b-templates.json');
     await writeFile(templatesFile, JSON.stringify({ templates: e2bTemplates }));
@@ -319,25 +320,36 @@ async function startApiServer(
   };
 }
 
-/** The default aggregated platform also keeps a networked sandbox/base VM warm, served to e2b as `base-egress`. */
+/** The default aggregated platform also keeps networked sandbox/base VMs warm, which e2b's `base` is served from. */
 function servesNetworkedPool(opts: PlatformOptions): boolean {
   return opts.layout === 'aggregated' && (opts.e2bWarm ?? 0) > 0 && !opts.pools;
 }
 
-const NETWORKED_E2B_TEMPLATES: NonNullable<PlatformOptions['e2bTemplates']> = {
-  base: { template: 'sandbox/base' },
+/**
+ * e2b's sandboxes have the internet unless asked otherwise (old SDKs send `allow_internet_access: true` on every
+ * create), so the SDK's default template `base` is sandbox/base on the egress lane (under its secure default);
+ * `base-egress` names the same pool (the table before), `base-offline` the NIC-less one kubectl's pool holds.
+ */
+export const NETWORKED_E2B_TEMPLATES: NonNullable<PlatformOptions['e2bTemplates']> = {
+  base: { template: 'sandbox/base', net: 'egress' },
   'base-egress': { template: 'sandbox/base', net: 'egress' },
+  'base-offline': { template: 'sandbox/base' },
 };
 
+/** The alias table the platform writes for `--e2b-templates-file` (undefined: the server's default). */
+export function e2bTemplatesOf(opts: PlatformOptions): PlatformOptions['e2bTemplates'] {
+  return opts.e2bTemplates ?? (servesNetworkedPool(opts) ? NETWORKED_E2B_TEMPLATES : undefined);
+}
+
 /** sandboxd's --pools: the layout's template, plus the e2b API's sandbox/base where that is another one. */
-function poolsFlag(opts: PlatformOptions): string[] {
+export function poolsFlag(opts: PlatformOptions): string[] {
   const template = opts.template ?? 'sandbox/base';
   const pools: string[] = opts.pools ? [opts.pools] : opts.warm > 0 ? [`${template}=${opts.warm}`] : [];
   if (opts.layout === 'aggregated' && (opts.e2bWarm ?? 0) > 0 && template !== 'sandbox/base')
     pools.push(`sandbox/base=${opts.e2bWarm}`);
   // Networked sandboxes (e2b's default: internet on) under the egress lane's secure default: public addresses
   // through NAT, nothing of the node's or the cluster's (docs/vm.md "Networking").
-  if (servesNetworkedPool(opts)) pools.push('sandbox/base:egress=1');
+  if (servesNetworkedPool(opts)) pools.push(`sandbox/base:egress=${opts.e2bWarm}`);
   return pools.length ? [`--pools=${pools.join(',')}`] : [];
 }
 

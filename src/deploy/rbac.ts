@@ -130,7 +130,7 @@ export const GRANTS: Record<ComponentName, readonly Grant[]> = {
     {
       scope: 'cluster',
       rule: { apiGroups: ['events.k8s.io'], resources: ['events'], verbs: ['create'] },
-      usedBy: 'extension controllers recordEvent',
+      usedBy: 'Sandbox lifecycle Events, extension controllers recordEvent',
     },
     {
       scope: 'cluster',

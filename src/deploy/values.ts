@@ -7,6 +7,7 @@
 import { readFileSync } from 'node:fs';
 import { Type, type Static, type TSchema } from '@sinclair/typebox';
 import { RUNTIMES } from '../operator/options.js';
+import { DEFAULT_CHECKPOINT_REPLICAS } from '../sandboxd/placement/replicate.js';
 
 export const LAYOUTS = ['crd', 'aggregated'] as const;
 export type Layout = (typeof LAYOUTS)[number];
@@ -48,6 +49,9 @@ export const ValuesSchema = strict(
         serveV1alpha1: bool(
           "serve v1alpha1 beside v1beta1 (upstream clients of v1alpha1). kube-apiserver keeps a watch cache per served version and converts every write of these kinds to v1alpha1 through the operator's webhook for it (about 5 calls per warm claim, PERFORMANCE.md); false, when no client uses v1alpha1, saves that",
         ),
+        v1beta1Only: bool(
+          'list v1beta1 alone in the CRDs (served and stored, no conversion webhook), as a cluster that no longer has v1alpha1 objects or clients wants; serveV1alpha1 then does not apply. Rewrite stored objects as v1beta1 before turning it on (docs/api.md "Migrating to v1beta1")',
+        ),
       },
       'the CustomResourceDefinitions',
     ),
@@ -69,7 +73,13 @@ export const ValuesSchema = strict(
       'container images (build them with deploy/images/Dockerfile)',
     ),
     operator: strict(
-      { replicas: int('replicas (one leads the controllers, all serve the conversion webhook)', 1), ...placement },
+      {
+        replicas: int('replicas (one leads the controllers, all serve the conversion webhook)', 1),
+        disableSandboxEvents: bool(
+          'sandbox-operator --disable-sandbox-events: no lifecycle Events on Sandboxes (SandboxPodCreated, SandboxReady, ...)',
+        ),
+        ...placement,
+      },
       'sandbox-operator Deployment (crd layout)',
     ),
     apiserver: strict(
@@ -80,6 +90,10 @@ export const ValuesSchema = strict(
       {
         pools: str('initial warm pools, template[:net[:size]]=N comma separated (sandboxd --pools)'),
         maxClaims: int('claimed sandboxes per node at most (sandboxd --max-claims)', 1),
+        checkpointReplicas: int(
+          'nodes that keep a copy of each checkpoint, copied in the background (sandboxd --checkpoint-replicas; 1: only where it was taken)',
+          1,
+        ),
         dataHostPath: str(
           "the node's directory for sandboxd's claim table, checkpoints and kubelet certificate (a hostPath: they outlive the pod)",
         ),
@@ -103,7 +117,7 @@ export type Values = Static<typeof ValuesSchema>;
 export const DEFAULT_VALUES: Values = {
   layout: 'crd',
   defaultRuntime: 'standard',
-  crds: { serveV1alpha1: true },
+  crds: { serveV1alpha1: true, v1beta1Only: false },
   certManager: { enabled: false },
   images: {
     operator: `sandbox-operator:${APP_VERSION}`,
@@ -113,6 +127,7 @@ export const DEFAULT_VALUES: Values = {
   },
   operator: {
     replicas: 2,
+    disableSandboxEvents: false,
     resources: { requests: { cpu: '100m', memory: '256Mi' }, limits: { memory: '1Gi' } },
     nodeSelector: {},
     tolerations: [],
@@ -128,6 +143,7 @@ export const DEFAULT_VALUES: Values = {
   sandboxd: {
     pools: '',
     maxClaims: 200,
+    checkpointReplicas: DEFAULT_CHECKPOINT_REPLICAS,
     dataHostPath: '/var/lib/sandboxd',
     // No memory limit by default: the VMs' RAM is charged to this pod, and a limit would OOM-kill sandboxes.
     resources: { requests: { cpu: '500m', memory: '1Gi' } },

@@ -119,6 +119,7 @@ export function operatorFlags(c: BuildContext): Array<readonly [string, FlagValu
     ['metrics-bind-address', `:${PORTS.operatorMetrics}`],
     ['health-probe-bind-address', `:${PORTS.operatorHealth}`],
     ['zap-log-level', c.p.value('operator.logLevel')],
+    ['disable-sandbox-events', c.p.value('operator.disableSandboxEvents')],
   ];
 }
 
@@ -166,6 +167,7 @@ export function sandboxdFlags(c: BuildContext): Array<readonly [string, FlagValu
     ['token-file', `${SANDBOXD_TOKEN_DIR}/token`],
     ['kubeconfig', SANDBOXD_KUBECONFIG],
     ['max-claims', c.p.value('sandboxd.maxClaims')],
+    ['checkpoint-replicas', c.p.value('sandboxd.checkpointReplicas')],
     ['pools', c.p.value('sandboxd.pools')],
     // The CRD layout's Pods run on sandboxd's virtual-kubelet nodes; the aggregated layout has no Pods.
     ...(crd

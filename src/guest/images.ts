@@ -18,7 +18,20 @@ export interface GuestTemplateDef {
   network: 'none' | 'egress';
   /** Commands run once in the template VM before the snapshot. */
   warmup?: readonly (readonly string[])[];
+  /**
+   * The first command a warm pool runs in each of its VMs before a tenant gets one (sandboxd's priming): under TCG a
+   * fresh clone's QEMU has translated none of the guest's code yet, and a command's first run pays for that. Default
+   * `true` (the agent's exec path only).
+   */
+  prime?: readonly string[];
 }
+
+/**
+ * What e2b's SDK runs for every `commands.run`: a login shell (docs/e2b.md "Data plane (envd)"). Priming with it
+ * leaves bash, its profile and libraries translated and in the page cache, so an SDK's first command costs what a
+ * later one does.
+ */
+const LOGIN_SHELL_PRIME = ['/bin/bash', '-l', '-c', 'true'] as const;
 
 const BASE_PACKAGES = [
   'base-files',
@@ -58,6 +71,7 @@ export const GUEST_TEMPLATES: Readonly<Record<string, GuestTemplateDef>> = {
     packages: BASE_PACKAGES,
     memoryMiB: 128,
     network: 'none',
+    prime: LOGIN_SHELL_PRIME,
   },
   'sandbox/python': {
     name: 'sandbox/python',
@@ -67,8 +81,18 @@ export const GUEST_TEMPLATES: Readonly<Record<string, GuestTemplateDef>> = {
     memoryMiB: 256,
     network: 'egress',
     warmup: [['python3', '-c', 'import json, os, sys']],
+    prime: LOGIN_SHELL_PRIME,
   },
 };
+
+/**
+ * The command that primes a warm VM (GuestTemplateDef.prime). `vmTemplate` is the VM's template name as sandboxd
+ * gives it, `<guest template>@<pool or checkpoint>` (src/sandboxd/warm-pools.ts, engine.ts's checkpoints).
+ */
+export function primeCommand(vmTemplate: string): readonly string[] {
+  const name = vmTemplate.split('@')[0]!;
+  return (GUEST_TEMPLATES[name] ?? GUEST_TEMPLATES[name.replace(/:latest$/, '')])?.prime ?? ['true'];
+}
 
 export function listGuestTemplates(): GuestTemplateDef[] {
   return Object.values(GUEST_TEMPLATES);

@@ -26,5 +26,5 @@ export { ensureKernel, kernelHash } from './build/kernel.js';
 export type { KernelArtifact } from './build/kernel.js';
 export { ensureAgent } from './build/agent.js';
 export { ensureInitramfs } from './build/initramfs.js';
-export { ensureGuestImage, GUEST_TEMPLATES, listGuestTemplates } from './images.js';
+export { ensureGuestImage, GUEST_TEMPLATES, listGuestTemplates, primeCommand } from './images.js';
 export type { GuestImageArtifact, GuestTemplateDef } from './images.js';

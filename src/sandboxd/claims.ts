@@ -180,8 +180,9 @@ export class ClaimRecords {
   }
 
   /** Move the lease's deadline to `ttlSeconds` from now (clamped like a claim's). */
+  /** Move the lease to `ttlSeconds` from now (at most the longest lease); 0 ends it now. */
   extend(rec: SandboxRecord, ttlSeconds: number): void {
-    rec.deadline = new Date(Date.now() + this.ttlMs(ttlSeconds)).toISOString();
+    rec.deadline = new Date(Date.now() + (ttlSeconds === 0 ? 0 : this.ttlMs(ttlSeconds))).toISOString();
     this.touch(rec);
   }
 

@@ -384,7 +384,8 @@ export class SandboxdApi {
     this.route('POST', '/v1/sandboxes/{id}/renew', async (req, res, who, [id]) => {
       const rec = this.authorizedSandbox(who, id!);
       const body = await readJson(req);
-      const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 1);
+      // 0: the lease ends now (e2b's setTimeout(0)); the reaper then does what the lease's end does.
+      const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 0);
       if (ttl === undefined) throw new SandboxError('sandboxd.bad-request', 'ttl_seconds: required');
       json(res, 200, { deadline: e.renew(rec.id, ttl).deadline });
     });

@@ -1,7 +1,7 @@
 import { SandboxError } from '../errors.js';
 import type { Logger } from '../log/logger.js';
 import { templateFromImage, type MicrovmDriver, type MicrovmHandle as Vm, type Template } from '../vmm/index.js';
-import { ensureGuestImage, GUEST_TEMPLATES, silentProgress } from '../guest/index.js';
+import { ensureGuestImage, GUEST_TEMPLATES, primeCommand, silentProgress } from '../guest/index.js';
 import { keyString, SIZE_TIERS, type PoolKey } from './pool-key.js';
 
 /**
@@ -330,7 +330,7 @@ export class WarmPools {
   private primeOne(vm: Vm, pool?: Pool): void {
     this.priming = true;
     void vm
-      .run(['true'], { timeoutMs: 30_000 })
+      .run([...primeCommand(vm.record.template.name)], { timeoutMs: 30_000 })
       .then(() => vm.agent.files.stat('/'))
       .then(
         () => {

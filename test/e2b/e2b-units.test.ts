@@ -133,14 +133,15 @@ describe('e2b API units', () => {
     assert.equal(permissionString('file', 0o640), '-rw-r-----');
   });
 
-  it('lists page by the last key served and filter by state and metadata', () => {
+  /** A store of e2b sandboxes `i0..i{n-1}`, claimed at `claimedAt(i)` (ms), `i4` hibernated. */
+  function e2bStore(n: number, claimedAt: (i: number) => number): SandboxStore {
     const store = new SandboxStore(silentLogger);
-    for (let i = 0; i < 5; i++)
+    for (let i = 0; i < n; i++)
       store.upsert('n1', '127.0.0.1:1', {
         id: `sb_${i}`,
         key: { template: 'sandbox/base', net: 'none', size: 'small' },
         deadline: new Date(Date.now() + 60_000).toISOString(),
-        claimed_at: new Date().toISOString(),
+        claimed_at: new Date(claimedAt(i)).toISOString(),
         hibernated: i === 4,
         rv: i + 1,
         vcpus: 1,
@@ -150,25 +151,40 @@ describe('e2b API units', () => {
             name: `i${i}`,
             namespace: 'e2b',
             uid: `u${i}`,
-            creationTimestamp: new Date().toISOString(),
+            // whole seconds, as a create writes it
+            creationTimestamp: new Date(Math.floor(claimedAt(i) / 1000) * 1000).toISOString().replace('.000', ''),
             annotations: { 'e2b.dev/template-id': 'base', 'e2b.dev/metadata': JSON.stringify({ n: String(i % 2) }) },
           },
           spec: { podTemplate: { spec: { containers: [] } } },
         } as never,
       });
-    const seen: string[] = [];
+    return store;
+  }
+
+  /** Every page of a listing, in order. */
+  function allPages(store: SandboxStore, query: Record<string, string>): string[][] {
+    const pages: string[][] = [];
     let token: string | undefined;
     do {
-      const q = new URLSearchParams({ limit: '2', state: 'running', ...(token ? { nextToken: token } : {}) });
-      const page = listSandboxes(store, 'e2b', q);
-      seen.push(...page.items.map((i) => i.sandboxID));
+      const page = listSandboxes(
+        store,
+        'e2b',
+        new URLSearchParams({ ...query, ...(token ? { nextToken: token } : {}) }),
+      );
+      pages.push(page.items.map((i) => i.sandboxID));
       token = page.nextToken;
     } while (token);
-    assert.deepEqual(seen, ['i0', 'i1', 'i2', 'i3']);
+    return pages;
+  }
+
+  it('lists page by the last sandbox served and filter by state and metadata', () => {
+    const t0 = Date.parse('2026-01-01T00:00:00Z');
+    const store = e2bStore(5, (i) => t0 + i * 1000);
+    assert.deepEqual(allPages(store, { limit: '2', state: 'running', order: 'asc' }).flat(), ['i0', 'i1', 'i2', 'i3']);
     const odd = listSandboxes(store, 'e2b', new URLSearchParams({ metadata: 'n=1' }));
     assert.deepEqual(
       odd.items.map((i) => i.sandboxID),
-      ['i1', 'i3'],
+      ['i3', 'i1'],
     );
     const item = odd.items[0]!;
     assert.equal(item.cpuCount, 1);
@@ -179,5 +195,69 @@ describe('e2b API units', () => {
         listSandboxes(store, 'e2b', new URLSearchParams({ nextToken: Buffer.from('other/x').toString('base64url') })),
       /nextToken/,
     );
+    assert.throws(() => listSandboxes(store, 'e2b', new URLSearchParams({ order: 'sideways' })), /order/);
+  });
+
+  // Start times unrelated to the ids' order (the store walks keys), several within one second.
+  const T0 = Date.parse('2026-01-01T00:00:00Z');
+  const STARTS = [T0 + 1500, T0 + 250, T0 + 4000, T0 + 900, T0 + 1100, T0 + 3999, T0 + 50];
+  const BY_START = [...STARTS.keys()].sort((a, b) => STARTS[a]! - STARTS[b]!).map((i) => `i${i}`);
+  const NEWEST = [...BY_START].reverse();
+
+  it("lists in e2b's order: newest start first by default", () => {
+    const one = listSandboxes(
+      e2bStore(STARTS.length, (i) => STARTS[i]!),
+      'e2b',
+      new URLSearchParams(),
+    );
+    assert.deepEqual(
+      one.items.map((i) => i.sandboxID),
+      NEWEST,
+    );
+    assert.equal(one.nextToken, undefined);
+  });
+
+  it('`order` applies to the whole listing: every page is a slice of one order, whatever is created in between', () => {
+    const store = e2bStore(STARTS.length, (i) => STARTS[i]!);
+    for (const limit of ['1', '2', '3']) {
+      assert.deepEqual(allPages(store, { limit }).flat(), NEWEST, `desc, limit ${limit}`);
+      assert.deepEqual(allPages(store, { limit, order: 'asc' }).flat(), BY_START, `asc, limit ${limit}`);
+    }
+    const first = listSandboxes(store, 'e2b', new URLSearchParams({ limit: '3' }));
+    store.upsert('n1', '127.0.0.1:1', {
+      id: 'sb_new',
+      key: { template: 'sandbox/base', net: 'none', size: 'small' },
+      deadline: new Date(Date.now() + 60_000).toISOString(),
+      claimed_at: new Date(T0 + 9000).toISOString(),
+      hibernated: false,
+      rv: 99,
+      object: {
+        metadata: { name: 'inew', namespace: 'e2b', uid: 'unew', creationTimestamp: new Date(T0 + 9000).toISOString() },
+        spec: { podTemplate: { spec: { containers: [] } } },
+      } as never,
+    });
+    const rest = listSandboxes(store, 'e2b', new URLSearchParams({ nextToken: first.nextToken! }));
+    assert.deepEqual(
+      [...first.items, ...rest.items].map((i) => i.sandboxID),
+      NEWEST,
+    );
+  });
+
+  it("startedAt keeps the milliseconds of the node's claim time (creationTimestamp has whole seconds)", () => {
+    const items = listSandboxes(
+      e2bStore(STARTS.length, (i) => STARTS[i]!),
+      'e2b',
+      new URLSearchParams(),
+    ).items;
+    assert.equal(items.find((i) => i.sandboxID === 'i1')!.startedAt, new Date(T0 + 250).toISOString());
+  });
+
+  it('startedAfter is inclusive: a sandbox started at that very instant is listed', () => {
+    const after = listSandboxes(
+      e2bStore(STARTS.length, (i) => STARTS[i]!),
+      'e2b',
+      new URLSearchParams({ startedAfter: new Date(T0 + 1100).toISOString() }),
+    );
+    assert.deepEqual(after.items.map((i) => i.sandboxID).sort(), ['i0', 'i2', 'i4', 'i5']);
   });
 });

@@ -25,6 +25,11 @@ export const TEST_WARM = 8;
 export const TEST_E2B_WARM = 3;
 /** The e2b template id of a networked sandbox (sandbox/base on the egress lane; test/aggregated/e2b-network.test.ts). */
 export const E2B_EGRESS_TEMPLATE = 'base-egress';
+/**
+ * An e2b template id whose pool no node keeps (sandbox/base, egress lane, medium): every create of it is a clone or
+ * a boot on a miss (test/aggregated/e2b-sdk-versions.test.ts).
+ */
+export const E2B_UNPOOLED_TEMPLATE = 'base-egress-medium';
 
 export interface AggregatedInfo {
   cluster: ClusterInfo;
@@ -60,6 +65,7 @@ export async function startAggregatedForTests(
     e2bTemplates: {
       base: { template: 'sandbox/base' },
       [E2B_EGRESS_TEMPLATE]: { template: 'sandbox/base', net: 'egress' },
+      [E2B_UNPOOLED_TEMPLATE]: { template: 'sandbox/base', net: 'egress', size: 'medium' },
     },
     etcdFsync: true,
     logger: createLogger({ level: 'warn', name: 'aggregated' }),

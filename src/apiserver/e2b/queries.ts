@@ -1,6 +1,6 @@
 /**
- * The e2b API's collection reads: sandboxes (state and metadata filters, `limit`, and `X-Next-Token` pages that
- * name the last sandbox served, so a page survives creates and kills in between), snapshots (every node's
+ * The e2b API's collection reads: sandboxes (newest first or `order=asc`, state and metadata filters, `limit`, and
+ * `X-Next-Token` pages that name the last sandbox served, so a page survives creates and kills in between), snapshots (every node's
  * checkpoints of this namespace's sandboxes), and the template alias table.
  */
 import type { Fleet } from '../sandboxes/fleet.js';
@@ -11,18 +11,42 @@ import { deleteNamespaceCheckpoint, namespaceCheckpoints, type HeldCheckpoint } 
 import { ENVD_VERSION } from '../../api/envd.js';
 import { badRequest, metadataFilter } from './http.js';
 import type { TemplateAlias } from './templates.js';
-import { listedView, metadataOf, stateOf, templateIdOf } from './views.js';
+import { listedView, metadataOf, startedAt, stateOf, templateIdOf } from './views.js';
 
 const DEFAULT_LIMIT = 100;
 const MAX_LIMIT = 1000;
 
-const encodeToken = (key: string) => Buffer.from(key).toString('base64url');
-function decodeToken(t: string, namespace: string): string {
-  const key = Buffer.from(t, 'base64url').toString('utf8');
-  if (!key.startsWith(`${namespace}/`)) throw badRequest('nextToken: not a token this server gave');
-  return key;
+/**
+ * A page token names the last sandbox served by its place in the order (start time, then key), so the next page
+ * starts right after it whatever was created or killed in between, and the order holds across pages.
+ */
+interface Cursor {
+  ms: number;
+  key: string;
+}
+const encodeToken = (c: Cursor) => Buffer.from(JSON.stringify([c.ms, c.key])).toString('base64url');
+function decodeToken(t: string, namespace: string): Cursor {
+  let v: unknown;
+  try {
+    v = JSON.parse(Buffer.from(t, 'base64url').toString('utf8'));
+  } catch {
+    v = undefined;
+  }
+  if (
+    !Array.isArray(v) ||
+    v.length !== 2 ||
+    !Number.isFinite(v[0]) ||
+    typeof v[1] !== 'string' ||
+    !v[1].startsWith(`${namespace}/`)
+  )
+    throw badRequest('nextToken: not a token this server gave');
+  return { ms: v[0] as number, key: v[1] };
 }
 
+/**
+ * `GET /v2/sandboxes`: e2b's order, newest start first unless `order=asc`, over the whole listing (every page is a
+ * slice of one order); `startedAfter` includes a sandbox started at that very instant.
+ */
 export function listSandboxes(
   store: SandboxStore,
   namespace: string,
@@ -43,29 +67,35 @@ export function listSandboxes(
   const limit = rawLimit === null ? DEFAULT_LIMIT : Number(rawLimit);
   if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LIMIT)
     throw badRequest(`limit: an integer from 1 to ${MAX_LIMIT}`);
+  const order = q.get('order') ?? 'desc';
+  if (order !== 'asc' && order !== 'desc') throw badRequest(`order: "${order}" is not asc or desc`);
+  const dir = order === 'asc' ? 1 : -1;
   const token = q.get('nextToken');
-  const matches = (e: SandboxEntry) => {
+  const from = token ? decodeToken(token, namespace) : undefined;
+  /** Negative when `a` comes first in the listing's order. */
+  const compare = (a: Cursor, b: Cursor) => dir * (a.ms - b.ms || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  const matches = (e: SandboxEntry, ms: number) => {
     if (states.length && !states.includes(stateOf(e))) return false;
     if (template && templateIdOf(e) !== template) return false;
-    if (after !== undefined && Date.parse(e.object.metadata.creationTimestamp) <= after) return false;
+    if (after !== undefined && ms < after) return false;
     const md = metadataOf(e);
     return Object.entries(metadata).every(([k, v]) => md[k] === v);
   };
-  const items: ReturnType<typeof listedView>[] = [];
-  let last: string | undefined;
-  let more = false;
-  for (const key of store.keysFrom(namespace, token ? decodeToken(token, namespace) : undefined)) {
+  const rest: Array<Cursor & { e: SandboxEntry }> = [];
+  for (const key of store.keysFrom(namespace)) {
     const e = store.get(key);
-    if (!e || !matches(e)) continue;
-    if (items.length === limit) {
-      more = true;
-      break;
-    }
-    items.push(listedView(e));
-    last = key;
+    if (!e) continue;
+    const at = { ms: Date.parse(startedAt(e)), key };
+    if ((from && compare(at, from) <= 0) || !matches(e, at.ms)) continue;
+    rest.push({ ...at, e });
   }
-  if (q.get('order') === 'desc') items.reverse();
-  return { items, nextToken: more && last ? encodeToken(last) : undefined };
+  rest.sort(compare);
+  const page = rest.slice(0, limit);
+  const last = page[page.length - 1];
+  return {
+    items: page.map((p) => listedView(p.e)),
+    nextToken: rest.length > limit && last ? encodeToken(last) : undefined,
+  };
 }
 
 export async function listSnapshots(

@@ -7,6 +7,7 @@
  * found", which the SDKs read as "the sandbox is gone".
  */
 import { Agent, createServer, request, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https';
 import { connect as netConnect, type AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { ENVD_PORT } from '../../api/envd.js';
@@ -16,12 +17,18 @@ import { listenOn, splice, streamingServerOptions } from '../../net/serve.js';
 import type { SandboxEntry } from '../sandboxes/entry.js';
 import type { SandboxdClient } from '../sandboxes/sandboxd-client.js';
 import type { SandboxStore } from '../sandboxes/store.js';
+import { SignedUrlIndex } from './signed-urls.js';
 
 export interface RouterOptions {
   store: SandboxStore;
   client: SandboxdClient;
   namespace: string;
   logger: Logger;
+  /**
+   * Serve HTTPS with this certificate (PEM): the `*.<domain>` wildcard of `--e2b-domain`, since the SDK builds
+   * `https://<port>-<id>.<domain>` for envd, signed file URLs and getHost (docs/e2b.md "URLs the SDK builds").
+   */
+  tls?: { cert: string; key: string };
 }
 
 const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade'];
@@ -41,16 +48,18 @@ function notFoundBody(id: string): string {
 }
 
 export class SandboxRouter {
-  readonly server: Server;
+  readonly server: Server | HttpsServer;
   private readonly agent = new Agent({ keepAlive: true, maxSockets: 256, keepAliveMsecs: 30_000 });
   /** The data-plane address of each node, by `<node>@<api address>` (asked once, again after a failure). */
   private readonly envd = new Map<string, Promise<string | undefined>>();
+  private readonly signed: SignedUrlIndex;
 
   constructor(private readonly o: RouterOptions) {
-    this.server = createServer(
-      streamingServerOptions(),
-      guardRequests(o.logger, 'e2b-router', (req, res) => this.forward(req, res)),
-    );
+    this.signed = new SignedUrlIndex(o.store, o.client, o.namespace);
+    const handler = guardRequests(o.logger, 'e2b-router', (req, res) => this.forward(req, res));
+    this.server = o.tls
+      ? createHttpsServer({ ...streamingServerOptions(), cert: o.tls.cert, key: o.tls.key }, handler)
+      : createServer(streamingServerOptions(), handler);
     this.server.on(
       'upgrade',
       guardUpgrades(o.logger, 'e2b-router', (req: IncomingMessage, socket: Duplex, head: Buffer) =>
@@ -67,6 +76,18 @@ export class SandboxRouter {
     this.server.closeAllConnections();
     this.agent.destroy();
     await new Promise<void>((r) => this.server.close(() => r()));
+  }
+
+  /** A signed `/files` URL without a sandbox id (the SDK's uploadUrl / downloadUrl on E2B_SANDBOX_URL). */
+  private async signedTarget(req: IncomingMessage): Promise<{ id: string; port: number } | undefined> {
+    let url: URL;
+    try {
+      url = new URL(req.url ?? '/', 'http://router');
+    } catch {
+      return undefined;
+    }
+    const e = await this.signed.find(req.method, url);
+    return e ? { id: e.name, port: ENVD_PORT } : undefined;
   }
 
   private envdAddress(e: SandboxEntry): Promise<string | undefined> {
@@ -90,14 +111,15 @@ export class SandboxRouter {
     | { ok: true; host: string; port: number; headers: Record<string, string | string[]> }
     | { ok: false; status: number; body: string }
   > {
-    const t = routeTarget(req);
+    const t = routeTarget(req) ?? (await this.signedTarget(req));
     if (!t)
       return {
         ok: false,
         status: 400,
         body: JSON.stringify({
           code: 400,
-          message: 'name the sandbox: E2b-Sandbox-Id header or a <port>-<sandboxID>.<domain> host',
+          message:
+            'name the sandbox: E2b-Sandbox-Id header, a <port>-<sandboxID>.<domain> host, or a /files URL signed by a sandbox of this server',
         }),
       };
     const e = this.o.store.get(`${this.o.namespace}/${t.id}`);

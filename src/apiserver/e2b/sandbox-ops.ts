@@ -121,6 +121,12 @@ export class SandboxOps {
     const metadata = stringMap(body.metadata, 'metadata');
     const envVars = stringMap(body.envVars, 'envVars');
     const autoPause = optionalBool(body.autoPause, 'autoPause') ?? false;
+    // onTimeout {action: 'pause', keepMemory: false}: a filesystem-only pause, which cannot be had here (the guest's
+    // filesystem is a tmpfs, in its memory); refused like `pause {memory: false}` rather than quietly kept.
+    if (optionalBool(body.autoPauseMemory, 'autoPauseMemory') === false)
+      throw badRequest(
+        'autoPauseMemory: false (onTimeout keepMemory: false) is not supported: a pause keeps memory, which holds the filesystem',
+      );
     const internet = optionalBool(body.allow_internet_access, 'allow_internet_access');
     const { publicTraffic, egress } = createNetworkOptions(body.network, internet);
     for (const f of ['mcp', 'volumeMounts', 'iam'] as const) {
@@ -177,6 +183,9 @@ export class SandboxOps {
           warnings: [],
           ...(snapshot ? { snapshotHolder: snapshot } : {}),
           serverKeys: [E2B_PUBLIC_TRAFFIC_ANNOTATION],
+          // A pool run dry, or one no node keeps warm, is a clone (or boot) on a node, not a 503 the JS SDK would
+          // not retry (docs/e2b.md "Capacity").
+          provisionOnMiss: true,
           // null: no tenant layer, also on a clone of a snapshot whose sandbox had one (a create says it whole).
           ...(net === 'egress' ? { network: { tenant: tenant ?? null } } : {}),
         });
@@ -203,13 +212,14 @@ export class SandboxOps {
     }
   }
 
-  /** Move the lease to `seconds` from now (sandboxd renew). */
+  /** Move the lease to `seconds` from now (sandboxd renew); 0 ends it now, so there is nothing left to read back. */
   async setTimeout(e: SandboxEntry, seconds: number): Promise<SandboxEntry> {
     await this.d.client
       .call(e.node, e.address, 'POST', `/v1/sandboxes/${encodeURIComponent(e.claimId)}/renew`, { ttl_seconds: seconds })
       .catch((err: unknown) => {
         throw nodeFailure(err, e.name);
       });
+    if (seconds === 0) return e;
     return (await this.refresh(e)).entry;
   }
 

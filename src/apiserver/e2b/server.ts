@@ -127,7 +127,8 @@ export class E2bApi {
     });
     this.route('POST', '/sandboxes/{id}/timeout', async (req, res, [id]) => {
       const body = await readJson(req);
-      const t = optionalInt(body.timeout, 'timeout', 1, MAX_TIMEOUT_SECONDS);
+      // 0 is e2b's "expire now": the sandbox ends (or, with autoPause, pauses) as at its lease's end.
+      const t = optionalInt(body.timeout, 'timeout', 0, MAX_TIMEOUT_SECONDS);
       if (t === undefined) throw new E2bError(400, 'timeout: required (seconds)');
       await ops.setTimeout(ops.entry(id!), t);
       noContent(res);
@@ -160,13 +161,29 @@ export class E2bApi {
       if (!resumed) throw new E2bError(409, `sandbox "${id}" is already running`);
       sendJson(res, 201, sandboxView(entry, envdToken, domain));
     });
-    this.route('GET', '/sandboxes/{id}/metrics', async (_req, res, [id]) => {
+    this.route('GET', '/sandboxes/{id}/metrics', async (_req, res, [id], url) => {
+      const bound = (name: string) => {
+        const v = url.searchParams.get(name);
+        if (v === null || v === '') return undefined;
+        const n = Number(v);
+        if (!Number.isInteger(n) || n < 0) throw new E2bError(400, `${name}: unix seconds, an integer`);
+        return n;
+      };
+      const start = bound('start');
+      const end = bound('end');
       const m = await ops.metrics(id!);
       const ts = String(m.timestamp);
+      const unix = Math.floor(Date.parse(ts) / 1000);
+      // The node measures now and keeps no history: the one sample is the answer when it is in [start, end], else
+      // there is none (a range in the past has no samples here).
+      if ((start !== undefined && unix < start) || (end !== undefined && unix > end)) {
+        sendJson(res, 200, []);
+        return;
+      }
       sendJson(res, 200, [
         {
           timestamp: ts,
-          timestampUnix: Math.floor(Date.parse(ts) / 1000),
+          timestampUnix: unix,
           cpuCount: m.cpu_count,
           cpuUsedPct: m.cpu_used_pct,
           memUsed: m.mem_used_bytes,

@@ -1,6 +1,6 @@
 /**
  * A served Sandbox (the aggregated API's entry) as the e2b API's objects, every field from the sandbox itself:
- * templateID and metadata as created (annotations of the object), startedAt the creation time, endAt the node's
+ * templateID and metadata as created (annotations of the object), startedAt the node's claim time, endAt the node's
  * lease, cpuCount and memoryMB the VM the node claimed, diskSizeMB its writable layer (the guest's tmpfs
  * copy-on-write root, half the VM's memory), state the node's phase. `clientID`, which e2b no longer reads, is the
  * node's name.
@@ -36,6 +36,12 @@ export const stateOf = (e: SandboxEntry): 'running' | 'paused' =>
 
 const iso = (ts: string) => new Date(Date.parse(ts)).toISOString();
 
+/**
+ * When the sandbox started, to the millisecond: its node's claim time (SandboxEntry.claimedAt); the object's
+ * creationTimestamp (whole seconds) only for a row without one.
+ */
+export const startedAt = (e: SandboxEntry): string => e.claimedAt || e.object.metadata.creationTimestamp;
+
 /** `Sandbox` (create, connect): what the SDK needs to reach envd. */
 export function sandboxView(e: SandboxEntry, envdAccessToken: string, domain: string | undefined) {
   return {
@@ -62,7 +68,7 @@ export function listedView(e: SandboxEntry) {
     templateID: templateIdOf(e),
     alias: templateIdOf(e),
     clientID: e.node,
-    startedAt: iso(e.object.metadata.creationTimestamp),
+    startedAt: iso(startedAt(e)),
     endAt: iso(e.deadline),
     cpuCount: e.vcpus ?? 0,
     memoryMB,

@@ -45,6 +45,8 @@ export const MAX_STORED_OBJECT_BYTES = 256 << 10;
 const SCHEMA = toOpenApiV3Schema(SandboxV1beta1Schema);
 const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const GENERATE_CHARS = 'bcdfghjklmnpqrstvwxz2456789';
+/** How long a claim that provisions on a miss may take (a clone under TCG: seconds; a first boot: longer). */
+const PROVISION_TIMEOUT_MS = 180_000;
 
 export interface CreateRequest {
   namespace: string;
@@ -69,6 +71,13 @@ export interface CreateRequest {
    * sandbox it was taken of except those given here (`null`: that layer back to the default).
    */
   network?: { template?: EgressLayer | null; tenant?: EgressLayer | null };
+  /**
+   * A miss makes a VM instead of answering 503: with no warm VM of the key anywhere (or no node declaring its pool),
+   * a synced node clones or boots one (sandboxd's claim without warm_only). Set by in-process callers only: the e2b
+   * API, whose JS SDK does not retry a 503 (docs/e2b.md "Capacity"). The Kubernetes API keeps its 503s: its
+   * callers are told to declare a pool, and a claim's Ready condition says so.
+   */
+  provisionOnMiss?: boolean;
 }
 
 export interface NamespaceState {
@@ -303,13 +312,14 @@ export class SandboxCreator {
     const snapshot = obj.metadata?.annotations?.[CocoonAnnotationKeys.snapshot]?.trim();
     if (snapshot) return this.fromSnapshot(k, snapshot, ttl, stored, req, onExpiry);
     const network = freshPolicy(req.network);
-    if (!this.fleet.servesKey(key))
+    if (!this.fleet.servesKey(key) && !req.provisionOnMiss)
       throw serviceUnavailable(
         `no node serves pool (${describePoolKey(key)}); create a SandboxWarmPool for it or check the nodes' pools`,
         5,
       );
     if (req.dryRun) {
-      if (this.fleet.candidates(key).length === 0) throw noCapacity(key);
+      if (this.fleet.candidates(key).length === 0 && !(req.provisionOnMiss && this.fleet.provisioners(key).length))
+        throw noCapacity(key);
       return {
         object: { apiVersion: SANDBOX_API_VERSION, kind: 'Sandbox', metadata: stored.metadata, spec: obj.spec },
         entry: undefined,
@@ -317,7 +327,7 @@ export class SandboxCreator {
     }
     this.inFlight.add(k);
     try {
-      return await this.claim(k, key, ttl, stored, onExpiry, network);
+      return await this.claim(k, key, ttl, stored, onExpiry, network, req.provisionOnMiss === true);
     } finally {
       this.inFlight.delete(k);
     }
@@ -402,6 +412,19 @@ export class SandboxCreator {
     }
   }
 
+  /** Resolves on the fleet's next change (a node synced, pools reported), or after `ms`. */
+  private fleetChange(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        off();
+        resolve();
+      };
+      const timer = setTimeout(done, Math.max(0, ms));
+      const off = this.fleet.onChange(done);
+    });
+  }
+
   /** A node's claim answer: indexed at once (read-your-writes), returned with the token (this answer only). */
   private answered(node: string, address: string, answer: ClaimAnswer): Created {
     const entry = this.store.upsert(node, address, answer.sandbox);
@@ -419,35 +442,57 @@ export class SandboxCreator {
     stored: StoredObject,
     onExpiry: 'hibernate' | undefined,
     network: VmNetworkPolicy | undefined,
+    provisionOnMiss: boolean,
   ): Promise<Created> {
-    const candidates = this.fleet.candidates(key);
+    let candidates = this.fleet.candidates(key);
+    // After the warm candidates, the nodes that make one on a miss (each once), when the caller wants that.
+    let makers = provisionOnMiss ? this.fleet.provisioners(key) : [];
+    const queueUntil = Date.now() + PROVISION_QUEUE_MS;
     for (;;) {
-      const c = this.fleet.pick(candidates);
+      if (provisionOnMiss && candidates.length === 0 && makers.length === 0 && Date.now() < queueUntil) {
+        // No node can take it this moment (none synced yet, every one at --max-claims): wait for the fleet to
+        // change (a node syncs, a pool refills) rather than answer 503, within the queue's bound.
+        await this.fleetChange(queueUntil - Date.now());
+        candidates = this.fleet.candidates(key);
+        makers = this.fleet.provisioners(key);
+        continue;
+      }
+      const warm = this.fleet.pick(candidates);
+      const c = warm ?? makers[0];
       if (!c) throw noCapacity(key);
       try {
-        const answer = await this.client.claim(c.node, c.address, {
-          template: key.template,
-          net: key.net,
-          size: key.size,
-          ...(ttl ? { ttl_seconds: ttl } : {}),
-          ...(onExpiry ? { on_expiry: onExpiry } : {}),
-          claim_ref: k,
-          no_redirect: true,
-          warm_only: true,
-          object: stored,
-          ...(network ? { network } : {}),
-        });
-        this.fleet.noteWarm(c.node, key, -1);
+        const answer = await this.client.claim(
+          c.node,
+          c.address,
+          {
+            template: key.template,
+            net: key.net,
+            size: key.size,
+            ...(ttl ? { ttl_seconds: ttl } : {}),
+            ...(onExpiry ? { on_expiry: onExpiry } : {}),
+            claim_ref: k,
+            no_redirect: true,
+            warm_only: warm !== undefined,
+            object: stored,
+            ...(network ? { network } : {}),
+          },
+          // A clone takes seconds under TCG, a first boot of the key's template longer.
+          warm ? undefined : PROVISION_TIMEOUT_MS,
+        );
+        if (warm) this.fleet.noteWarm(c.node, key, -1);
         return this.answered(c.node, c.address, answer);
       } catch (err) {
         if (err instanceof NodeHttpError && err.status === 429) {
-          this.fleet.noteWarm(c.node, key, 'empty');
-          candidates.splice(candidates.indexOf(c), 1);
+          if (warm) {
+            this.fleet.noteWarm(c.node, key, 'empty');
+            candidates.splice(candidates.indexOf(c), 1);
+          } else makers.shift(); // at --max-claims
           continue;
         }
         if (err instanceof NodeUnreachableError && !err.timedOut) {
           this.log.warn({ node: c.node, err: err.message }, 'node unreachable for a claim; trying another');
-          candidates.splice(candidates.indexOf(c), 1);
+          if (warm) candidates.splice(candidates.indexOf(c), 1);
+          else makers.shift();
           continue;
         }
         if (err instanceof StatusFailure) throw err;
@@ -459,6 +504,9 @@ export class SandboxCreator {
     }
   }
 }
+
+/** How long a create that provisions on a miss waits for a node that can take it before its 503. */
+const PROVISION_QUEUE_MS = 30_000;
 
 /** The layers a fresh VM's claim carries (a `null` layer is the default, which a fresh VM has already). */
 function freshPolicy(given: CreateRequest['network']): VmNetworkPolicy | undefined {

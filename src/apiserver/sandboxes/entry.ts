@@ -63,6 +63,11 @@ export interface SandboxEntry {
   readonly claimId: string;
   readonly phase: string;
   readonly phaseSince: string;
+  /**
+   * When the node made the claim (its record's `claimed_at`, milliseconds): the sandbox's start, kept by the node
+   * that holds it, where creationTimestamp has whole seconds only (the e2b API's `startedAt`, its list order).
+   */
+  readonly claimedAt: string;
   readonly deadline: string;
   readonly pool: PoolKeyOf;
   readonly fromCheckpoint: string | undefined;
@@ -94,6 +99,7 @@ export function entryFromRow(row: NodeRow, node: string, address: string, rv: st
     claimId: row.id,
     phase,
     phaseSince: row.updated_at ?? row.claimed_at,
+    claimedAt: row.claimed_at,
     deadline: row.deadline,
     pool: row.key,
     fromCheckpoint: row.from_checkpoint,

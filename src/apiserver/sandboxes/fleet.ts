@@ -110,6 +110,26 @@ export class Fleet {
     return out;
   }
 
+  /**
+   * Synced nodes that can make a VM of `key` on a miss (a clone, or a boot where the node has no clone source yet;
+   * sandboxd's claim without warm_only), for a caller that would rather wait for a VM than be told 503: the nodes
+   * that keep a pool of the key first (their clone source is ready), then the rest; random within each group.
+   */
+  provisioners(key: PoolKeyOf): Candidate[] {
+    const k = poolKeyString(key);
+    const synced = [...this.nodes.values()].filter((n) => n.feed.isSynced);
+    const shuffled = synced
+      .map((n) => ({ n, r: this.random() }))
+      .sort((a, b) => a.r - b.r)
+      .map(({ n }) => n);
+    const pooled = (n: NodeState) => n.targets.has(k) || n.warm.has(k);
+    return [...shuffled.filter(pooled), ...shuffled.filter((n) => !pooled(n))].map((n) => ({
+      node: n.name,
+      address: n.address,
+      warm: n.warm.get(k) ?? 0,
+    }));
+  }
+
   /** Power of two choices: two draws with replacement, the one with more warm VMs (ties: the first). */
   pick(candidates: readonly Candidate[]): Candidate | undefined {
     if (candidates.length === 0) return undefined;

@@ -20,8 +20,11 @@ export interface ClaimBody {
   claim_ref: string;
   /** Answer only for this node: no redirect to peers. */
   no_redirect: true;
-  /** Only a warm VM: a miss is a 429, never a clone on the claim path (the server tries another node). */
-  warm_only: true;
+  /**
+   * true: only a warm VM, a miss is a 429, never a clone on the claim path (the server tries another node); false: a
+   * miss clones (or boots) one, for a create that provisions on a miss (CreateRequest.provisionOnMiss).
+   */
+  warm_only: boolean;
   object: StoredObject;
   /** The egress policy (docs/sandboxd-api.md "Network policy"); absent: the secure default. */
   network?: VmNetworkPolicy;
@@ -87,8 +90,8 @@ export class SandboxdClient {
     return { ...(this.opts.token ? { authorization: `Bearer ${this.opts.token}` } : {}), ...extra };
   }
 
-  claim(node: string, address: string, body: ClaimBody): Promise<ClaimAnswer> {
-    return this.call(node, address, 'POST', '/v1/claim', body) as Promise<ClaimAnswer>;
+  claim(node: string, address: string, body: ClaimBody, timeoutMs?: number): Promise<ClaimAnswer> {
+    return this.call(node, address, 'POST', '/v1/claim', body, timeoutMs) as Promise<ClaimAnswer>;
   }
 
   /** 404 (already gone) counts as released. */

@@ -26,7 +26,7 @@ import {
   type PlatformState,
 } from '../platform.js';
 
-interface UpOptions {
+export interface UpOptions {
   detach?: boolean;
   layout: string;
   supervise?: boolean;
@@ -108,7 +108,7 @@ export function register(program: Command): void {
     });
 }
 
-function platformOptions(opts: UpOptions) {
+export function platformOptions(opts: UpOptions) {
   const env = readClusterEnvironment();
   const logger = createLogger({ level: opts.logLevel, name: 'sbx' });
   const int = (flag: string, v: string, max: number) => {
@@ -146,6 +146,8 @@ function platformOptions(opts: UpOptions) {
       realNodes,
       sandboxdNodes,
       warm,
+      // The e2b API's pools (docs/e2b.md "Template alias table"): as many warm VMs on the lane its SDKs ask for.
+      ...(opts.layout === 'aggregated' ? { e2bWarm: warm } : {}),
       checkpointPeerHeal: heal,
       etcdFsync: opts.fsync,
       logger,

@@ -9,17 +9,8 @@
  * token (`E2B-Traffic-Access-Token`, what the SDK sends for `allowPublicTraffic: false`). Claim ids are no secret
  * (NodeInventory publishes them), so an id alone must not open a port.
  */
-import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
-
-function sameSecret(a: string, b: string): boolean {
-  const x = Buffer.from(a);
-  const y = Buffer.from(b);
-  // Lengths differ only when the guess is wrong; comparing a digest keeps the timing independent of both.
-  const dx = createHash('sha256').update(x).digest();
-  const dy = createHash('sha256').update(y).digest();
-  return timingSafeEqual(dx, dy) && x.length === y.length;
-}
+import { fileSignature, sameSecret } from '../../api/envd.js';
 
 export function hasAccessToken(headers: IncomingHttpHeaders, token: string): boolean {
   const given = headers['x-access-token'];
@@ -36,16 +27,8 @@ export function mayReachPort(
   return typeof given === 'string' && given.length > 0 && sameSecret(given, sbx.trafficToken);
 }
 
-export function fileSignature(
-  path: string,
-  operation: 'read' | 'write',
-  user: string,
-  token: string,
-  expiration?: number,
-): string {
-  const raw = `${path}:${operation}:${user}:${token}${expiration === undefined ? '' : `:${expiration}`}`;
-  return `v1_${createHash('sha256').update(raw).digest('base64').replace(/=+$/, '')}`;
-}
+// One formula for envd and for sandbox-apiserver's router (which finds the sandbox a signed URL is for).
+export { fileSignature };
 
 /** Why a signed `/files` URL is refused, or undefined when it is valid. */
 export function signatureProblem(

@@ -26,18 +26,26 @@ export function permissionString(type: FileStat['type'], mode: number): string {
   return s;
 }
 
-export function entryInfo(st: FileStat, names: OwnerNames): EntryInit {
+/**
+ * `link`: for a symlink, where it leads (absolute) and what is there, if anything; the entry then takes the type and
+ * permission bits of that, as envd's does. Without it a symlink is reported as itself, with the target as the link
+ * says it (what listings, which stat nothing further, show).
+ */
+export function entryInfo(st: FileStat, names: OwnerNames, link?: { path: string; stat?: FileStat }): EntryInit {
   const name = st.path === '/' ? '/' : st.path.slice(st.path.lastIndexOf('/') + 1);
+  const shown = link ? link.stat : st;
+  const mode = link ? (link.stat?.mode ?? 0) : st.mode;
+  const target = link ? link.path : st.target;
   return {
     name,
-    type: TYPES[st.type] ?? FileType.UNSPECIFIED,
+    type: shown ? (TYPES[shown.type] ?? FileType.UNSPECIFIED) : FileType.UNSPECIFIED,
     path: st.path,
     size: BigInt(st.size),
-    mode: st.mode,
+    mode,
     permissions: permissionString(st.type, st.mode),
     owner: names.user(st.uid),
     group: names.group(st.gid),
     modifiedTime: timestampFromMs(st.mtimeMs),
-    ...(st.target !== undefined ? { symlinkTarget: st.target } : {}),
+    ...(target !== undefined ? { symlinkTarget: target } : {}),
   };
 }

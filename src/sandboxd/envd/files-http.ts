@@ -68,33 +68,45 @@ async function download(req: IncomingMessage, res: ServerResponse, url: URL, sbx
   res.once('close', () => abort.abort());
   // The encoding is chosen on the first chunk: gzip only when the client takes it and the data shrinks.
   let sink: NodeJS.WritableStream | undefined;
-  const start = (first: Buffer | undefined) => {
+  const start = (first: Buffer | undefined, sized = true) => {
     const gzip = acceptsGzip && first !== undefined && compresses(first);
     res.writeHead(200, {
       'content-type': 'application/octet-stream',
-      ...(gzip ? { 'content-encoding': 'gzip' } : { 'content-length': st.size }),
+      ...(gzip ? { 'content-encoding': 'gzip' } : sized ? { 'content-length': st.size } : {}),
     });
     if (!gzip) return res;
     const z = createGzip();
     z.pipe(res);
     return z;
   };
-  // The guest said how large the file is (content-length); it must send exactly that. More would run into the next
-  // response on this connection, less would leave the client waiting: either way the answer is cut off.
-  let sent = 0;
-  if (st.size > 0) {
+  // A size of 0 is not a length for procfs and sysfs files (and devices), which have content all the same: such a
+  // file is read to its end and sent chunked, as envd sends it.
+  if (st.size === 0) {
     await agent.files.readStream(
       path,
       (chunk) => {
-        if (sent + chunk.length > st.size)
-          throw new HttpFailure(502, `the guest sent more of ${path} than its size of ${st.size} bytes`);
-        sent += chunk.length;
-        sink ??= start(chunk);
+        sink ??= start(chunk, false);
         return sink.write(chunk) ? undefined : once(sink, 'drain');
       },
-      { length: st.size, timeoutMs: 0, signal: abort.signal },
+      { timeoutMs: 0, signal: abort.signal },
     );
+    (sink ?? start(undefined, false)).end();
+    return;
   }
+  // The guest said how large the file is (content-length); it must send exactly that. More would run into the next
+  // response on this connection, less would leave the client waiting: either way the answer is cut off.
+  let sent = 0;
+  await agent.files.readStream(
+    path,
+    (chunk) => {
+      if (sent + chunk.length > st.size)
+        throw new HttpFailure(502, `the guest sent more of ${path} than its size of ${st.size} bytes`);
+      sent += chunk.length;
+      sink ??= start(chunk);
+      return sink.write(chunk) ? undefined : once(sink, 'drain');
+    },
+    { length: st.size, timeoutMs: 0, signal: abort.signal },
+  );
   if (sent !== st.size) {
     // The file shrank while it was read (or the guest lies); the client must not take a short body as the file.
     if (sink) res.destroy();

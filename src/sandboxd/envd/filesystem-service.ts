@@ -4,7 +4,8 @@
  * the acting user creates are theirs.
  */
 import { Code, ConnectError, type ServiceImpl } from '@connectrpc/connect';
-import type { AgentClient } from '../../guest/index.js';
+import { posix } from 'node:path';
+import type { AgentClient, FileStat } from '../../guest/index.js';
 import { entryInfo } from './entry-info.js';
 import { toConnectError } from './errors.js';
 import { EventQueue } from './event-queue.js';
@@ -23,7 +24,35 @@ async function agentCall<T>(p: Promise<T>): Promise<T> {
 
 async function entryOf(agent: AgentClient, path: string) {
   const [st, names] = await Promise.all([agentCall(agent.files.stat(path)), ownerNames(agent)]);
-  return entryInfo(st, names);
+  if (st.type !== 'symlink') return entryInfo(st, names);
+  // A symlink is reported as envd reports it: the link's own name, size and time, with the type and permission bits
+  // of what it points at (UNSPECIFIED when dangling) and the target resolved to an absolute path.
+  const target = await resolveLink(agent, st.path, st.target);
+  return entryInfo(st, names, target);
+}
+
+/** Links followed before a chain counts as a loop (Linux's own limit, MAXSYMLINKS). */
+const MAX_LINK_HOPS = 40;
+
+/**
+ * Where the symlink at `path` leads: its target made absolute (relative to the link's directory) and followed
+ * through further links, with the stat of what is there (undefined when dangling or a loop).
+ */
+async function resolveLink(
+  agent: AgentClient,
+  path: string,
+  target: string | undefined,
+): Promise<{ path: string; stat?: FileStat }> {
+  let at = path;
+  let next = target;
+  for (let hop = 0; hop < MAX_LINK_HOPS && next !== undefined; hop++) {
+    at = posix.resolve(posix.dirname(at), next);
+    const st = await agent.files.stat(at).catch(() => undefined);
+    if (!st) return { path: at };
+    if (st.type !== 'symlink') return { path: at, stat: st };
+    next = st.target;
+  }
+  return { path: at };
 }
 
 type WatchMessage = {
@@ -70,7 +99,10 @@ export const filesystemService: Partial<ServiceImpl<typeof Filesystem>> = {
 
   async remove(req, ctx) {
     const { agent, user } = await acting(ctx);
-    await agentCall(agent.files.remove(resolvePath(req.path, user), { recursive: true }));
+    // As envd's os.RemoveAll: a path that is not there is removed already (the SDK's recursive watch removes first).
+    await agentCall(agent.files.remove(resolvePath(req.path, user), { recursive: true })).catch((err: unknown) => {
+      if (!(err instanceof ConnectError && err.code === Code.NotFound)) throw err;
+    });
     return {};
   },
 

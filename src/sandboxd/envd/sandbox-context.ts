@@ -38,7 +38,7 @@ export class SandboxContext {
 
   /** The agent of the running VM; a paused sandbox is `unavailable` (resume it through the API first). */
   agent(): AgentClient {
-    if (this.record.hibernated)
+    if (this.record.hibernated || this.record.paused)
       throw new ConnectError(`sandbox ${this.id} is paused; resume it (Sandbox.connect) first`, Code.Unavailable);
     return this.engine.vm(this.id).agent;
   }

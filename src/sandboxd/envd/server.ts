@@ -4,7 +4,8 @@
  * what the SDK sends with E2B_SANDBOX_URL) or by a `<port>-<id>.<domain>` host, and its in-sandbox port by
  * `E2b-Sandbox-Port` (default envd's 49983). Port 49983 is envd: Connect RPCs (process, filesystem), `/files`,
  * `/health`; any other port is forwarded to that port inside the guest (guest-ports.ts). A sandbox this node does
- * not hold is 502 "… was not found", as e2b's edge answers, which the SDKs read as "the sandbox is gone".
+ * not hold is 502 "… was not found", as e2b's edge answers, which the SDKs read as "the sandbox is gone"; a paused one
+ * (either mode) is 502 "… is paused" on every port (docs/e2b.md "Data plane (envd)").
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -15,7 +16,7 @@ import { silentLogger, type Logger } from '../../log/logger.js';
 import { guardRequests, guardUpgrades } from '../../net/guard.js';
 import { requestTarget } from '../../net/request-target.js';
 import { listenOn, streamingServerOptions } from '../../net/serve.js';
-import type { NodeEngine } from '../engine.js';
+import type { NodeEngine, SandboxRecord } from '../engine.js';
 import { hasAccessToken } from './access.js';
 import { sendJsonError } from './errors.js';
 import { serveFiles } from './files-http.js';
@@ -67,9 +68,18 @@ export class EnvdServer {
   private readonly resolved = new WeakMap<IncomingMessage, SandboxContext>();
   private readonly rpc;
   private readonly shutdown = new AbortController();
+  /** Requests in flight, by claim id: cut when their sandbox is released or hibernated (`cut`). */
+  private readonly inFlight = new Map<string, Set<ServerResponse>>();
 
   constructor(private readonly opts: EnvdServerOptions) {
     this.log = opts.logger ?? silentLogger;
+    // Before the contexts' own listeners (which end the process streams with an error): e2b's streams do not end, their
+    // connection drops with the VM, and the SDK then asks /health, finds the sandbox gone and says it "was killed or
+    // reached its end of life". Cutting first means no end-stream frame is written ahead of the cut.
+    opts.engine.on('released', (rec: SandboxRecord) => this.cut(rec.id));
+    opts.engine.on('changed', (rec: SandboxRecord) => {
+      if (rec.hibernated) this.cut(rec.id);
+    });
     this.contexts = new SandboxContexts(opts.engine);
     this.rpc = connectNodeAdapter({
       routes: (router) => {
@@ -96,6 +106,10 @@ export class EnvdServer {
           socket.end('HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
           return;
         }
+        if (sbx.ctx.record.paused || sbx.ctx.record.hibernated) {
+          socket.end('HTTP/1.1 502 Bad Gateway\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+          return;
+        }
         forwardUpgradeToGuestPort(req, socket, head, sbx.ctx, sbx.port, this.log);
       }),
     );
@@ -110,6 +124,24 @@ export class EnvdServer {
     this.contexts.closeAll();
     this.server.closeAllConnections();
     await new Promise<void>((r) => this.server.close(() => r()));
+  }
+
+  /** Drop the connections of a sandbox's requests in flight: its VM is gone (released) or its agent session is. */
+  private cut(id: string): void {
+    const live = this.inFlight.get(id);
+    if (!live) return;
+    this.inFlight.delete(id);
+    for (const res of live) res.destroy();
+  }
+
+  private track(id: string, res: ServerResponse): void {
+    let live = this.inFlight.get(id);
+    if (!live) this.inFlight.set(id, (live = new Set()));
+    live.add(res);
+    res.once('close', () => {
+      live.delete(res);
+      if (!live.size && this.inFlight.get(id) === live) this.inFlight.delete(id);
+    });
   }
 
   private lookup(req: IncomingMessage): { ctx: SandboxContext; id: string; port: number } | undefined {
@@ -130,6 +162,15 @@ export class EnvdServer {
       sendJsonError(res, 502, `The sandbox ${t.id} was not found`, { sandboxId: t.id });
       return;
     }
+    // A paused sandbox answers nothing, as on e2b, where it has no VM until resumed: 502 is what both SDKs take for
+    // "not running" (isRunning() false, RPCs `unavailable`). e2b's newest edge says 409 "The sandbox is paused" when
+    // it can tell; SDK 2.51 reads a 409 on /health as an error, not as "not running" (docs/e2b.md "Data plane (envd)").
+    if (ctx.record.paused || ctx.record.hibernated) {
+      sendJsonError(res, 502, `The sandbox ${t.id} is paused`, { sandboxId: t.id });
+      req.resume();
+      return;
+    }
+    this.track(t.id, res);
     if (t.port !== ENVD_PORT) {
       forwardToGuestPort(req, res, ctx, t.port, this.log);
       return;
@@ -142,8 +183,7 @@ export class EnvdServer {
       return;
     }
     if (url.pathname === '/health') {
-      if (ctx.record.hibernated) sendJsonError(res, 502, `The sandbox ${t.id} is paused`, { sandboxId: t.id });
-      else res.writeHead(204).end();
+      res.writeHead(204).end();
       return;
     }
     if (url.pathname === '/files') {
