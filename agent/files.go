@@ -316,7 +316,9 @@ func (s *session) fileWatch(id uint32, req *Request) {
 		s.reply(id, nil, err)
 		return
 	}
-	const mask = syscall.IN_CREATE | syscall.IN_DELETE | syscall.IN_MODIFY | syscall.IN_CLOSE_WRITE |
+	// The events fsnotify watches (what e2b's envd reports): no IN_CLOSE_WRITE, or one write would be reported
+	// twice, as its data and as its close (e2b's SDK tests count CREATE, CHMOD, WRITE for one files.write).
+	const mask = syscall.IN_CREATE | syscall.IN_DELETE | syscall.IN_MODIFY |
 		syscall.IN_MOVED_FROM | syscall.IN_MOVED_TO | syscall.IN_ATTRIB | syscall.IN_DELETE_SELF
 	var mu sync.Mutex
 	wds := map[int32]string{}
@@ -385,7 +387,7 @@ func (s *session) fileWatch(id uint32, req *Request) {
 					op = "remove"
 				case ev.Mask&syscall.IN_MOVED_FROM != 0:
 					op = "rename"
-				case ev.Mask&(syscall.IN_MODIFY|syscall.IN_CLOSE_WRITE) != 0:
+				case ev.Mask&syscall.IN_MODIFY != 0:
 					op = "write"
 				case ev.Mask&syscall.IN_ATTRIB != 0:
 					op = "chmod"

@@ -49,12 +49,10 @@ export async function watch(
   // waiting in the chain, new ones are dropped rather than queued without bound.
   let chain = Promise.resolve();
   let queued = 0;
-  let lastWrite: { path: string; at: number } | undefined;
   const handle = await agent.files
     .watch(
       spec.path,
       (e) => {
-        if (closeWriteEcho(e)) return;
         if (queued >= MAX_LOOKUP_QUEUE) return;
         queued++;
         const done = () => void queued--;
@@ -94,27 +92,7 @@ export async function watch(
       throw toConnectError(err);
     });
   return handle;
-
-  /**
-   * The guest agent reports the close of a file written (inotify's IN_CLOSE_WRITE) as a write too; envd's fsnotify
-   * does not watch closes, so one `files.write` is CREATE, CHMOD, WRITE there (e2b's own SDK tests count three) and
-   * was four here. A write of the same path right after a write is taken for that close and not reported. What this
-   * cannot tell apart: several writes of one file in a burst (under WRITE_ECHO_MS apart) are reported once.
-   */
-  function closeWriteEcho(e: WatchEvent): boolean {
-    const now = Date.now();
-    if (e.op !== 'write') {
-      lastWrite = undefined;
-      return false;
-    }
-    const echo = lastWrite?.path === e.path && now - lastWrite.at < WRITE_ECHO_MS;
-    lastWrite = { path: e.path, at: now };
-    return echo;
-  }
 }
-
-/** How soon after a write of a path a second one is taken for the file's close (closeWriteEcho). */
-const WRITE_ECHO_MS = 250;
 
 /** Events of one watch waiting for their entries to be looked up. */
 const MAX_LOOKUP_QUEUE = 1024;
