@@ -29,9 +29,10 @@ export interface GuestTemplateDef {
 /**
  * What e2b's SDK runs for every `commands.run`: a login shell (docs/e2b.md "Data plane (envd)"). Priming with it
  * leaves bash, its profile and libraries translated and in the page cache, so an SDK's first command costs what a
- * later one does.
+ * later one does. It prints, so the guest agent's and the host's output path (stdout frames) are run once too: with
+ * `true` a tenant's first `echo hi` still cost ~20 ms more than its second (PERFORMANCE.md, bench/e2b).
  */
-const LOGIN_SHELL_PRIME = ['/bin/bash', '-l', '-c', 'true'] as const;
+const LOGIN_SHELL_PRIME = ['/bin/bash', '-l', '-c', 'echo primed'] as const;
 
 const BASE_PACKAGES = [
   'base-files',

@@ -13,7 +13,7 @@ describe('warm-VM priming command', () => {
     assert.ok(withBash.length >= 2, `only ${withBash.map((t) => t.name).join(', ')} have bash`);
     for (const t of withBash) {
       for (const vmTemplate of [`${t.name}@egress-small`, `${t.name}:latest@none-medium`, t.name])
-        assert.deepEqual(primeCommand(vmTemplate), ['/bin/bash', '-l', '-c', 'true'], vmTemplate);
+        assert.deepEqual(primeCommand(vmTemplate).slice(0, 3), ['/bin/bash', '-l', '-c'], vmTemplate);
     }
   });
 
