@@ -17,7 +17,7 @@ const ports = (...ps: Array<number | [number, string]>) =>
 describe('upstream sandboxd: which pods ask for it', () => {
   it('a container declaring both 8080 and 9090 (TCP) does', () => {
     const spec = upstreamSandboxdFor(pod([{ name: 'a' }, { name: 'sandboxd', ports: ports(9090, [8080, 'TCP']) }]));
-    assert.deepEqual(spec, { path: '/workspace', host: '127.0.0.1', restPort: 8080, grpcPort: 9090, env: {} });
+    assert.deepEqual(spec, { path: '/workspace', host: '0.0.0.0', restPort: 8080, grpcPort: 9090, env: {} });
   });
 
   const no: Array<[string, Container[]]> = [

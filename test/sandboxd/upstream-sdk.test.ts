@@ -7,13 +7,11 @@
  * upstream's SDKs reach a microVM").
  */
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
-import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, rename } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 import { readClusterEnvironment } from '../../src/cluster/index.js';
 import { KubeClient } from '../../src/kube/index.js';
@@ -29,30 +27,7 @@ import {
   waitPoolReady,
   type Env,
 } from '../operator/claim-support.js';
-
-const run = promisify(execFile);
-const SDK_VERSION = '1.0.8';
-
-/** A venv with `k8s-agent-sandbox[grpc]==<version>` from PyPI, cached outside the repo by version; its python. */
-async function upstreamPySdk(version: string): Promise<string> {
-  const dir = join(readClusterEnvironment().cacheDir, 'py', `k8s-agent-sandbox-${version}-grpc`);
-  if (!existsSync(join(dir, '.installed'))) {
-    // Into a temporary directory renamed into place, so a killed install leaves nothing half-made.
-    const tmp = `${dir}.tmp-${process.pid}`;
-    await rm(tmp, { recursive: true, force: true });
-    await mkdir(dirname(tmp), { recursive: true });
-    await run('python3', ['-m', 'venv', tmp], { timeout: 120_000 });
-    await run(
-      join(tmp, 'bin', 'pip'),
-      ['install', '--quiet', '--disable-pip-version-check', `k8s-agent-sandbox[grpc]==${version}`],
-      { timeout: 600_000 },
-    );
-    await writeFile(join(tmp, '.installed'), '');
-    await rm(dir, { recursive: true, force: true });
-    await rename(tmp, dir);
-  }
-  return join(dir, 'bin', 'python');
-}
+import { run, runSdk as runSdkWith, SDK_VERSION, upstreamPySdk } from './upstream-sdk-support.js';
 
 /**
  * upstream-go-sdk/ built against the Go SDK at the version its go.mod pins (modules through the Go module proxy, into
@@ -188,20 +163,7 @@ describe('upstream SDKs against upstream sandboxd in a microVM', { timeout: BUIL
     };
   }
 
-  /** Runs an SDK program; its last stdout line parsed as JSON, and the whole output for assertion messages. */
-  async function runSdk(file: string, args: string[]): Promise<{ out: Record<string, unknown>; msg: string }> {
-    const { stdout, stderr } = await run(file, args, {
-      env: sdkEnv(),
-      timeout: 10 * 60_000,
-      maxBuffer: 16 << 20,
-    }).catch((err: Error & { stdout?: string; stderr?: string }) => {
-      throw new Error(`${err.message}\nstdout: ${err.stdout ?? ''}\nstderr: ${err.stderr ?? ''}`);
-    });
-    return {
-      out: JSON.parse(stdout.trim().split('\n').at(-1) ?? '') as Record<string, unknown>,
-      msg: `${file} said: ${stdout}\n${stderr}`,
-    };
-  }
+  const runSdk = (file: string, args: string[]) => runSdkWith(file, args, sdkEnv());
 
   it(`Python k8s-agent-sandbox[grpc]==${SDK_VERSION}: claim from a warm pool, commands over gRPC, files over REST`, async () => {
     const { out, msg } = await runSdk(python, ['-c', SCRIPT]);

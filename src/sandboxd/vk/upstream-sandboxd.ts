@@ -17,11 +17,14 @@ export const UPSTREAM_GRPC_PORT = 9090;
 /** Upstream's --root-dir default; the guest's root overlay is writable, so the agent creates it. */
 export const UPSTREAM_ROOT_DIR = '/workspace';
 /**
- * Loopback only: the pod port-forward reaches guest 127.0.0.1 through the agent, and the service has no
- * authentication (upstream binds 0.0.0.0 inside a pod's own network namespace; a networked VM's address is reachable
- * by what its ingress policy allows, so binding it there would expose unauthenticated exec).
+ * Every guest address, as upstream binds (its --listen-host default): guest loopback for the pod port-forward (the
+ * agent's `tcp.connect`), and the NIC that the VM's pod address is DNAT'd to for upstream's in-cluster SDK modes
+ * (`in-cluster-pod-ip`, `in-cluster-service`). Not the NIC's address alone: the port-forward dials loopback, and a
+ * NIC-less VM has loopback only. The service has no authentication (neither has upstream's), so what guards it is
+ * the VM's ingress layer, outside the guest: the Ingress NetworkPolicies selecting the Pod (a template's managed
+ * secure default admits no cluster peer at all); a VM without a NIC is reachable through the agent only.
  */
-export const UPSTREAM_LISTEN_HOST = '127.0.0.1';
+export const UPSTREAM_LISTEN_HOST = '0.0.0.0';
 
 /** What the guest agent's `upstream.start` takes (docs/agent-protocol.md, Operations). */
 export interface UpstreamSandboxdSpec {
