@@ -12,10 +12,27 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unsafe"
 )
 
 const maxListEntries = 10000
+
+// maxListBytes keeps a listing's answer within one frame (MaxPayload): past it the listing is truncated, as past
+// maxListEntries (metadata can make an entry 4 KiB larger).
+const maxListBytes = MaxPayload - 64<<10
+
+// entryBytes is about what an entry takes in the answer's JSON (its fields and names, path twice, pairs quoted).
+func entryBytes(e map[string]any) int {
+	n := 128 + 2*len(e["path"].(string))
+	if t, ok := e["target"].(string); ok {
+		n += len(t)
+	}
+	if meta, ok := e["metadata"].(map[string]string); ok {
+		for k, v := range meta {
+			n += len(k) + len(v) + 6
+		}
+	}
+	return n
+}
 
 func checkPath(p string) error {
 	if p == "" || !filepath.IsAbs(p) {
@@ -48,6 +65,9 @@ func statInfo(p string, fi os.FileInfo) map[string]any {
 			m["target"] = t
 		}
 	}
+	if meta := readMetadata(p); meta != nil {
+		m["metadata"] = meta
+	}
 	return m
 }
 
@@ -71,6 +91,7 @@ func fileList(p string, depth int) (map[string]any, error) {
 	}
 	entries := []map[string]any{}
 	truncated := false
+	size := 0
 	var walk func(dir string, d int) error
 	walk = func(dir string, d int) error {
 		des, err := os.ReadDir(dir)
@@ -78,7 +99,7 @@ func fileList(p string, depth int) (map[string]any, error) {
 			return err
 		}
 		for _, de := range des {
-			if len(entries) >= maxListEntries {
+			if len(entries) >= maxListEntries || size >= maxListBytes {
 				truncated = true
 				return nil
 			}
@@ -87,7 +108,9 @@ func fileList(p string, depth int) (map[string]any, error) {
 			if err != nil {
 				continue
 			}
-			entries = append(entries, statInfo(full, fi))
+			e := statInfo(full, fi)
+			size += entryBytes(e)
+			entries = append(entries, e)
 			if de.IsDir() && d < depth {
 				_ = walk(full, d+1)
 			}
@@ -109,7 +132,7 @@ func fileMkdir(p string, parents bool, mode uint32, uid, gid *int) error {
 	}
 	var err error
 	if parents {
-		err = os.MkdirAll(p, os.FileMode(mode))
+		err = mkdirAllOwned(p, os.FileMode(mode), uid, gid)
 	} else {
 		err = os.Mkdir(p, os.FileMode(mode))
 	}
@@ -117,6 +140,27 @@ func fileMkdir(p string, parents bool, mode uint32, uid, gid *int) error {
 		return err
 	}
 	return chownFor(p, uid, gid)
+}
+
+// mkdirAllOwned is os.MkdirAll giving each directory it creates the requested owner, as envd's EnsureDirs does: a
+// user's write of a/b/c.txt makes a and b theirs, not root's (they could not create anything in them otherwise).
+func mkdirAllOwned(p string, mode os.FileMode, uid, gid *int) error {
+	var missing []string
+	for d := p; d != "/" && d != "."; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); !os.IsNotExist(err) {
+			break
+		}
+		missing = append(missing, d)
+	}
+	if err := os.MkdirAll(p, mode); err != nil {
+		return err
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := chownFor(missing[i], uid, gid); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // chownFor gives a file or directory the host's requested owner (a sandbox user's upload or mkdir); -1 keeps a side.
@@ -241,7 +285,7 @@ func (s *session) fileWrite(id uint32, req *Request) {
 		return
 	}
 	if req.Parents {
-		if err := os.MkdirAll(filepath.Dir(req.Path), 0o755); err != nil {
+		if err := mkdirAllOwned(filepath.Dir(req.Path), 0o755, req.UID, req.GID); err != nil {
 			s.reply(id, nil, err)
 			return
 		}
@@ -288,10 +332,19 @@ func (s *session) fileWrite(id uint32, req *Request) {
 				return
 			}
 			if len(data) == 0 {
-				if werr == nil {
-					werr = f.Close()
+				res := map[string]any{"size": total}
+				if werr == nil && req.Metadata != nil {
+					// After the data, as envd does; the answer says what the file now holds (none where its
+					// filesystem keeps no attributes).
+					werr = writeMetadata(req.Path, req.Metadata)
+					if meta := readMetadata(req.Path); werr == nil && meta != nil {
+						res["metadata"] = meta
+					}
 				}
-				s.reply(id, map[string]any{"size": total}, werr)
+				if cerr := f.Close(); werr == nil {
+					werr = cerr
+				}
+				s.reply(id, res, werr)
 				return
 			}
 			if werr == nil {
@@ -300,104 +353,6 @@ func (s *session) fileWrite(id uint32, req *Request) {
 				total += int64(n)
 			}
 			st.in.consumed(len(data))
-		}
-	}()
-}
-
-// ---- directory watch (inotify) ----
-
-func (s *session) fileWatch(id uint32, req *Request) {
-	if err := checkPath(req.Path); err != nil {
-		s.reply(id, nil, err)
-		return
-	}
-	fd, err := syscall.InotifyInit1(syscall.IN_CLOEXEC | syscall.IN_NONBLOCK)
-	if err != nil {
-		s.reply(id, nil, err)
-		return
-	}
-	// The events fsnotify watches (what e2b's envd reports): no IN_CLOSE_WRITE, or one write would be reported
-	// twice, as its data and as its close (e2b's SDK tests count CREATE, CHMOD, WRITE for one files.write).
-	const mask = syscall.IN_CREATE | syscall.IN_DELETE | syscall.IN_MODIFY |
-		syscall.IN_MOVED_FROM | syscall.IN_MOVED_TO | syscall.IN_ATTRIB | syscall.IN_DELETE_SELF
-	var mu sync.Mutex
-	wds := map[int32]string{}
-	add := func(dir string) {
-		wd, err := syscall.InotifyAddWatch(fd, dir, mask)
-		if err == nil {
-			mu.Lock()
-			wds[int32(wd)] = dir
-			mu.Unlock()
-		}
-	}
-	if fi, err := os.Stat(req.Path); err != nil || !fi.IsDir() {
-		syscall.Close(fd)
-		if err == nil {
-			err = newOpError("ENOTDIR", req.Path+" is not a directory")
-		}
-		s.reply(id, nil, err)
-		return
-	}
-	add(req.Path)
-	if req.Recursive {
-		_ = filepath.Walk(req.Path, func(p string, fi os.FileInfo, err error) error {
-			if err == nil && fi.IsDir() && p != req.Path {
-				add(p)
-			}
-			return nil
-		})
-	}
-	f := os.NewFile(uintptr(fd), "inotify") // non-blocking: registered with the poller, Close unblocks Read
-	var once sync.Once
-	st := &stream{cancel: func() { once.Do(func() { f.Close() }) }}
-	if err := s.register(id, st); err != nil {
-		f.Close()
-		s.reply(id, nil, err)
-		return
-	}
-	s.sendJSON(TEvt, id, map[string]any{"type": "watching"})
-	go func() {
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := f.Read(buf)
-			if err != nil {
-				s.reply(id, nil, nil)
-				return
-			}
-			for off := 0; off+syscall.SizeofInotifyEvent <= n; {
-				ev := (*syscall.InotifyEvent)(unsafe.Pointer(&buf[off]))
-				nameBytes := buf[off+syscall.SizeofInotifyEvent : off+syscall.SizeofInotifyEvent+int(ev.Len)]
-				off += syscall.SizeofInotifyEvent + int(ev.Len)
-				name := strings.TrimRight(string(nameBytes), "\x00")
-				mu.Lock()
-				dir := wds[ev.Wd]
-				mu.Unlock()
-				p := dir
-				if name != "" {
-					p = filepath.Join(dir, name)
-				}
-				var op string
-				switch {
-				case ev.Mask&syscall.IN_CREATE != 0, ev.Mask&syscall.IN_MOVED_TO != 0:
-					op = "create"
-					if ev.Mask&syscall.IN_ISDIR != 0 && req.Recursive {
-						add(p)
-					}
-				case ev.Mask&(syscall.IN_DELETE|syscall.IN_DELETE_SELF) != 0:
-					op = "remove"
-				case ev.Mask&syscall.IN_MOVED_FROM != 0:
-					op = "rename"
-				case ev.Mask&syscall.IN_MODIFY != 0:
-					op = "write"
-				case ev.Mask&syscall.IN_ATTRIB != 0:
-					op = "chmod"
-				default:
-					continue
-				}
-				if !s.sendJSON(TEvt, id, map[string]any{"type": "fs", "op": op, "path": p}) {
-					st.cancel()
-				}
-			}
 		}
 	}()
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"syscall"
 	"testing"
 )
 
@@ -108,5 +109,29 @@ func TestFileOpsOnATree(t *testing.T) {
 	}
 	if _, err := fileList(filepath.Join(dir, "g"), 1); opCode(err) != "ENOTDIR" {
 		t.Fatalf("list of a file: %v", err)
+	}
+}
+
+func TestParentsCreatedForAUserAreTheirs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chown needs root")
+	}
+	dir := t.TempDir()
+	uid, gid := 4242, 4343
+	if err := fileMkdir(filepath.Join(dir, "a/b/c"), true, 0, &uid, &gid); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a", "a/b", "a/b/c"} {
+		fi, err := os.Stat(filepath.Join(dir, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != 4242 || st.Gid != 4343 {
+			t.Errorf("%s is %d:%d, want 4242:4343", p, st.Uid, st.Gid)
+		}
+	}
+	// What was there already keeps its owner.
+	if fi, _ := os.Stat(dir); fi.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("the existing parent changed owner")
 	}
 }

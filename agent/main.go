@@ -473,7 +473,7 @@ func (s *session) handleExec(f Frame) {
 // helloReply is encoded once at start-up, before any snapshot: a restored clone's first answer then
 // runs no JSON encoder (cold code is what a clone pays for under TCG).
 var helloReply = mustJSON(map[string]any{"ok": true, "protocol": ProtocolVersion, "version": AgentVersion,
-	"pid": os.Getpid(), "features": []string{"exec", "exec.bin", "pty", "signal", "files", "watch", "tcp", "health", "time", "flow", "upstream"}})
+	"pid": os.Getpid(), "features": []string{"exec", "exec.bin", "pty", "signal", "files", "watch", "tcp", "health", "time", "flow", "upstream", "metadata", "watch.netfs"}})
 
 // hello answers a THello frame: u64 BE host wall clock in ns, then seed bytes.
 func (s *session) hello(id uint32, p []byte) {

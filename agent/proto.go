@@ -141,6 +141,10 @@ type Request struct {
 	Offset    int64  `json:"offset,omitempty"`
 	Length    int64  `json:"length,omitempty"`
 	Depth     int    `json:"depth,omitempty"`
+	// Metadata (file.write): the file's whole metadata once written (e2b's X-Metadata-* pairs); absent = untouched.
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// AllowNetworkMounts (file.watch): watch a directory on a network filesystem (refused otherwise, as envd does).
+	AllowNetworkMounts bool `json:"allowNetworkMounts,omitempty"`
 	// tcp
 	Host string `json:"host,omitempty"`
 	Port int    `json:"port,omitempty"`

@@ -102,6 +102,8 @@ export interface Platform {
 export interface E2bEndpoints {
   apiUrl: string;
   sandboxUrl: string;
+  /** The `domain` the e2b API returns, so the SDK's `getHost(port)` is `<port>-<id>.<domain>` (localSandboxDomain). */
+  domain: string;
   apiKey: string;
   apiKeyFile: string;
   namespace: string;
@@ -109,6 +111,8 @@ export interface E2bEndpoints {
 
 /** The namespace the local platform's e2b API serves. */
 export const E2B_NAMESPACE = 'e2b';
+
+const LOOPBACK = '127.0.0.1';
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -277,7 +281,9 @@ async function startApiServer(
     await writeFile(templatesFile, JSON.stringify({ templates: e2bTemplates }));
   }
   const e2bPort = await freePort(host);
-  const routerPort = await freePort(host);
+  // The router on loopback: the sandboxes' domain names it (localSandboxDomain), and *.localhost is loopback.
+  const routerPort = await freePort(LOOPBACK);
+  const domain = localSandboxDomain(routerPort);
   const kubeconfig = await serviceAccountKubeconfig(cluster.kubectl, {
     path: join(opts.dataDir, 'sandbox-apiserver.kubeconfig'),
     server: cluster.server,
@@ -297,7 +303,8 @@ async function startApiServer(
     `--cluster-domain=${cluster.clusterDomain}`,
     `--sandboxd-token-file=${tokenFile}`,
     `--e2b-listen=${host}:${e2bPort}`,
-    `--e2b-sandbox-listen=${host}:${routerPort}`,
+    `--e2b-sandbox-listen=${LOOPBACK}:${routerPort}`,
+    `--e2b-domain=${domain}`,
     `--e2b-api-key-file=${apiKeyFile}`,
     `--e2b-namespace=${E2B_NAMESPACE}`,
     ...(templatesFile ? [`--e2b-templates-file=${templatesFile}`] : []),
@@ -312,12 +319,24 @@ async function startApiServer(
     apiserver: { address: `${host}:${port}`, caFile, apiServiceAvailableMs: availableMs },
     e2b: {
       apiUrl: `http://${host}:${e2bPort}`,
-      sandboxUrl: `http://${host}:${routerPort}`,
+      sandboxUrl: `http://${LOOPBACK}:${routerPort}`,
+      domain,
       apiKey,
       apiKeyFile,
       namespace: E2B_NAMESPACE,
     },
   };
+}
+
+/**
+ * The sandbox domain of the local platform: `localhost:<router port>`, so the SDK's `getHost(port)` is
+ * `<port>-<id>.localhost:<router port>`. RFC 6761 makes every `*.localhost` name loopback, and curl and browsers
+ * resolve it so themselves; glibc's resolver (Node, Python) does only with nss-myhostname. The router routes on
+ * that Host header (routeTarget). The SDK's envd and signed file URLs do not use it: E2B_SANDBOX_URL wins for
+ * those (docs/e2b.md "URLs the SDK builds").
+ */
+export function localSandboxDomain(routerPort: number): string {
+  return `localhost:${routerPort}`;
 }
 
 /** The default aggregated platform also keeps networked sandbox/base VMs warm, which e2b's `base` is served from. */
@@ -368,7 +387,7 @@ export interface PlatformState {
   /** sandboxd VM run roots: `sbx down` kills any QEMU left under them (if sandboxd itself was killed). */
   vmRunRoots?: string[];
   /** The e2b API (aggregated layout): for the export line of `sbx up --detach`. */
-  e2b?: { apiUrl: string; sandboxUrl: string; apiKeyFile: string };
+  e2b?: { apiUrl: string; sandboxUrl: string; apiKeyFile: string; domain?: string };
   readyMs?: number;
 }
 

@@ -23,6 +23,8 @@ export interface FileStat {
   uid?: number;
   gid?: number;
   target?: string;
+  /** The file's metadata (e2b's, kept as extended attributes; followed through a symlink), when it has some. */
+  metadata?: Record<string, string>;
 }
 
 export interface WatchEvent {
@@ -39,6 +41,11 @@ export interface WriteOptions {
   gid?: number;
   timeoutMs?: number;
   signal?: AbortSignal;
+  /**
+   * The file's whole metadata once written (keys not named are removed; `{}` clears it); undefined leaves it as it
+   * is. Agents with the `metadata` feature only: older ones would ignore it.
+   */
+  metadata?: Record<string, string>;
 }
 
 export class AgentFiles {
@@ -91,6 +98,24 @@ export class AgentFiles {
    * stream's credit, so a slow guest holds the source back instead of buffering it here.
    */
   async writeStream(path: string, source: AsyncIterable<Buffer>, opts: WriteOptions = {}): Promise<number> {
+    return (await this.upload(path, source, opts)).size;
+  }
+
+  /** writeStream, answering also with the metadata the file holds once written (when `opts.metadata` was given). */
+  async upload(
+    path: string,
+    source: AsyncIterable<Buffer>,
+    opts: WriteOptions = {},
+  ): Promise<{ size: number; metadata?: Record<string, string> }> {
+    let metadata = opts.metadata;
+    if (metadata !== undefined && !this.client.info.features.includes('metadata')) {
+      // An older agent keeps none, so there is none to clear; pairs to keep it would silently drop.
+      if (Object.keys(metadata).length)
+        throw new SandboxError('agent.version', 'this guest agent keeps no file metadata', {
+          hint: 'rebuild the guest image (its agent predates the metadata feature)',
+        });
+      metadata = undefined;
+    }
     // A source that fails (an upload over its cap, a client gone mid-body, a corrupt gzip) cancels the guest's write:
     // left alone, the agent's write waited for input for ever with the file open, holding one of its stream slots
     // (1024, shared with exec and reads), so enough failed uploads stopped the sandbox answering at all.
@@ -98,7 +123,15 @@ export class AgentFiles {
     const signal = opts.signal ? AbortSignal.any([opts.signal, cancel.signal]) : cancel.signal;
     const { id, done } = this.client.start(
       'file.write',
-      { path, mode: opts.mode, append: opts.append, parents: opts.parents, uid: opts.uid, gid: opts.gid },
+      {
+        path,
+        mode: opts.mode,
+        append: opts.append,
+        parents: opts.parents,
+        uid: opts.uid,
+        gid: opts.gid,
+        metadata,
+      },
       { timeoutMs: opts.timeoutMs, signal, result: SIZE },
     );
     done.catch(() => undefined);
@@ -118,7 +151,7 @@ export class AgentFiles {
     this.client.assertOpen();
     input.end();
     const res = await done;
-    return res.size as number;
+    return { size: res.size as number, metadata: res.metadata as Record<string, string> | undefined };
   }
 
   /**
@@ -182,13 +215,13 @@ export class AgentFiles {
   async watch(
     path: string,
     onEvent: (e: WatchEvent) => void,
-    opts: { recursive?: boolean } = {},
+    opts: { recursive?: boolean; allowNetworkMounts?: boolean } = {},
   ): Promise<{ close(): Promise<void>; done: Promise<void> }> {
     let ready!: () => void;
     const readyP = new Promise<void>((r) => (ready = r));
     const { id, done } = this.client.start(
       'file.watch',
-      { path, recursive: opts.recursive },
+      { path, recursive: opts.recursive, allowNetworkMounts: opts.allowNetworkMounts },
       {
         timeoutMs: 0,
         event: WATCH_EVENT,

@@ -32,6 +32,18 @@ export const HelloResult = Type.Object({
   features: Type.Optional(Type.Array(Type.String({ maxLength: 64 }), { maxItems: 256 })),
 });
 
+/**
+ * A file's metadata (e2b's `X-Metadata-*` pairs, kept as extended attributes): the agent reports at most 4 KiB of
+ * printable pairs, as e2b counts them (docs/agent-protocol.md).
+ */
+export const FileMetadataSchema = Type.Record(
+  Type.String({ minLength: 1, maxLength: 255 }),
+  Type.String({ maxLength: 4096 }),
+  {
+    maxProperties: 512,
+  },
+);
+
 export const FileStatSchema = Type.Object({
   path: GuestPath,
   name: GuestPath,
@@ -42,6 +54,7 @@ export const FileStatSchema = Type.Object({
   uid: Type.Optional(U32),
   gid: Type.Optional(U32),
   target: Type.Optional(GuestPath),
+  metadata: Type.Optional(FileMetadataSchema),
 });
 
 export const ListResult = Type.Object({
@@ -49,8 +62,8 @@ export const ListResult = Type.Object({
   truncated: Type.Optional(Type.Boolean()),
 });
 
-/** file.read and file.write: the bytes read or written. */
-export const SizeResult = Type.Object({ size: SafeUint });
+/** file.read and file.write: the bytes read or written (and a write's metadata, when it set some). */
+export const SizeResult = Type.Object({ size: SafeUint, metadata: Type.Optional(FileMetadataSchema) });
 
 export const ExecResultSchema = Type.Object({
   exitCode: Type.Integer({ minimum: -(2 ** 31), maximum: 2 ** 31 - 1 }),

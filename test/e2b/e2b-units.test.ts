@@ -15,13 +15,19 @@ import { parseTemplateAliases } from '../../src/apiserver/e2b/templates.js';
 import { SandboxStore } from '../../src/apiserver/sandboxes/store.js';
 import { silentLogger } from '../../src/log/logger.js';
 import { fileSignature, signatureProblem } from '../../src/sandboxd/envd/access.js';
-import { permissionString } from '../../src/sandboxd/envd/entry-info.js';
+import { entryInfo, permissionString } from '../../src/sandboxd/envd/entry-info.js';
+import { metadataFromHeaders } from '../../src/sandboxd/envd/metadata.js';
+import { ENVD_VERSION } from '../../src/api/envd.js';
 import { httpFailure, toConnectError } from '../../src/sandboxd/envd/errors.js';
 import { endEvent } from '../../src/sandboxd/envd/processes.js';
 import { agentError } from '../../src/guest/agent-errors.js';
 import { targetOf } from '../../src/sandboxd/envd/server.js';
 import { basicAuthUser, resolvePath } from '../../src/sandboxd/envd/users.js';
 import type { IncomingMessage } from 'node:http';
+import { readFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import { HttpFailure } from '../../src/sandboxd/envd/errors.js';
+import { FileType } from '../../src/sandboxd/envd/gen/filesystem.gen.js';
 
 const req = (headers: Record<string, string>) => ({ headers }) as unknown as IncomingMessage;
 
@@ -104,6 +110,8 @@ describe('e2b API units', () => {
       port: 3000,
     });
     assert.deepEqual(routeTarget(req({ host: '49983-iabc.e2b.local' })), { id: 'iabc', port: 49983 });
+    // The local platform's getHost: the domain is localhost:<router port>, so the Host carries a port.
+    assert.deepEqual(routeTarget(req({ host: '8080-iabc.localhost:41234' })), { id: 'iabc', port: 8080 });
     assert.equal(routeTarget(req({ host: '127.0.0.1:8080' })), undefined);
     assert.deepEqual(targetOf(req({ 'e2b-sandbox-id': 'sb_1' })), { id: 'sb_1', port: 49983 });
   });
@@ -259,5 +267,70 @@ describe('e2b API units', () => {
       new URLSearchParams({ startedAfter: new Date(T0 + 1100).toISOString() }),
     );
     assert.deepEqual(after.items.map((i) => i.sandboxID).sort(), ['i0', 'i2', 'i4', 'i5']);
+  });
+});
+
+describe('envd versions and the features they gate', () => {
+  const cmp = (a: string, b: string) => {
+    const [x, y] = [a.split('.').map(Number), b.split('.').map(Number)];
+    for (let i = 0; i < 3; i++) if (x[i] !== y[i]) return x[i]! - y[i]!;
+    return 0;
+  };
+
+  it("the advertised envd version is at least every gate of the pinned SDK (each is served: docs/e2b.md 'envd versions')", async () => {
+    // The SDK's own bundle, as installed: its gates are compareVersions(version, "x.y.z") and ENVD_* constants.
+    const entry = createRequire(import.meta.url).resolve('e2b');
+    const src = await readFile(entry.replace(/index\.js$/, 'index.mjs'), 'utf8');
+    const gates = new Set<string>();
+    for (const m of src.matchAll(/compareVersions\([^,()]+,\s*"(\d+\.\d+\.\d+)"\)/g)) gates.add(m[1]!);
+    for (const m of src.matchAll(/const ENVD_[A-Z_]+ = "(\d+\.\d+\.\d+)"/g)) if (m[1] !== '99.99.99') gates.add(m[1]!);
+    for (const g of ['0.5.7', '0.6.2', '0.6.3', '0.6.4']) assert.ok(gates.has(g), `gate ${g} found in the SDK bundle`);
+    const above = [...gates].filter((g) => cmp(g, ENVD_VERSION) > 0);
+    assert.deepEqual(above, [], `gates above the advertised envd ${ENVD_VERSION}`);
+  });
+
+  it('file metadata from X-Metadata-* headers as envd 0.6.2 takes them', () => {
+    assert.deepEqual(metadataFromHeaders({ 'x-access-token': ['t'] }), {});
+    // Keys lowercased (the SDK sends them as given), the first of repeated values, an empty key ignored.
+    assert.deepEqual(
+      metadataFromHeaders({
+        'x-metadata-author': ['mish', 'second'],
+        'X-Metadata-Purpose': ['upload'],
+        'x-metadata-': ['ignored'],
+        'content-type': ['application/octet-stream'],
+      }),
+      { author: 'mish', purpose: 'upload' },
+    );
+    const refused = (h: NodeJS.Dict<string[]>, why: RegExp) =>
+      assert.throws(
+        () => metadataFromHeaders(h),
+        (e: unknown) => e instanceof HttpFailure && e.status === 400 && why.test(e.message),
+      );
+    refused({ 'x-metadata-k': ['caf\u00e9'] }, /printable US-ASCII/);
+    refused({ 'x-metadata-k': ['tab\there'] }, /printable US-ASCII/);
+    refused({ [`x-metadata-${'k'.repeat(247)}`]: ['v'] }, /exceeds 246 bytes/);
+    refused({ 'x-metadata-a': ['v'.repeat(2000)], 'x-metadata-b': ['v'.repeat(2100)] }, /exceeds 4096/);
+    assert.deepEqual(metadataFromHeaders({ [`x-metadata-${'k'.repeat(246)}`]: ['v'] }), { ['k'.repeat(246)]: 'v' });
+    // A key named like an object's own machinery is a pair like any other.
+    assert.deepEqual(Object.keys(metadataFromHeaders({ 'x-metadata-__proto__': ['v'] })), ['__proto__']);
+  });
+
+  it("EntryInfo carries the guest's metadata (a symlink's is its target's) and marks a symlink as one", () => {
+    const names = { user: (uid?: number) => String(uid), group: (gid?: number) => String(gid) };
+    const st = { path: '/home/user/a.txt', name: 'a.txt', type: 'file' as const, size: 1, mode: 0o644, mtimeMs: 0 };
+    assert.deepEqual(entryInfo({ ...st, metadata: { author: 'mish' } }, names).metadata, { author: 'mish' });
+    assert.deepEqual(entryInfo(st, names).metadata, {});
+    const link = {
+      ...st,
+      path: '/home/user/l',
+      type: 'symlink' as const,
+      target: 'a.txt',
+      metadata: { author: 'mish' },
+    };
+    const e = entryInfo(link, names, { path: '/home/user/a.txt', stat: { ...st, metadata: { author: 'mish' } } });
+    assert.deepEqual([e.metadata, e.symlinkTarget], [{ author: 'mish' }, '/home/user/a.txt']);
+    // The link is marked as one (is_symlink, which the Python SDK 2.63 reads), its type being its target's.
+    assert.deepEqual([e.isSymlink, e.type], [true, FileType.FILE]);
+    assert.equal(entryInfo(st, names).isSymlink, false);
   });
 });

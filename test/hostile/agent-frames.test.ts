@@ -116,6 +116,13 @@ describe('hostile guest: operation results and events', () => {
     ['a path of 100 KiB', { ...stat, path: `/${'a'.repeat(100 << 10)}` }],
     ['a uid of -1', { ...stat, uid: -1 }],
     ['mtime as a string', { ...stat, mtimeMs: 'yesterday' }],
+    ['metadata that is not a map', { ...stat, metadata: ['k', 'v'] }],
+    ['a metadata value that is not a string', { ...stat, metadata: { k: 5 } }],
+    ['a metadata value of 64 KiB', { ...stat, metadata: { k: 'v'.repeat(64 << 10) } }],
+    [
+      '10 000 metadata pairs',
+      { ...stat, metadata: Object.fromEntries(Array.from({ length: 10_000 }, (_, i) => [`k${i}`, 'v'])) },
+    ],
   ];
   for (const [what, answer] of badStats) {
     it(`file.stat answered with ${what} is a protocol error, never a value handed on`, async () => {

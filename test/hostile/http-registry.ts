@@ -19,12 +19,17 @@ import { join } from 'node:path';
 import { Registry } from 'prom-client';
 import { AuthenticatorChain, HEALTH_PATHS, TokenReviewAuthenticator } from '../../src/apiserver/auth/index.js';
 import { ApiKeys } from '../../src/apiserver/e2b/api-keys.js';
+import { envdAccessToken } from '../../src/api/envd.js';
+import { AutoResumer } from '../../src/apiserver/e2b/auto-resume.js';
 import { SandboxRouter } from '../../src/apiserver/e2b/router.js';
+import { SandboxOps, type OpsDeps } from '../../src/apiserver/e2b/sandbox-ops.js';
+import { E2B_ANNOTATIONS } from '../../src/apiserver/e2b/views.js';
 import { E2bApi, type E2bApiOptions } from '../../src/apiserver/e2b/server.js';
 import { HealthChecks } from '../../src/apiserver/health.js';
 import { parseRequestInfo } from '../../src/apiserver/request-info.js';
 import { EventLog } from '../../src/apiserver/sandboxes/event-log.js';
-import type { SandboxdClient } from '../../src/apiserver/sandboxes/sandboxd-client.js';
+import { NodeHttpError, type SandboxdClient } from '../../src/apiserver/sandboxes/sandboxd-client.js';
+import type { NodeRow } from '../../src/apiserver/sandboxes/entry.js';
 import { SandboxStore } from '../../src/apiserver/sandboxes/store.js';
 import { ApiServer } from '../../src/apiserver/server.js';
 import type { KubeClient } from '../../src/kube/client.js';
@@ -139,6 +144,33 @@ function fakeEnvdEngine(): NodeEngine {
 
 const ROOT = 'hostile-root-token';
 
+/** A paused sandbox with autoResume, as the e2b router's store holds it (e2b-router-auto-resume). */
+const PAUSED_SANDBOX = 'ipausedautoresume';
+const PAUSED_TOKEN = 'hostile-sandboxd-token';
+function pausedRow(): NodeRow {
+  const now = new Date().toISOString();
+  return {
+    id: 'hostile-paused-claim',
+    key: { template: 'sandbox/base', net: 'none', size: 'small' },
+    deadline: now,
+    claimed_at: now,
+    hibernated: false,
+    phase: 'Paused',
+    rv: 1,
+    claim_ref: `e2b/${PAUSED_SANDBOX}`,
+    object: {
+      metadata: {
+        name: PAUSED_SANDBOX,
+        namespace: 'e2b',
+        uid: 'hostile-uid',
+        creationTimestamp: now,
+        annotations: { [E2B_ANNOTATIONS.autoResume]: 'true' },
+      },
+      spec: { podTemplate: { spec: { containers: [{ name: 'sandbox', image: 'sandbox/base' }] } } },
+    } as NodeRow['object'],
+  };
+}
+
 export const targets: HostileTarget[] = [
   {
     name: 'sandbox-apiserver',
@@ -185,6 +217,38 @@ export const targets: HostileTarget[] = [
         client: {} as SandboxdClient,
         namespace: 'e2b',
         logger: silentLogger,
+      });
+      const a = await router.listen('127.0.0.1', 0);
+      return { port: a.port, server: router.server, close: () => router.close() };
+    },
+  },
+  {
+    // The router's auto-resume path (src/apiserver/e2b/auto-resume.ts): every request names a paused sandbox with
+    // autoResume and carries its token, so each one reads the node's row, joins or starts a resume, and is answered
+    // the 502 of a resume that failed (the stand-in node fails every resume).
+    name: 'e2b-router-auto-resume',
+    tls: false,
+    headers: { 'e2b-sandbox-id': PAUSED_SANDBOX, 'x-access-token': envdAccessToken(PAUSED_TOKEN) },
+    good: { method: 'GET', path: '/', status: 502 },
+    bodies: [{ method: 'POST', path: '/process.Process/Start' }],
+    start: async () => {
+      const store = new SandboxStore(silentLogger, new EventLog(8));
+      const row = pausedRow();
+      store.upsert('hostile-node', '127.0.0.1:1', row);
+      const client = {
+        call: async (_n: string, _a: string, method: string, path: string) => {
+          if (method === 'GET' && path === `/v1/sandboxes/${row.id}`) return { ...row, token: PAUSED_TOKEN };
+          await new Promise((r) => setTimeout(r, 5));
+          throw new NodeHttpError('hostile-node', 503, `${method} ${path}: the stand-in node fails every resume`);
+        },
+      } as unknown as SandboxdClient;
+      const ops = new SandboxOps({ store, client, namespace: 'e2b', log: silentLogger } as unknown as OpsDeps);
+      const router = new SandboxRouter({
+        store,
+        client,
+        namespace: 'e2b',
+        logger: silentLogger,
+        autoResume: new AutoResumer({ ops, logger: silentLogger }),
       });
       const a = await router.listen('127.0.0.1', 0);
       return { port: a.port, server: router.server, close: () => router.close() };

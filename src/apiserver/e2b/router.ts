@@ -17,6 +17,7 @@ import { listenOn, splice, streamingServerOptions } from '../../net/serve.js';
 import type { SandboxEntry } from '../sandboxes/entry.js';
 import type { SandboxdClient } from '../sandboxes/sandboxd-client.js';
 import type { SandboxStore } from '../sandboxes/store.js';
+import type { AutoResumer } from './auto-resume.js';
 import { SignedUrlIndex } from './signed-urls.js';
 
 export interface RouterOptions {
@@ -29,6 +30,8 @@ export interface RouterOptions {
    * `https://<port>-<id>.<domain>` for envd, signed file URLs and getHost (docs/e2b.md "URLs the SDK builds").
    */
   tls?: { cert: string; key: string };
+  /** Resume a paused sandbox with autoResume on a request to it (auto-resume.ts); omitted: never. */
+  autoResume?: AutoResumer;
 }
 
 const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade'];
@@ -124,6 +127,8 @@ export class SandboxRouter {
       };
     const e = this.o.store.get(`${this.o.namespace}/${t.id}`);
     if (!e) return { ok: false, status: 502, body: notFoundBody(t.id) };
+    const refused = await this.o.autoResume?.beforeForward(req, e, t.port);
+    if (refused) return { ok: false, ...refused };
     const addr = await this.envdAddress(e);
     const m = addr ? /^(.*):(\d+)$/.exec(addr) : null;
     if (!m)

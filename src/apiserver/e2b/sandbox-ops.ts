@@ -134,8 +134,7 @@ export class SandboxOps {
       if (v !== undefined && v !== null && !(typeof v === 'object' && Object.keys(v).length === 0))
         throw badRequest(`${f}: not supported by this server`);
     }
-    if ((body.autoResume as { enabled?: unknown } | undefined)?.enabled === true)
-      throw badRequest('autoResume: not supported by this server; resume with Sandbox.connect');
+    const autoResume = autoResumeOption(body.autoResume);
     // The lane is the template's (a snapshot's: the sandbox's it was taken of); the options are its tenant layer.
     const net: PoolNet = pool.net === 'egress' ? 'egress' : 'none';
     const tenant = tenantLayerFor(net, egress);
@@ -155,6 +154,7 @@ export class SandboxOps {
             [CocoonAnnotationKeys.net]: net,
             ...(snapshot ? { [CocoonAnnotationKeys.snapshot]: snapshot.ck.id } : {}),
             ...(autoPause ? { [CocoonAnnotationKeys.onExpiry]: 'hibernate' } : {}),
+            ...(autoResume ? { [E2B_ANNOTATIONS.autoResume]: 'true' } : {}),
             ...(publicTraffic ? { [E2B_PUBLIC_TRAFFIC_ANNOTATION]: 'true' } : {}),
           },
         },
@@ -357,6 +357,19 @@ export class SandboxOps {
       })) as { sandbox?: NodeRow };
     if (out.sandbox) this.d.store.upsert(e.node, e.address, out.sandbox);
   }
+}
+
+/**
+ * `autoResume: {enabled}` as the SDKs send it (JS `lifecycle.autoResume`, Python `lifecycle["auto_resume"]`); absent
+ * or null is off. Accepted with or without autoPause: a sandbox paused by `pause` resumes on a request too (the SDKs
+ * refuse it without `onTimeout: 'pause'` themselves).
+ */
+function autoResumeOption(v: unknown): boolean {
+  if (v === undefined || v === null) return false;
+  if (typeof v !== 'object' || Array.isArray(v)) throw badRequest('autoResume: must be an object {enabled: boolean}');
+  const enabled = (v as { enabled?: unknown }).enabled;
+  if (typeof enabled !== 'boolean') throw badRequest('autoResume.enabled: must be a boolean');
+  return enabled;
 }
 
 /**

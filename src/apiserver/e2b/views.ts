@@ -13,7 +13,16 @@ import { networkView } from './network.js';
 export const E2B_ANNOTATIONS = {
   templateId: 'e2b.dev/template-id',
   metadata: 'e2b.dev/metadata',
+  /**
+   * `"true"`: a request to the sandbox while it is paused resumes it (the create's `autoResume: {enabled: true}`;
+   * src/apiserver/e2b/auto-resume.ts). Kept on the object as autoPause's `on-expiry` is, so a fork child keeps it.
+   */
+  autoResume: 'e2b.dev/auto-resume',
 } as const;
+
+/** Whether a request to this sandbox while it is paused resumes it (docs/e2b.md "Auto-resume"). */
+export const autoResumeOf = (e: SandboxEntry): boolean =>
+  e.object.metadata.annotations?.[E2B_ANNOTATIONS.autoResume] === 'true';
 
 export function templateIdOf(e: SandboxEntry): string {
   return e.object.metadata.annotations?.[E2B_ANNOTATIONS.templateId] ?? e.pool.template;
@@ -87,6 +96,6 @@ export function detailView(e: SandboxEntry, envdAccessToken: string, domain: str
     envdAccessToken,
     domain: domain ?? null,
     ...networkView(e),
-    lifecycle: { onTimeout: autoPause ? 'pause' : 'kill', autoResume: false },
+    lifecycle: { onTimeout: autoPause ? 'pause' : 'kill', autoResume: autoResumeOf(e) },
   };
 }

@@ -207,6 +207,7 @@ async function upForeground(opts: UpOptions): Promise<void> {
             apiUrl: platform.e2b.apiUrl,
             sandboxUrl: platform.e2b.sandboxUrl,
             apiKeyFile: platform.e2b.apiKeyFile,
+            domain: platform.e2b.domain,
           },
         }
       : {}),
@@ -233,6 +234,7 @@ async function upForeground(opts: UpOptions): Promise<void> {
         ? [
             `  e2b API:      ${platform.e2b.apiUrl} (sandboxes in namespace ${platform.e2b.namespace}; key in ${platform.e2b.apiKeyFile})`,
             `  e2b sandbox:  ${platform.e2b.sandboxUrl} (E2B_SANDBOX_URL)`,
+            `  e2b getHost:  ${getHostHint(platform.e2b.domain)}`,
             `  e2b SDK:      E2B_API_URL=${platform.e2b.apiUrl} E2B_SANDBOX_URL=${platform.e2b.sandboxUrl} E2B_API_KEY=${platform.e2b.apiKey}`,
           ]
         : []),
@@ -283,6 +285,7 @@ async function upDetached(opts: UpOptions): Promise<void> {
     const state = await readState(env.stateDir);
     if (state?.status === 'ready' && state.kubeconfigPath && state.binDir) {
       process.stderr.write(`platform ready; stop it with \`sbx down\`\n`);
+      if (state.e2b?.domain) process.stderr.write(`e2b getHost: ${getHostHint(state.e2b.domain)}\n`);
       process.stdout.write(`${await exportLine(state)}\n`);
       return;
     }
@@ -336,6 +339,14 @@ async function killVmsUnder(runRoots: string[]): Promise<void> {
     if (p.cmd.startsWith('qemu-system') && runRoots.some((r) => p.cmd.includes(`${r}/`)))
       process.kill(p.pid, 'SIGKILL');
   for (const r of runRoots) await rm(r, { recursive: true, force: true });
+}
+
+/** What `sbx up` tells e2b users about `getHost(port)` (docs/e2b.md "URLs the SDK builds"). */
+export function getHostHint(domain: string): string {
+  return (
+    `sbx.getHost(port) is <port>-<id>.${domain}: curl and browsers reach it as http://<that host>/ (*.localhost is ` +
+    `loopback); Node and Python resolve *.localhost only with nss-myhostname, else send Host: <that host> to E2B_SANDBOX_URL`
+  );
 }
 
 /**

@@ -1,6 +1,6 @@
 /**
  * The agent's file stat (src/guest FileStat) as envd's EntryInfo: type enum, size, permission bits and their
- * `ls -l` rendering, owner and group names, modification time, symlink target.
+ * `ls -l` rendering, owner and group names, modification time, symlink target, metadata (envd 0.6.2).
  */
 import type { MessageInitShape } from '@bufbuild/protobuf';
 import { timestampFromMs } from '@bufbuild/protobuf/wkt';
@@ -47,5 +47,9 @@ export function entryInfo(st: FileStat, names: OwnerNames, link?: { path: string
     group: names.group(st.gid),
     modifiedTime: timestampFromMs(st.mtimeMs),
     ...(target !== undefined ? { symlinkTarget: target } : {}),
+    // The agent reads a symlink's through the link, so it is its target's, as the type and mode above.
+    metadata: st.metadata ?? {},
+    // The link itself, whose type above is its target's: newer SDKs (Python 2.63) report it as a symlink by this.
+    isSymlink: st.type === 'symlink',
   };
 }

@@ -11,9 +11,9 @@ import { Readable } from 'node:stream';
 import { createGunzip, createGzip, deflateRawSync } from 'node:zlib';
 import busboy from 'busboy';
 import type { AgentClient } from '../../guest/index.js';
-import { ENVD_VERSION } from '../../api/envd.js';
 import { hasAccessToken, signatureProblem } from './access.js';
 import { HttpFailure, httpFailure, sendJsonError } from './errors.js';
+import { metadataFromHeaders } from './metadata.js';
 import type { SandboxContext } from './sandbox-context.js';
 import { resolvePath, resolveUser, type GuestUser } from './users.js';
 
@@ -135,14 +135,21 @@ async function upload(
   opts: FilesOptions,
 ): Promise<void> {
   const by = authorize(req, url, sbx, 'write');
-  for (const h of Object.keys(req.headers))
-    if (h.startsWith('x-metadata-'))
-      throw new HttpFailure(400, `file metadata (${h}) needs envd 0.6.2; this sandbox's envd is ${ENVD_VERSION}`);
+  // Every upload sets the file's whole metadata, none included: an overwrite does not keep the last upload's pairs.
+  let metadata: Record<string, string>;
+  try {
+    metadata = metadataFromHeaders(req.headersDistinct);
+  } catch (err) {
+    // Refused before the body is read: undici is still sending it, and a connection closed under it reports EPIPE
+    // ("fetch failed") instead of this answer. A small body is read and dropped first, so the SDK gets the 400.
+    await discardBody(req, 1 << 20, 2000);
+    throw err;
+  }
   const agent = sbx.agent();
   const user = await who(agent, url);
   const queryPath = url.searchParams.get('path');
   const type = String(req.headers['content-type'] ?? '');
-  const written: Array<{ name: string; type: 'file'; path: string }> = [];
+  const written: Array<{ name: string; type: 'file'; path: string; metadata?: Record<string, string> }> = [];
   const write = async (target: string, source: Readable) => {
     const path = resolvePath(target, user);
     let size = 0;
@@ -154,13 +161,22 @@ async function upload(
         yield chunk;
       }
     };
+    let kept: Record<string, string> | undefined;
     try {
-      await agent.files.writeStream(path, capped(), { parents: true, uid: user.uid, gid: user.gid, timeoutMs: 0 });
+      ({ metadata: kept } = await agent.files.upload(path, capped(), {
+        parents: true,
+        uid: user.uid,
+        gid: user.gid,
+        timeoutMs: 0,
+        metadata,
+      }));
     } catch (err) {
       await agent.files.remove(path).catch(() => undefined);
       throw err;
     }
-    written.push({ name: path.slice(path.lastIndexOf('/') + 1), type: 'file', path });
+    // What the file holds once written, as envd reads it back (none where the filesystem keeps no attributes).
+    const entry = { name: path.slice(path.lastIndexOf('/') + 1), type: 'file' as const, path };
+    written.push(kept && Object.keys(kept).length ? { ...entry, metadata: kept } : entry);
   };
   if (type.startsWith('multipart/form-data')) {
     // A signed URL covers its path alone: a second part would go to a filename nobody signed.
@@ -177,6 +193,27 @@ async function upload(
   const payload = JSON.stringify(written);
   res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) });
   res.end(payload);
+}
+
+/** Read and drop the rest of `req`, up to `maxBytes` and `ms`: whether it all came (req.complete). */
+function discardBody(req: IncomingMessage, maxBytes: number, ms: number): Promise<boolean> {
+  if (req.complete || req.destroyed) return Promise.resolve(req.complete);
+  return new Promise((resolve) => {
+    let n = 0;
+    const done = () => {
+      clearTimeout(timer);
+      req.off('data', onData).off('end', done).off('close', done);
+      req.pause();
+      resolve(req.complete);
+    };
+    const onData = (chunk: Buffer) => {
+      n += chunk.length;
+      if (n > maxBytes) done();
+    };
+    const timer = setTimeout(done, ms);
+    req.on('data', onData).once('end', done).once('close', done);
+    req.resume();
+  });
 }
 
 /**

@@ -114,7 +114,12 @@ export const filesystemService: Partial<ServiceImpl<typeof Filesystem>> = {
     });
     const handle = await watch(
       agent,
-      { path: resolvePath(req.path, user), recursive: req.recursive, includeEntry: req.includeEntry },
+      {
+        path: resolvePath(req.path, user),
+        recursive: req.recursive,
+        includeEntry: req.includeEntry,
+        allowNetworkMounts: req.allowNetworkMounts,
+      },
       (e) => void queue.push({ event: { case: 'filesystem', value: e } }),
     );
     handle.done.then(
@@ -139,6 +144,7 @@ export const filesystemService: Partial<ServiceImpl<typeof Filesystem>> = {
       path: resolvePath(req.path, user),
       recursive: req.recursive,
       includeEntry: req.includeEntry,
+      allowNetworkMounts: req.allowNetworkMounts,
     });
     return { watcherId };
   },

@@ -30,6 +30,8 @@ export interface WatchSpec {
   path: string;
   recursive: boolean;
   includeEntry: boolean;
+  /** Watch a directory on a network filesystem (NFS, SMB, FUSE), which envd refuses otherwise (envd 0.6.4). */
+  allowNetworkMounts?: boolean;
 }
 
 /** Start watching; resolves once the guest's watch is in place (errors: not_found, not a directory). */
@@ -86,7 +88,7 @@ export async function watch(
           .catch(() => undefined)
           .finally(done);
       },
-      { recursive: spec.recursive },
+      { recursive: spec.recursive, allowNetworkMounts: spec.allowNetworkMounts },
     )
     .catch((err: unknown) => {
       throw toConnectError(err);
