@@ -9,6 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { Gauge, Registry } from 'prom-client';
 import type { ObjectMeta } from '../api/meta.js';
 import {
+  EventRecorder,
   Informer,
   KubeClient,
   LeaderElector,
@@ -38,12 +39,15 @@ import { EventLog } from './sandboxes/event-log.js';
 import { Fleet, type InventoryObj } from './sandboxes/fleet.js';
 import { SandboxdClient } from './sandboxes/sandboxd-client.js';
 import { SandboxStorage } from './sandboxes/storage.js';
+import { APISERVER_REPORTING_CONTROLLER, SandboxVerbEvents } from './sandboxes/verb-events.js';
 import { SnapshotStorage } from './sandboxes/snapshots.js';
 import { SandboxStore } from './sandboxes/store.js';
 import { ApiServer } from './server.js';
 import { ServingCertificate } from './serving-cert.js';
 import { ApiKeys } from './e2b/api-keys.js';
+import { AutoResumer } from './e2b/auto-resume.js';
 import { SandboxRouter } from './e2b/router.js';
+import { SandboxOps } from './e2b/sandbox-ops.js';
 import { E2bApi } from './e2b/server.js';
 
 export interface SandboxApiServer {
@@ -184,6 +188,14 @@ export async function buildApiServer(
       },
     },
     log.child({ component: 'sandboxes' }),
+    new SandboxVerbEvents(
+      config.disableSandboxEvents
+        ? undefined
+        : new EventRecorder(kube, log.child({ component: 'events' }), {
+            controller: APISERVER_REPORTING_CONTROLLER,
+            registry,
+          }),
+    ),
   );
   const snapshots = new SnapshotStorage(store, fleet, sandboxd);
   const storages = new Map<string, RestStorage<unknown>>(
@@ -314,6 +326,20 @@ export async function buildApiServer(
       namespace: config.e2b.namespace,
       logger: e2bLog,
       ...(t ? { tls: { cert: readFileSync(t.certFile, 'utf8'), key: readFileSync(t.keyFile, 'utf8') } } : {}),
+      // The e2b API's own connect resumes (one SandboxOps per listener: it holds nothing but its dependencies).
+      autoResume: new AutoResumer({
+        ops: new SandboxOps({
+          storage: sandboxes,
+          fleet,
+          store,
+          client: sandboxd,
+          templates: new Map(config.e2b.templates.map((x) => [x.id, x])),
+          namespace: config.e2b.namespace,
+          log: e2bLog,
+        }),
+        logger: e2bLog,
+        registry,
+      }),
     });
     routerAddr = await router.listen(config.e2b.sandboxListen.host, config.e2b.sandboxListen.port);
     e2bLog.info({ address: `${routerAddr.address}:${routerAddr.port}` }, 'e2b sandbox router listening');

@@ -31,6 +31,8 @@ export interface ApiServerConfig {
   readonly enableWarmPoolDriver: boolean;
   readonly warmPoolSyncIntervalMs: number;
   readonly enableClaimBinder: boolean;
+  /** Record no Events for the lifecycle verbs (`--disable-sandbox-events`, as sandbox-operator's flag). */
+  readonly disableSandboxEvents: boolean;
   readonly logLevel: string;
   /** The e2b-compatible API (docs/e2b.md); undefined listens mean off. */
   readonly e2b: {
@@ -140,6 +142,14 @@ export function apiServerCommand(): Command {
         .default(true)
         .argParser(bool),
     )
+    .addOption(
+      new Option(
+        '--disable-sandbox-events [bool]',
+        'record no Events on Sandboxes for the lifecycle verbs (SandboxPaused, SandboxForked, ...)',
+      )
+        .default(false)
+        .argParser(bool),
+    )
     .option(
       '--warm-pool-sync-interval <d>',
       'how often the driver resyncs pools and samples warm counts',
@@ -192,6 +202,7 @@ interface RawOptions {
   watchCacheEvents: number;
   enableWarmPoolDriver: boolean;
   enableClaimBinder: boolean;
+  disableSandboxEvents: boolean;
   warmPoolSyncInterval: number;
   logLevel: string;
   e2bListen?: string;
@@ -280,6 +291,7 @@ export function toApiServerConfig(o: RawOptions): ApiServerConfig {
     watchCacheEvents: o.watchCacheEvents,
     enableWarmPoolDriver: o.enableWarmPoolDriver,
     enableClaimBinder: o.enableClaimBinder,
+    disableSandboxEvents: o.disableSandboxEvents,
     warmPoolSyncIntervalMs: o.warmPoolSyncInterval,
     logLevel: o.logLevel,
     e2b: {

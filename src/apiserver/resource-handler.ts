@@ -45,8 +45,15 @@ export interface RestStorage<T> {
   }): Promise<{ object: KubeObject }>;
   delete(namespace: string, name: string, opts: { uid?: string; dryRun: boolean }): Promise<KubeObject>;
   bookmark(rv: string, initialEventsEnd: boolean): unknown;
-  /** POST to an action subresource (sandboxes/{name}/pause ...); 201 with the response kind. */
-  act?(namespace: string, name: string, subresource: string, body: unknown, warnings: string[]): Promise<unknown>;
+  /** POST to an action subresource (sandboxes/{name}/pause ...); 201 with the response kind. `user` asked. */
+  act?(
+    namespace: string,
+    name: string,
+    subresource: string,
+    body: unknown,
+    warnings: string[],
+    user?: string,
+  ): Promise<unknown>;
 }
 
 /** `dryRun=All` or nothing; any other value is 400 as upstream (handlers/rest.go). */
@@ -78,6 +85,8 @@ export async function handleResource<T>(
   req: IncomingMessage,
   res: ServerResponse,
   url: URL,
+  /** The authenticated requester's name (the verbs' Events name who asked). */
+  user?: string,
 ): Promise<void> {
   const q = url.searchParams;
   const d = storage.descriptor;
@@ -88,7 +97,7 @@ export async function handleResource<T>(
     if (!sub || !storage.act) throw methodNotAllowed(req.method ?? '', what);
     if (info.verb !== 'create') throw methodNotAllowed(req.method ?? '', `${what} (only POST)`);
     const body = await readJsonBody(req);
-    const out = await storage.act(info.namespace, info.name, info.subresource, body, warnings);
+    const out = await storage.act(info.namespace, info.name, info.subresource, body, warnings, user);
     return sendJson(res, 201, out, warningHeader(warnings) as Record<string, string>);
   }
   switch (info.verb) {

@@ -125,7 +125,7 @@ export class ApiServer {
           url.pathname,
           decision.reason,
         );
-      await this.route(info, req, res, url);
+      await this.route(info, req, res, url, user.name);
       if (info.verb === 'watch' && res.statusCode === 200)
         this.watchStarts.inc({ client: watchClientLabel(user.name) });
     } catch (err) {
@@ -146,12 +146,18 @@ export class ApiServer {
     }
   }
 
-  private async route(info: RequestInfo, req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
+  private async route(
+    info: RequestInfo,
+    req: IncomingMessage,
+    res: ServerResponse,
+    url: URL,
+    user: string,
+  ): Promise<void> {
     if (info.isResourceRequest) {
       const storage = this.o.storages.get(`${info.apiGroup}/${info.apiVersion}/${info.resource}`);
       if (!storage || (storage.descriptor.namespaced && !info.namespace && !['list', 'watch'].includes(info.verb)))
         throw pathNotFound(url.pathname);
-      return handleResource(storage, info, req, res, url);
+      return handleResource(storage, info, req, res, url, user);
     }
     if (url.pathname === '/metrics' && req.method === 'GET') {
       const body = await this.o.registry.metrics();

@@ -192,6 +192,11 @@ export const GRANTS: Record<ComponentName, readonly Grant[]> = {
     },
     {
       scope: 'cluster',
+      rule: { apiGroups: ['events.k8s.io'], resources: ['events'], verbs: ['create'] },
+      usedBy: 'claim gateway: the SandboxClaimed Event on each Sandbox it delivered',
+    },
+    {
+      scope: 'cluster',
       rule: { ...core('nodes'), verbs: ['get', 'create', 'patch', 'delete'] },
       usedBy: 'virtual-kubelet node registration (delete with --destroy-on-exit)',
     },
@@ -261,6 +266,11 @@ export const GRANTS: Record<ComponentName, readonly Grant[]> = {
       scope: 'cluster',
       rule: { ...ours(SandboxClaimResource, '/status'), verbs: ['patch'] },
       usedBy: 'claim binder status writes (status.sandbox, Ready, Finished)',
+    },
+    {
+      scope: 'cluster',
+      rule: { apiGroups: ['events.k8s.io'], resources: ['events'], verbs: ['create'] },
+      usedBy: 'lifecycle verb Events on Sandboxes (SandboxPaused, SandboxForked, ...; --disable-sandbox-events)',
     },
     {
       scope: 'release',

@@ -83,7 +83,13 @@ export const ValuesSchema = strict(
       'sandbox-operator Deployment (crd layout)',
     ),
     apiserver: strict(
-      { replicas: int('replicas behind the APIService', 1), ...placement },
+      {
+        replicas: int('replicas behind the APIService', 1),
+        disableSandboxEvents: bool(
+          'sandbox-apiserver --disable-sandbox-events: no Events for the lifecycle verbs (SandboxPaused, SandboxForked, ...)',
+        ),
+        ...placement,
+      },
       'sandbox-apiserver Deployment (aggregated layout)',
     ),
     sandboxd: strict(
@@ -135,6 +141,7 @@ export const DEFAULT_VALUES: Values = {
   },
   apiserver: {
     replicas: 2,
+    disableSandboxEvents: false,
     resources: { requests: { cpu: '100m', memory: '256Mi' }, limits: { memory: '1Gi' } },
     nodeSelector: {},
     tolerations: [],

@@ -296,6 +296,7 @@ export function apiserverFlags(c: BuildContext): Array<readonly [string, FlagVal
     ['service-name', APISERVER],
     ['service-namespace', c.ns],
     ['sandboxd-token-file', `${SANDBOXD_TOKEN_DIR}/token`],
+    ['disable-sandbox-events', c.p.value('apiserver.disableSandboxEvents')],
     ['log-level', c.p.value('apiserver.logLevel')],
   ];
 }

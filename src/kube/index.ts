@@ -45,3 +45,5 @@ export type { KubeStatus } from './status-errors.js';
 export { failureStatus } from './status-errors.js';
 export * from './resource.js';
 export * from './api-resources.js';
+export { EventRecorder, eventName, microTime } from './events.js';
+export type { EventRecorderOptions, EventRegarding, EventSpec } from './events.js';

@@ -1,4 +1,4 @@
-import { KubeClient } from '../kube/index.js';
+import { EventRecorder, KubeClient } from '../kube/index.js';
 import type { Logger } from '../log/logger.js';
 import { NodeEngine } from './engine.js';
 import { ClaimGateway } from './claim-gateway.js';
@@ -148,6 +148,10 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
         authCacheTtlMs: config.gatewayAuthCacheTtlMs,
         authStaleMs: config.gatewayAuthStaleMs,
         adoptionIntervalMs: config.gatewayAdoptionIntervalMs,
+        events: new EventRecorder(client, log.child({ component: 'events' }), {
+          controller: 'sandboxd',
+          registry: api.registry,
+        }),
       });
     gateway = new ClaimGateway({
       api,

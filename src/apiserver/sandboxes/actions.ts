@@ -43,6 +43,7 @@ import { SANDBOXES } from './create.js';
 import { SANDBOX_API_VERSION, type NodeRow, type SandboxEntry, type StoredObject } from './entry.js';
 import { NodeHttpError, type SandboxdClient } from './sandboxd-client.js';
 import type { SandboxStore } from './store.js';
+import { SandboxVerbEvents } from './verb-events.js';
 
 const action = (
   name: string,
@@ -135,28 +136,48 @@ export class SandboxActions {
   constructor(
     private readonly store: SandboxStore,
     private readonly client: SandboxdClient,
+    private readonly events: SandboxVerbEvents = new SandboxVerbEvents(undefined),
   ) {}
 
-  async act(namespace: string, name: string, sub: string, raw: unknown): Promise<unknown> {
+  /**
+   * `user` is the request's authenticated identity, named in the verb's Event (verb-events.ts). A request that
+   * never reached the sandbox (a malformed body, a name that is not served) records nothing: there is no Sandbox
+   * to regard.
+   */
+  async act(namespace: string, name: string, sub: string, raw: unknown, user = 'unknown'): Promise<unknown> {
     const spec = SANDBOX_ACTIONS.find((a) => a.name === sub)!;
     const body = this.parse(spec, raw ?? {});
     const e = this.store.get(`${namespace}/${name}`);
     if (!e) throw notFound(SANDBOXES, name);
     try {
       switch (sub) {
-        case 'pause':
-          return await this.pause(e);
-        case 'resume':
-          return await this.resume(e);
-        case 'fork':
-          return await this.fork(e, body as SandboxForkOptions);
-        case 'snapshot':
-          return await this.snapshot(e, body as SandboxSnapshotOptions);
+        case 'pause': {
+          const out = await this.pause(e);
+          this.events.succeeded(e, { verb: 'pause', mode: out.mode }, user);
+          return out;
+        }
+        case 'resume': {
+          const out = await this.resume(e);
+          this.events.succeeded(e, { verb: 'resume' }, user);
+          return out;
+        }
+        case 'fork': {
+          const out = await this.fork(e, body as SandboxForkOptions);
+          this.events.succeeded(e, { verb: 'fork', children: out.children.map((c) => c.name) }, user);
+          return out;
+        }
+        case 'snapshot': {
+          const out = await this.snapshot(e, body as SandboxSnapshotOptions);
+          this.events.succeeded(e, { verb: 'snapshot', ...out }, user);
+          return out;
+        }
         default:
           return await this.exec(e, body as unknown as SandboxExecOptions);
       }
     } catch (err) {
-      throw nodeFailure(err, name, `${sub} of ${namespace}/${name}`);
+      const failure = nodeFailure(err, name, `${sub} of ${namespace}/${name}`);
+      this.events.failed(e, sub, user, failure);
+      throw failure;
     }
   }
 
@@ -195,7 +216,7 @@ export class SandboxActions {
     return {
       apiVersion: SANDBOX_API_VERSION,
       kind: 'SandboxPauseOptions',
-      mode: out.mode === 'hibernate' ? 'Hibernate' : 'Memory',
+      mode: out.mode === 'hibernate' ? ('Hibernate' as const) : ('Memory' as const),
     };
   }
 

@@ -10,6 +10,7 @@ import { humanDuration, type Renderer } from '../render.js';
 import { conflict, expired, notFound, serviceUnavailable, internalError, badRequest } from '../status.js';
 import type { ResourceDescriptor, TableColumn } from '../types.js';
 import { SANDBOX_ACTIONS, SandboxActions } from './actions.js';
+import type { SandboxVerbEvents } from './verb-events.js';
 import type { WatchEventOf } from '../watch-stream.js';
 import { SandboxCreator, SANDBOXES, type CreateRequest, type NamespaceState } from './create.js';
 import {
@@ -135,9 +136,11 @@ export class SandboxStorage {
     private readonly client: SandboxdClient,
     namespaces: NamespaceState,
     private readonly log: Logger,
+    /** The lifecycle verbs' Events (verb-events.ts); none when absent. */
+    events?: SandboxVerbEvents,
   ) {
     this.creator = new SandboxCreator(store, fleet, client, namespaces, log);
-    this.actions = new SandboxActions(store, client);
+    this.actions = new SandboxActions(store, client, events);
     this.descriptor = {
       group: SANDBOXES.group,
       version: 'v1beta1',
@@ -240,9 +243,9 @@ export class SandboxStorage {
     };
   }
 
-  /** POST to a lifecycle subresource (actions.ts). */
-  act(namespace: string, name: string, subresource: string, body: unknown): Promise<unknown> {
-    return this.actions.act(namespace, name, subresource, body);
+  /** POST to a lifecycle subresource (actions.ts); `user` is who asked, for the verb's Event. */
+  act(namespace: string, name: string, subresource: string, body: unknown, _w: string[], user?: string) {
+    return this.actions.act(namespace, name, subresource, body, user);
   }
 
   create(req: CreateRequest) {

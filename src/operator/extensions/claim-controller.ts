@@ -52,7 +52,14 @@ import { claimStatusFor, ClaimReasons, isReady, timeLeft, type ClaimOutcome } fr
 import { ClaimWrites } from './claim-writes.js';
 import { ClaimInputError, loadAllowedLabelDomains, validateAdditionalPodMetadata } from '../../api/claim-injection.js';
 import { extensionMetrics, type ExtensionMetrics } from './metrics.js';
-import { EventRecorder, type ClaimObj, type PoolObj, type SandboxObj, type TemplateObj } from './support.js';
+import {
+  operatorEventRecorder,
+  type EventRecorder,
+  type ClaimObj,
+  type PoolObj,
+  type SandboxObj,
+  type TemplateObj,
+} from './support.js';
 
 const CLAIM_BY_POOL_INDEX = 'ext:claim-by-pool';
 const NOT_FOUND_REQUEUE_MS = 60_000;
@@ -69,7 +76,7 @@ export class ClaimReconciler implements ClaimContext {
 
   constructor(readonly d: ClaimDeps) {
     this.metrics = extensionMetrics(d.manager.registry);
-    this.events = new EventRecorder(d.manager.client, d.log);
+    this.events = operatorEventRecorder(d.manager.client, d.log, d.manager.registry);
     this.bindings = new ClaimBindings(d);
     this.writes = new ClaimWrites(d.manager.client, this.bindings);
     this.foreground = foregroundOf(d.manager);

@@ -36,4 +36,4 @@ export function isSandboxReady(sb: Sandbox | undefined): boolean {
   return sb?.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 }
 
-export { EventRecorder, microTime, REPORTING_CONTROLLER, type EventSpec } from '../events.js';
+export { EventRecorder, microTime, operatorEventRecorder, REPORTING_CONTROLLER, type EventSpec } from '../events.js';

@@ -30,7 +30,15 @@ import { foregroundOf } from '../foreground.js';
 import { blueprintHash, matchesTemplate } from './blueprint.js';
 import { extensionMetrics, type ExtensionMetrics } from './metrics.js';
 import { memberOf, PoolMembership, poolHash } from './pool-members.js';
-import { EventRecorder, isSandboxReady, newest, type PoolObj, type SandboxObj, type TemplateObj } from './support.js';
+import {
+  operatorEventRecorder,
+  type EventRecorder,
+  isSandboxReady,
+  newest,
+  type PoolObj,
+  type SandboxObj,
+  type TemplateObj,
+} from './support.js';
 import { buildWarmMember } from './warm-member.js';
 import { RefillPolicy } from './warm-pool-refill.js';
 
@@ -90,7 +98,7 @@ export class WarmPoolReconciler {
 
   constructor(private readonly d: WarmPoolDeps) {
     this.metrics = extensionMetrics(d.manager.registry);
-    this.events = new EventRecorder(d.manager.client, d.log);
+    this.events = operatorEventRecorder(d.manager.client, d.log, d.manager.registry);
     this.refill = new RefillPolicy(d.config.warmPoolMaxRefillRate, foregroundOf(d.manager));
     d.sandboxes.addHandler({
       onAdd: (sb) => this.membership.observe(undefined, sb),

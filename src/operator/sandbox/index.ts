@@ -5,7 +5,7 @@
 import { AnnotationKeys, LabelKeys, parseApiVersion, EXTENSIONS_GROUP, AGENTS_GROUP } from '../../api/index.js';
 import { controllerOf, PersistentVolumeClaims, Pods, Sandboxes, Services, type Manager } from '../../kube/index.js';
 import { registerController } from '../build.js';
-import { EventRecorder } from '../events.js';
+import { operatorEventRecorder } from '../events.js';
 import { foregroundOf } from '../foreground.js';
 import { sandboxCreationLatency, sandboxesGauge, type SandboxesGaugeLabels } from '../metrics.js';
 import type { OperatorConfig } from '../options.js';
@@ -50,7 +50,9 @@ export function setupSandboxController(manager: Manager, config: OperatorConfig)
     pvcs,
     defaultRuntime: config.defaultRuntime,
     clusterDomain: config.clusterDomain,
-    events: config.disableSandboxEvents ? undefined : new EventRecorder(manager.client, manager.log),
+    events: config.disableSandboxEvents
+      ? undefined
+      : operatorEventRecorder(manager.client, manager.log, manager.registry),
     onReady: (sb, ms) => latency.observe(creationLatencyLabels(sb), ms),
     hold: (uid) => foreground.hold(`sandbox:${uid}`),
   });

@@ -9,7 +9,8 @@
 import { join } from 'node:path';
 import { SandboxError } from '../../errors.js';
 import { describePoolKey, poolKeyString, type PoolKeyOf } from '../../api/pool-key.js';
-import type { KubeClient } from '../../kube/index.js';
+import type { EventRecorder, KubeClient } from '../../kube/index.js';
+import { AGENTS_GROUP, HUB_VERSION } from '../../api/index.js';
 import type { Logger } from '../../log/logger.js';
 import type { Answer } from '../claim-gateway.js';
 import type { NodeEngine } from '../engine.js';
@@ -35,6 +36,8 @@ export interface KubeGatewayOptions {
   authStaleMs?: number;
   /** Orphan adoption cadence (ms; default 10 s). */
   adoptionIntervalMs?: number;
+  /** Records SandboxClaimed on each delivered Sandbox (docs/claim-gateway.md "Record"); none when absent. */
+  events?: EventRecorder;
 }
 
 interface ClaimAnswer {
@@ -149,6 +152,22 @@ export class KubeClaimGateway {
     const out = this.o.api.claimNow({ kind: 'tenant', name: `kubernetes:${user}` }, body, started, fact);
     const answered = (a: unknown): Answer => {
       const c = a as ClaimAnswer;
+      // Queued, not sent: the recorder sends it after this tick, so the answer is not delayed by it.
+      this.o.events?.recordFor(
+        {
+          apiVersion: `${AGENTS_GROUP}/${HUB_VERSION}`,
+          kind: 'Sandbox',
+          namespace: req.namespace,
+          name: req.name,
+          uid: body.object.metadata.uid,
+        },
+        {
+          type: 'Normal',
+          reason: 'SandboxClaimed',
+          action: 'Claim',
+          note: `Claimed by ${user} through the claim gateway of node ${this.o.engine.nodeName}: sandbox ${c.id} from SandboxWarmPool ${req.warmPool}`,
+        },
+      );
       this.recorder.enqueue({
         id: c.id,
         namespace: req.namespace,

@@ -1,0 +1,107 @@
+/**
+ * The Events sandbox-apiserver's lifecycle verbs record on the Sandbox they acted on (docs/aggregated-layout.md
+ * "Events"): one per verb, Normal when it succeeded, Warning with the failure's reason when the node refused or
+ * failed it, each naming who asked. Recorded through the shared recorder (src/kube/events.ts), off the request's
+ * path: the verb's answer never waits for, nor fails with, the Events API. exec records nothing (a command is not a
+ * change of the sandbox's state, and kube-apiserver records no Event for `kubectl exec` either).
+ */
+import type { EventRecorder, EventSpec } from '../../kube/index.js';
+import type { StatusFailure } from '../status.js';
+import { SANDBOX_API_VERSION, type SandboxEntry } from './entry.js';
+
+/** sandbox-apiserver's `reportingController`. */
+export const APISERVER_REPORTING_CONTROLLER = 'sandbox-apiserver';
+
+/** The reasons, in upstream agent-sandbox's style (src/operator/sandbox/events.ts has the controller's). */
+export const SandboxVerbReasons = {
+  paused: 'SandboxPaused',
+  hibernated: 'SandboxHibernated',
+  resumed: 'SandboxResumed',
+  forked: 'SandboxForked',
+  snapshotTaken: 'SandboxSnapshotTaken',
+  pauseFailed: 'SandboxPauseFailed',
+  resumeFailed: 'SandboxResumeFailed',
+  forkFailed: 'SandboxForkFailed',
+  snapshotFailed: 'SandboxSnapshotFailed',
+} as const;
+
+/** The verbs that record an Event (exec does not). */
+const FAILED: Record<string, string> = {
+  pause: SandboxVerbReasons.pauseFailed,
+  resume: SandboxVerbReasons.resumeFailed,
+  fork: SandboxVerbReasons.forkFailed,
+  snapshot: SandboxVerbReasons.snapshotFailed,
+};
+
+/** What a verb answered, as far as its Event says it. */
+export type VerbOutcome =
+  | { verb: 'pause'; mode: 'Memory' | 'Hibernate' }
+  | { verb: 'resume' }
+  | { verb: 'fork'; children: string[] }
+  | { verb: 'snapshot'; snapshotID: string; name?: string; nodeName: string };
+
+/** The Event one successful verb stands for. Pure. */
+export function verbSucceededEvent(o: VerbOutcome, user: string): EventSpec {
+  const by = `by ${user}`;
+  switch (o.verb) {
+    case 'pause':
+      return o.mode === 'Hibernate'
+        ? {
+            type: 'Normal',
+            reason: SandboxVerbReasons.hibernated,
+            action: 'Hibernate',
+            note: `Hibernated ${by}: memory written to disk and the VM stopped`,
+          }
+        : { type: 'Normal', reason: SandboxVerbReasons.paused, action: 'Pause', note: `Paused ${by}` };
+    case 'resume':
+      return { type: 'Normal', reason: SandboxVerbReasons.resumed, action: 'Resume', note: `Resumed ${by}` };
+    case 'fork':
+      return {
+        type: 'Normal',
+        reason: SandboxVerbReasons.forked,
+        action: 'Fork',
+        note: `Forked ${by} into ${o.children.length} ${o.children.length === 1 ? 'child' : 'children'}: ${o.children.join(', ')}`,
+      };
+    case 'snapshot':
+      return {
+        type: 'Normal',
+        reason: SandboxVerbReasons.snapshotTaken,
+        action: 'Snapshot',
+        note: `Snapshot ${o.snapshotID}${o.name ? ` ("${o.name}")` : ''} taken ${by} on node ${o.nodeName}`,
+      };
+  }
+}
+
+/** The Warning a failed verb stands for (undefined for exec). Pure. */
+export function verbFailedEvent(verb: string, user: string, failure: StatusFailure): EventSpec | undefined {
+  const reason = FAILED[verb];
+  if (!reason) return undefined;
+  const action = verb[0]!.toUpperCase() + verb.slice(1);
+  return {
+    type: 'Warning',
+    reason,
+    action,
+    note: `${action} requested by ${user} failed (${failure.status.reason || failure.httpCode}): ${failure.message}`,
+  };
+}
+
+/** Records the verbs' Events; a no-op without a recorder (`--disable-sandbox-events`). */
+export class SandboxVerbEvents {
+  constructor(private readonly recorder: EventRecorder | undefined) {}
+
+  succeeded(e: SandboxEntry, outcome: VerbOutcome, user: string): void {
+    this.record(e, verbSucceededEvent(outcome, user));
+  }
+
+  failed(e: SandboxEntry, verb: string, user: string, failure: StatusFailure): void {
+    const ev = verbFailedEvent(verb, user, failure);
+    if (ev) this.record(e, ev);
+  }
+
+  private record(e: SandboxEntry, ev: EventSpec): void {
+    this.recorder?.recordFor(
+      { apiVersion: SANDBOX_API_VERSION, kind: 'Sandbox', namespace: e.namespace, name: e.name, uid: e.uid },
+      ev,
+    );
+  }
+}
