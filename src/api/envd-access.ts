@@ -1,6 +1,6 @@
 /**
  * Who may use a sandbox's envd and its other ports: the one rule both sides apply, envd on the node
- * (src/sandboxd/envd/access.ts re-exports it) and sandbox-apiserver's router, which must know whether a request to
+ * (src/sandboxd/envd: files-http.ts, server.ts, guest-ports.ts) and sandbox-apiserver's router, which must know whether a request to
  * a paused sandbox is one the node would serve before it resumes the sandbox for it (src/apiserver/e2b/auto-resume.ts).
  *
  * envd: the `X-Access-Token` header must equal the sandbox's envd access token (src/api/envd.ts; compared in

@@ -32,7 +32,7 @@ export function trafficAccessToken(envdToken: string): string {
 
 /**
  * A v1 file signature, as the SDK signs `uploadUrl` / `downloadUrl`: `v1_` + base64(sha256("<path>:<read|write>:
- * <user>:<envd token>[:<expiration>]")) without padding. envd checks it (src/sandboxd/envd/access.ts); the router
+ * <user>:<envd token>[:<expiration>]")) without padding. envd checks it (src/api/envd-access.ts); the router
  * uses it to find which sandbox a signed URL without a sandbox id is for (src/apiserver/e2b/router.ts).
  */
 export function fileSignature(

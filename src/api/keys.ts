@@ -129,7 +129,7 @@ export const SHADOW_POOL_PREFIX = 'shadow-pool-';
 /**
  * A sandbox created through the e2b API takes e2b's public-traffic behaviour (`network.allowPublicTraffic`, on unless
  * the create turns it off): its in-sandbox ports other than envd's are served without a token (`"true"`). Written by
- * the e2b API only; every other sandbox's ports need its envd or traffic access token (src/sandboxd/envd/access.ts).
+ * the e2b API only; every other sandbox's ports need its envd or traffic access token (src/api/envd-access.ts).
  */
 export const E2B_PUBLIC_TRAFFIC_ANNOTATION = 'e2b.dev/public-traffic';
 

@@ -14,7 +14,7 @@ import { after, before, describe, it } from 'node:test';
 import { CommandExitError, FileType, NotFoundError, Sandbox, TimeoutError } from 'e2b';
 import { ENVD_VERSION, envdAccessToken } from '../../src/api/envd.js';
 import { NodeEngine } from '../../src/sandboxd/engine.js';
-import { fileSignature } from '../../src/sandboxd/envd/access.js';
+import { fileSignature } from '../../src/api/envd.js';
 import { EnvdServer } from '../../src/sandboxd/envd/server.js';
 import { MAX_WATCHERS } from '../../src/sandboxd/envd/watchers.js';
 import { eventually } from '../support/eventually.js';

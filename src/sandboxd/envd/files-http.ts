@@ -11,7 +11,7 @@ import { Readable } from 'node:stream';
 import { createGunzip, createGzip, deflateRawSync } from 'node:zlib';
 import busboy from 'busboy';
 import type { AgentClient } from '../../guest/index.js';
-import { hasAccessToken, signatureProblem } from './access.js';
+import { hasAccessToken, signatureProblem } from '../../api/envd-access.js';
 import { HttpFailure, httpFailure, sendJsonError } from './errors.js';
 import { metadataFromHeaders } from './metadata.js';
 import type { SandboxContext } from './sandbox-context.js';

@@ -17,7 +17,7 @@ import {
 import type { Duplex } from 'node:stream';
 import type { Logger } from '../../log/logger.js';
 import { splice } from '../../net/serve.js';
-import { mayReachPort } from './access.js';
+import { mayReachPort } from '../../api/envd-access.js';
 import { sendJsonError } from './errors.js';
 import type { SandboxContext } from './sandbox-context.js';
 

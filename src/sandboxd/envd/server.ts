@@ -17,7 +17,7 @@ import { guardRequests, guardUpgrades } from '../../net/guard.js';
 import { requestTarget } from '../../net/request-target.js';
 import { listenOn, streamingServerOptions } from '../../net/serve.js';
 import type { NodeEngine, SandboxRecord } from '../engine.js';
-import { hasAccessToken } from './access.js';
+import { hasAccessToken } from '../../api/envd-access.js';
 import { sendJsonError } from './errors.js';
 import { serveFiles } from './files-http.js';
 import { filesystemService } from './filesystem-service.js';
