@@ -450,6 +450,10 @@ func (s *session) handleRequest(f Frame) {
 		s.fileWatch(id, &req)
 	case "tcp.connect":
 		s.tcpConnect(id, &req)
+	case "layer.save":
+		s.layerSave(id)
+	case "layer.restore":
+		s.layerRestore(id)
 	case "upstream.start":
 		go func() { res, err := startUpstream(&req); s.reply(id, res, err) }()
 	default:
@@ -473,7 +477,7 @@ func (s *session) handleExec(f Frame) {
 // helloReply is encoded once at start-up, before any snapshot: a restored clone's first answer then
 // runs no JSON encoder (cold code is what a clone pays for under TCG).
 var helloReply = mustJSON(map[string]any{"ok": true, "protocol": ProtocolVersion, "version": AgentVersion,
-	"pid": os.Getpid(), "features": []string{"exec", "exec.bin", "pty", "signal", "files", "watch", "tcp", "health", "time", "flow", "upstream", "metadata", "watch.netfs"}})
+	"pid": os.Getpid(), "features": []string{"exec", "exec.bin", "pty", "signal", "files", "watch", "tcp", "health", "time", "flow", "upstream", "metadata", "watch.netfs", "layer"}})
 
 // hello answers a THello frame: u64 BE host wall clock in ns, then seed bytes.
 func (s *session) hello(id uint32, p []byte) {

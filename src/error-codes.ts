@@ -47,6 +47,10 @@ export const ERROR_CODES = {
   'agent.enoent': { status: 400, meaning: 'no such file, directory or command in the guest' },
   'agent.enotdir': { status: 400, meaning: 'the guest refused: a path component is not a directory' },
   'agent.enotempty': { status: 409, meaning: 'the guest refused: the directory is not empty' },
+  'agent.enotsup': {
+    status: 409,
+    meaning: 'the guest cannot do this (a filesystem pause of an image with no overlay layer, an older initramfs)',
+  },
   'agent.eproto': { status: 502, meaning: 'the guest agent saw a protocol violation from the host' },
   'agent.errno': { status: 502, meaning: 'the guest failed with an errno no other code names (in the message)' },
   'agent.esrch': { status: 400, meaning: 'the guest has no such process' },
@@ -112,6 +116,11 @@ export const ERROR_CODES = {
     status: 409,
     meaning: 'the request conflicts with a live claim or the sandbox state (paused, hibernated)',
   },
+  'sandboxd.draining': {
+    status: 429,
+    meaning:
+      'the node is draining (POST /v1/drain, or its Node is cordoned): it makes no new claim and wakes no sandbox; claim on another node',
+  },
   'sandboxd.flags': { status: 500, meaning: "sandboxd's flags are invalid" },
   'sandboxd.gateway-not-ready': {
     status: 503,
@@ -133,6 +142,10 @@ export const ERROR_CODES = {
   'sandboxd.state-write': {
     status: 503,
     meaning: "sandboxd could not write a new claim to its claim table (its data dir's disk); the claim was undone",
+  },
+  'sandboxd.layer-too-large': {
+    status: 413,
+    meaning: "a filesystem pause's saved files are over --max-layer-mib; nothing was paused, the sandbox runs on",
   },
   'sandboxd.too-large': { status: 413, meaning: 'a claim gateway request body over the 1 MiB cap' },
   'sandboxd.unauthorized': { status: 401, meaning: 'no token, or a token this node does not know' },

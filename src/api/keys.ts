@@ -77,8 +77,17 @@ export const CocoonAnnotationKeys = {
   deadline: 'sandbox.cocoonstack.io/deadline',
   net: 'sandbox.cocoonstack.io/net',
   ttlSeconds: 'sandbox.cocoonstack.io/ttl-seconds',
-  /** What the node does when the lease ends: `release` (default) or `hibernate` (pause; the e2b API's autoPause). */
+  /**
+   * What the node does when the lease ends: `release` (default), `hibernate` (pause; the e2b API's autoPause) or
+   * `pause-filesystem` (keep its files only; e2b's autoPause with keepMemory: false).
+   */
   onExpiry: 'sandbox.cocoonstack.io/on-expiry',
+  /**
+   * Idle policy (on a Sandbox, its pod template or a SandboxTemplate's pod template, so on the Pod too): hibernate
+   * the sandbox after this many seconds without use; the next exec, port-forward or envd request wakes it
+   * (docs/sandboxd.md "Idle suspend"). An integer 1..MAX_IDLE_HIBERNATE_SECONDS; absent or 0: never.
+   */
+  idleHibernateSeconds: 'sandbox.cocoonstack.io/idle-hibernate-seconds',
   node: 'sandbox.cocoonstack.io/node',
   phase: 'sandbox.cocoonstack.io/phase',
   claim: 'sandbox.cocoonstack.io/claim',
@@ -103,6 +112,8 @@ export const CocoonAnnotationKeys = {
   simulation: 'sandbox.cocoonstack.io/simulation',
   /** On a NodeInventory whose `entries` were capped: how many it lists of how many claims the node holds. */
   inventoryEntries: 'sandbox.cocoonstack.io/inventory-entries',
+  /** On a NodeInventory while its node drains (docs/sandboxd.md "Draining"): since when, and the progress. */
+  draining: 'sandbox.cocoonstack.io/draining',
   cocoonsetMode: 'cocoonset.cocoonstack.io/mode',
   cocoonsetManaged: 'cocoonset.cocoonstack.io/managed',
   cocoonsetImage: 'cocoonset.cocoonstack.io/image',
@@ -182,4 +193,21 @@ export function withoutServerWrittenKeys(
   map: Readonly<Record<string, string>> | undefined,
 ): Record<string, string> {
   return Object.fromEntries(Object.entries(map ?? {}).filter(([k]) => !isServerWrittenSandboxKey(kind, k)));
+}
+
+/** The longest idle policy: a week (CocoonAnnotationKeys.idleHibernateSeconds, sandboxd's `idle_hibernate_seconds`). */
+export const MAX_IDLE_HIBERNATE_SECONDS = 604_800;
+
+/**
+ * The idle policy an object's annotations give (CocoonAnnotationKeys.idleHibernateSeconds): seconds, undefined for
+ * none (absent, empty or 0), or the problem as a message.
+ */
+export function idleSecondsAnnotation(annotations: Record<string, string> | undefined): number | undefined | string {
+  const key = CocoonAnnotationKeys.idleHibernateSeconds;
+  const raw = annotations?.[key]?.trim();
+  if (!raw) return undefined;
+  const n = Number(raw);
+  if (!/^\d+$/.test(raw) || n > MAX_IDLE_HIBERNATE_SECONDS)
+    return `annotation ${key}="${raw}" must be a whole number of seconds from 0 (never) to ${MAX_IDLE_HIBERNATE_SECONDS}`;
+  return n || undefined;
 }

@@ -25,6 +25,25 @@ export const PoolCapacitySchema = Type.Object({
 });
 export type PoolCapacity = Static<typeof PoolCapacitySchema>;
 
+/**
+ * This node's checkpoints in numbers (docs/placement.md "Replicas"): a summary of constant size, not one row per
+ * checkpoint (the object is rewritten whole at every publish; where each one's copies are is in
+ * sandbox-apiserver's SandboxSnapshot `copies` and the node's `GET /v1/checkpoints`).
+ */
+export const CheckpointSummarySchema = Type.Object({
+  held: Int({ description: "Checkpoints on this node's disk: taken here, or copies of other nodes'." }),
+  replicas: Int({ description: 'How many nodes each should be on (--checkpoint-replicas).' }),
+  counted: Type.Optional(
+    Int({
+      description: 'How many of them this node has counted the copies of; absent when it does not count (replicas 1).',
+    }),
+  ),
+  underReplicated: Type.Optional(
+    Int({ description: 'Of the counted, how many fewer nodes held than wanted at the last count.' }),
+  ),
+});
+export type CheckpointSummary = Static<typeof CheckpointSummarySchema>;
+
 export const NodeInventoryV1beta1Schema = Type.Object({
   apiVersion: Type.Optional(Str()),
   kind: Type.Optional(Str()),
@@ -33,5 +52,6 @@ export const NodeInventoryV1beta1Schema = Type.Object({
   address: Type.Optional(Str({ description: 'The node sandboxd advertise `host:port`.' })),
   entries: Type.Optional(Type.Array(InventoryEntrySchema)),
   pools: Type.Optional(Type.Array(PoolCapacitySchema)),
+  checkpoints: Type.Optional(CheckpointSummarySchema),
 });
 export type NodeInventory = Static<typeof NodeInventoryV1beta1Schema>;

@@ -75,6 +75,26 @@ export const SandboxSnapshotResultSchema = Type.Object({
 export type SandboxSnapshotResult = Static<typeof SandboxSnapshotResultSchema>;
 
 /**
+ * Where a snapshot's copies are, as the node that holds it last counted them (its replicator, docs/placement.md
+ * "Replicas"). Absent until a holder has counted (and on nodes with --checkpoint-replicas 1, which do not count).
+ */
+export const SnapshotCopiesSchema = Type.Object(
+  {
+    count: Int32({ description: 'How many nodes held it at the count, the counting node included.' }),
+    want: Int32({ description: 'How many should: --checkpoint-replicas, or the fleet size when that is smaller.' }),
+    nodes: Type.Array(Str(), {
+      description: 'The nodes that held it, by node name (an address no NodeInventory names stays an address).',
+    }),
+    checkedAt: DateTime({ description: 'When the count was made.' }),
+  },
+  {
+    description:
+      'Its replicas as last counted by a node that holds it (docs/placement.md "Where copies show"); absent until one has counted.',
+  },
+);
+export type SnapshotCopies = Static<typeof SnapshotCopiesSchema>;
+
+/**
  * A snapshot as the resource `sandboxsnapshots` serves it (get, list, delete; read from the nodes, no etcd object):
  * named by its snapshotID, in the namespace of the sandbox it was taken of.
  */
@@ -84,6 +104,7 @@ export const SandboxSnapshotV1beta1Schema = Type.Object({
   snapshotName: Type.Optional(Str({ description: 'The name given when it was taken (SandboxSnapshotOptions.name).' })),
   sandboxName: Type.Optional(Str({ description: 'The Sandbox it was taken of (it may be gone since).' })),
   nodeNames: Type.Array(Str(), { description: 'The nodes that hold a copy; a new Sandbox from it starts on one.' }),
+  copies: Type.Optional(SnapshotCopiesSchema),
   template: Str({ description: 'The guest template of the sandbox it was taken of.' }),
   net: Str({ description: 'Its network lane.' }),
   size: Str({ description: 'Its size.' }),

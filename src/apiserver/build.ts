@@ -176,6 +176,13 @@ export async function buildApiServer(
     log: log.child({ component: 'sandboxd-client' }),
   });
   const fleet = new Fleet(inventories, store, sandboxd, log.child({ component: 'fleet' }));
+  // A node back after its hibernated sandbox resumed elsewhere still holds the old claim: release it there.
+  store.onStale = (node, address, claimId) => {
+    void sandboxd
+      .release(node, address, claimId)
+      .then(() => log.info({ node, claim: claimId }, 'released a claim superseded by a resume on another node'))
+      .catch((err: unknown) => log.warn({ err, node, claim: claimId }, 'could not release a superseded claim'));
+  };
   const sandboxes = new SandboxStorage(
     store,
     fleet,

@@ -197,8 +197,9 @@ export const GRANTS: Record<ComponentName, readonly Grant[]> = {
     },
     {
       scope: 'cluster',
-      rule: { ...core('nodes'), verbs: ['get', 'create', 'patch', 'delete'] },
-      usedBy: 'virtual-kubelet node registration (delete with --destroy-on-exit)',
+      rule: { ...core('nodes'), verbs: ['get', 'list', 'watch', 'create', 'patch', 'delete'] },
+      usedBy:
+        'virtual-kubelet node registration (delete with --destroy-on-exit), and its cordon watch (a cordon drains sandboxd)',
     },
     {
       scope: 'cluster',

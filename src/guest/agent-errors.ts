@@ -22,6 +22,7 @@ export const AGENT_ERRNO_CODES: Readonly<Record<string, ErrorCode>> = {
   ENOENT: 'agent.enoent',
   ENOTDIR: 'agent.enotdir',
   ENOTEMPTY: 'agent.enotempty',
+  ENOTSUP: 'agent.enotsup',
   EPROTO: 'agent.eproto',
   ESRCH: 'agent.esrch',
   EUNKNOWNOP: 'agent.eunknownop',

@@ -1,6 +1,7 @@
 import { EventRecorder, KubeClient } from '../kube/index.js';
 import type { Logger } from '../log/logger.js';
 import { NodeEngine } from './engine.js';
+import { NodeDrain } from './drain.js';
 import { ClaimGateway } from './claim-gateway.js';
 import { KubeClaimGateway } from './gateway/index.js';
 import { SandboxdApi } from './http-api.js';
@@ -42,12 +43,18 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
     : undefined;
   if (driver)
     log.warn({ cloneMs: driver.cloneMs }, `SIMULATED engine: ${SIMULATION_NOTE}; warm VMs and claims are records`);
+  const replicating = config.checkpointReplicas > 1;
   const engine = new NodeEngine({
     driver,
+    // Where checkpoints are copied to peers, hibernations are too: a hibernated sandbox can then resume elsewhere.
+    portableHibernation: replicating,
     dataDir: config.dataDir,
     nodeName: config.nodeName,
     advertiseAddr: config.advertiseAddr,
     maxClaims: config.maxClaims,
+    maxSuspended: config.maxSuspended,
+    idleCpuPercent: config.idleCpuPercent,
+    maxLayerMiB: config.maxLayerMib,
     refillConcurrency: config.refillConcurrency,
     refillDelayMs: config.refillDelayMs,
     spareVmms: config.spareVmms,
@@ -63,6 +70,9 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
     logger: log.child({ component: 'engine' }),
   });
   await engine.start();
+  // Before any listener: a drain the operator asked for before a restart refuses the first claim too.
+  const drain = new NodeDrain({ engine, dataDir: config.dataDir, logger: log });
+  drain.restore();
   if (config.pools.length) engine.setTargets(config.pools.map((p) => ({ key: p.key, warm: p.warm })));
   const client = config.kubeconfig
     ? await KubeClient.fromKubeconfig(config.kubeconfig, { userAgent: 'sandboxd' })
@@ -74,7 +84,6 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
   });
   const peerClient = new PeerClient(config.rootToken);
   const placementLog = log.child({ component: 'placement' });
-  const replicating = config.checkpointReplicas > 1;
   // One puller for both uses (a claim's heal and a peer's request for a copy), so its concurrency cap is the node's.
   const puller =
     config.checkpointPeerHeal || replicating
@@ -107,6 +116,7 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
     auth: { rootToken: config.rootToken, tenants: config.tenants, allowAnonymous: config.allowAnonymous },
     pauseMode: config.pauseMode,
     logger: log.child({ component: 'api' }),
+    drain,
     placement: {
       owners: new OwnerDirectory(() => peers.addresses(), peerClient, { logger: placementLog }),
       healer: config.checkpointPeerHeal ? puller : undefined,
@@ -120,6 +130,17 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
   replicator?.register(api.registry);
   // A checkpoint taken here is copied at once, not at the next interval.
   engine.on('checkpoint', () => replicator?.kick());
+  // A hibernation record consumed (its sandbox woke, moved or went): the copies on peers go too, best effort (a peer
+  // that is down keeps its copy until --checkpoint-ttl-hours).
+  engine.on('checkpoint-dropped', (id: string) => {
+    for (const peer of peers.addresses())
+      if (peer !== engine.advertiseAddr)
+        void peerClient
+          .status(peer, 'DELETE', `/v1/checkpoints/${encodeURIComponent(id)}?no_forward=1`, 2000)
+          .catch((err: unknown) =>
+            placementLog.debug({ err, peer, checkpoint: id }, 'hibernation record delete not forwarded'),
+          );
+  });
   const bound = await api.listen(config.listenHost, config.listenPort);
   const address = `${bound.address}:${bound.port}`;
   if (!config.advertiseExplicit && config.listenPort === 0) engine.advertiseAddr = address;
@@ -187,6 +208,10 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
       kubeletPortBase: config.kubeletPort,
       tls: { ...serving, clientCa: kubeletClientCa },
       stateDir: join(config.dataDir, 'vk'),
+      onCordon: (node, cordoned) => {
+        if (cordoned) drain.start(`node/${node}`);
+        else drain.stop(`node/${node}`);
+      },
       logger: log,
     });
     log.info({ nodes: vk.nodes }, 'virtual-kubelet nodes registered');
@@ -208,6 +233,7 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
           address: engine.advertiseAddr,
           intervalMs: config.publishIntervalMs,
           logger: log,
+          replication: replicator,
         });
         tasks.push(publisher.run(signal));
       }
@@ -219,6 +245,7 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
       await gateway?.close();
       await envd?.close();
       await api.close();
+      await drain.close();
       peerClient.close();
       await engine.close({ destroyVms: config.destroyOnExit });
       client?.close();

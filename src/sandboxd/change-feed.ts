@@ -9,6 +9,7 @@
  */
 import type { ServerResponse } from 'node:http';
 import type { NodeEngine, SandboxRecord } from './engine.js';
+import { phaseOf } from './claims.js';
 
 export const PING_MS = 5000;
 const POOLS_COALESCE_MS = 20;
@@ -23,13 +24,17 @@ export function sandboxRow(rec: SandboxRecord) {
     claimed_at: rec.claimedAt,
     updated_at: rec.updatedAt ?? rec.claimedAt,
     hibernated: rec.hibernated,
-    phase: rec.hibernated ? 'Hibernated' : rec.paused ? 'Paused' : 'Running',
+    phase: phaseOf(rec),
     rv: rec.rv ?? 0,
+    // Paused with its files only (files-pause.ts): no VM; resume reboots with the saved files.
+    ...(rec.filesOnly ? { pause_mode: 'filesystem', layer_bytes: rec.layerBytes ?? 0 } : {}),
     ...(rec.fromCheckpoint ? { from_checkpoint: rec.fromCheckpoint } : {}),
     ...(rec.claimRef ? { claim_ref: rec.claimRef } : {}),
     ...(rec.object ? { object: rec.object } : {}),
     ...(rec.vcpus ? { vcpus: rec.vcpus } : {}),
     ...(rec.memoryMiB ? { memory_mib: rec.memoryMiB } : {}),
+    ...(rec.hibernationCheckpoint ? { hibernation_checkpoint: rec.hibernationCheckpoint } : {}),
+    ...(rec.resumedFrom ? { resumed_from: { node: rec.resumedFrom.node, claim_id: rec.resumedFrom.claimId } } : {}),
     // The egress policy its VM enforces (absent: the secure default); rules only, no secret.
     ...(rec.network ? { network: rec.network } : {}),
   };
@@ -71,7 +76,7 @@ export class ChangeFeed {
     const rv = this.engine.changeCounter;
     const lines = [JSON.stringify({ type: 'BEGIN', rv })];
     for (const rec of this.engine.list()) lines.push(JSON.stringify({ type: 'ADDED', sandbox: sandboxRow(rec) }));
-    lines.push(JSON.stringify({ type: 'SYNCED', rv, pools: this.pools() }));
+    lines.push(JSON.stringify({ type: 'SYNCED', rv, pools: this.pools(), ...this.draining() }));
     // The snapshot and the subscription happen in one tick: no change can fall between them.
     res.write(`${lines.join('\n')}\n`);
     this.subscribers.add(res);
@@ -92,11 +97,16 @@ export class ChangeFeed {
       .map((p) => ({ key: p.key, warm: p.warm, target: p.target, ...(p.owner ? { owner: p.owner } : {}) }));
   }
 
+  /** `draining: true` on SYNCED and POOLS lines while the node drains (drain.ts): placement skips the node. */
+  private draining(): { draining?: true } {
+    return this.engine.draining ? { draining: true } : {};
+  }
+
   private schedulePools(): void {
     if (this.poolsTimer || this.subscribers.size === 0) return;
     this.poolsTimer = setTimeout(() => {
       this.poolsTimer = undefined;
-      this.broadcast({ type: 'POOLS', pools: this.pools() });
+      this.broadcast({ type: 'POOLS', pools: this.pools(), ...this.draining() });
     }, POOLS_COALESCE_MS);
     this.poolsTimer.unref();
   }

@@ -38,6 +38,11 @@ export interface CheckpointRecord {
   template: Template;
   /** Size and SHA-256 of each file in the directory, taken when the record was made here (sent in meta.json). */
   files?: FileDigest[];
+  /**
+   * `hibernation`: the saved state of a hibernated sandbox, kept (and copied to peers) so it can resume on another
+   * node (docs/placement.md "Resume anywhere"); not a snapshot: hidden from snapshot listings, gone on its wake.
+   */
+  kind?: 'hibernation';
   /** The node that took the checkpoint; absent when this one did. */
   origin?: string;
   /** The peers it was pulled from on its way here, oldest first. */

@@ -31,8 +31,26 @@ export interface SandboxRecord {
   object?: unknown;
   /** The node's change counter at this record's last change (docs/sandboxd-api.md "Change feed"). */
   rv?: number;
-  /** At the lease's end: hibernate instead of release (then kept hibernated for the longest lease). */
-  onExpiry?: 'hibernate';
+  /** At the lease's end: hibernate, or keep its files only, instead of release (then kept for the longest lease). */
+  onExpiry?: ExpiryAction;
+  /** Idle policy: hibernate after this many seconds without use, wake on the next request (idle.ts). */
+  idleHibernateSeconds?: number;
+  /** Hibernated by its idle policy (not by a caller): the next request wakes it. */
+  idleSuspended?: boolean;
+  /**
+   * While hibernated on a node that replicates: the checkpoint its saved state was published as (kind
+   * `hibernation`), copied to peers, from which another node can resume it (docs/placement.md "Resume anywhere").
+   */
+  hibernationCheckpoint?: string;
+  /** This claim is a sandbox resumed here from a hibernation record: the node and claim it was before. */
+  resumedFrom?: { node: string; claimId: string };
+  /**
+   * Paused with its files only (files-pause.ts): no VM (`vmId` names the destroyed one), its writable layer saved on
+   * the node's disk; `hibernated` is true too, so every reader treats it as not running. Resume boots a fresh VM.
+   */
+  filesOnly?: true;
+  /** The saved layer's size in bytes, while `filesOnly`. */
+  layerBytes?: number;
   /** The VM's size as the node gave it (vCPUs, memory), for readers that report it (the e2b API). */
   vcpus?: number;
   memoryMiB?: number;
@@ -51,6 +69,21 @@ export interface SandboxRecord {
   network?: VmNetworkPolicy;
 }
 
+/**
+ * A claim's phase as the node reports it: `Suspended` is hibernated by its idle policy (the next request wakes it,
+ * so readers such as e2b's API report it running); `Hibernated` and `Paused` wait for a caller's resume.
+ */
+export function phaseOf(rec: SandboxRecord): 'Running' | 'Paused' | 'Hibernated' | 'Suspended' {
+  if (rec.hibernated) return rec.idleSuspended ? 'Suspended' : 'Hibernated';
+  return rec.paused ? 'Paused' : 'Running';
+}
+
+/**
+ * A claim's lease-end action instead of release (`on_expiry`): `hibernate` (memory to disk), or `pause-filesystem`
+ * (its files only, files-pause.ts; e2b's onTimeout {action: 'pause', keepMemory: false}).
+ */
+export type ExpiryAction = 'hibernate' | 'pause-filesystem';
+
 /** What the claim gateway knew when it made a claim (docs/claim-gateway.md "What a claim is"). */
 export interface GatewayDeliveryFact {
   namespace: string;
@@ -68,7 +101,11 @@ export interface ClaimOptions {
   tenant?: string;
   /** The Kubernetes object the claim is (sandbox-apiserver's creates); stored and returned in rows. */
   object?: unknown;
-  onExpiry?: 'hibernate';
+  onExpiry?: ExpiryAction;
+  /** Idle policy (SandboxRecord.idleHibernateSeconds). */
+  idleHibernateSeconds?: number;
+  /** SandboxRecord.resumedFrom. */
+  resumedFrom?: { node: string; claimId: string };
   /** The claimed VM's size. */
   vcpus?: number;
   memoryMiB?: number;
@@ -136,6 +173,8 @@ export class ClaimRecords {
       ...(tenant ? { tenant } : {}),
       ...(opts.object !== undefined ? { object: opts.object } : {}),
       ...(opts.onExpiry ? { onExpiry: opts.onExpiry } : {}),
+      ...(opts.idleHibernateSeconds ? { idleHibernateSeconds: opts.idleHibernateSeconds } : {}),
+      ...(opts.resumedFrom ? { resumedFrom: opts.resumedFrom } : {}),
       ...(opts.vcpus ? { vcpus: opts.vcpus } : {}),
       ...(opts.memoryMiB ? { memoryMiB: opts.memoryMiB } : {}),
       ...(opts.fromCheckpoint ? { fromCheckpoint: opts.fromCheckpoint } : {}),

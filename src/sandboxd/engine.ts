@@ -14,11 +14,14 @@ import {
   DEFAULT_MAX_CHECKPOINTS_PER_NAMESPACE,
   type CheckpointRecord,
 } from './checkpoints.js';
-import { ClaimRecords, type ClaimOptions, type SandboxRecord } from './claims.js';
+import { ClaimRecords, type ClaimOptions, type ExpiryAction, type SandboxRecord } from './claims.js';
 import { assertPolicyFits } from './network-policy.js';
 import { keyString, type PoolKey } from './pool-key.js';
 import { PromotedTemplates, type PromotedTemplate } from './promoted.js';
 import { EngineStateFile } from './engine-state.js';
+import { DEFAULT_IDLE_CPU_PERCENT, IdleSuspender } from './idle.js';
+import { HibernationRecords } from './hibernation-records.js';
+import { FilesPause } from './files-pause.js';
 import { LABEL_NODE, WarmPools, type PoolStatus } from './warm-pools.js';
 
 export type { CheckpointRecord } from './checkpoints.js';
@@ -37,8 +40,20 @@ export interface EngineOptions {
   advertiseAddr: string;
   /** The VMM (default: QEMU microVMs; `SimulatedMicrovmDriver` for `sandboxd --engine=sim`). */
   driver?: MicrovmDriver;
-  /** Most claimed sandboxes at once; beyond it claims get 429. */
+  /** Most running claimed sandboxes at once (hibernated ones excluded); beyond it claims and wakes get 429. */
   maxClaims?: number;
+  /**
+   * Most hibernated sandboxes kept besides the running ones (they hold disk, not RAM or a running slot): a claim
+   * beyond `maxClaims + maxSuspended` claims in all gets 429. Default DEFAULT_MAX_SUSPENDED.
+   */
+  maxSuspended?: number;
+  /** Guest CPU (% of one host core) above which a sandbox counts as in use for its idle policy (idle.ts). */
+  idleCpuPercent?: number;
+  /**
+   * Publish each hibernation's saved state as a checkpoint of kind `hibernation` (copied to peers by the
+   * replicator), so the sandbox can resume on another node (docs/placement.md "Resume anywhere"). Default false.
+   */
+  portableHibernation?: boolean;
   /** Clones made in parallel while refilling. */
   refillConcurrency?: number;
   /** Wait after a claim before refilling (bursts are served first; spawning QEMU blocks the loop). */
@@ -73,6 +88,8 @@ export interface EngineOptions {
    * claim survives a crash of sandboxd but not of the machine (`--fsync=false`, the local platform's `--no-fsync`).
    */
   fsync?: boolean;
+  /** Cap in MiB on the files a filesystem pause saves (files-pause.ts); 0, the default: the sandbox's memory size. */
+  maxLayerMiB?: number;
   logger?: Logger;
   /** VM run dirs (sockets, logs). Default: under /run when root (QEMU drops to an unprivileged user that must
    * reach them, and unix socket paths are short there), else `<dataDir>/vms`. */
@@ -100,8 +117,10 @@ export interface ClaimRequest {
   provisionOnMiss?: boolean;
   /** The Kubernetes object the claim is (sandbox-apiserver's creates); stored and returned in rows. */
   object?: unknown;
-  /** At the lease's end, hibernate instead of release. */
-  onExpiry?: 'hibernate';
+  /** At the lease's end, hibernate (or keep the files only) instead of release. */
+  onExpiry?: ExpiryAction;
+  /** Hibernate after this many seconds without use; the next request wakes it (idle.ts). */
+  idleHibernateSeconds?: number;
   /** Set by the node's claim gateway only (SandboxRecord.gatewayDelivery). */
   gatewayDelivery?: ClaimOptions['gatewayDelivery'];
   /**
@@ -131,11 +150,28 @@ function uniqueRefs(req: { claimRef?: string; object?: unknown }): string[] {
   return req.claimRef && req.object !== undefined ? [req.claimRef] : [];
 }
 
+/** What a drain refuses (drain.ts NodeDrain): each assert throws the error to answer. */
+export interface ClaimAdmission {
+  assertClaim(): void;
+  assertWake(id: string): void;
+  /** One line for logs and the NodeInventory annotation: since when, and the progress. */
+  summary(): string;
+}
+
+/** The default of `--max-suspended`: hibernated sandboxes cost disk (their guest's used memory), not RAM. */
+export const DEFAULT_MAX_SUSPENDED = 1000;
+
 export class NodeEngine extends EventEmitter {
   readonly driver: MicrovmDriver;
   readonly runRoot: string;
   private readonly pools: WarmPools;
   private readonly claims: ClaimRecords;
+  /** Hibernations published for a resume elsewhere (hibernation-records.ts). */
+  private readonly hibernationRecords: HibernationRecords;
+  /** Idle policies: suspends idle sandboxes, wakes them for the next request (idle.ts). */
+  readonly idle: IdleSuspender;
+  /** Filesystem-only pauses: saved files, no VM (files-pause.ts). */
+  private readonly filesPause: FilesPause;
   private readonly checkpoints: Checkpoints;
   private readonly promoted: PromotedTemplates;
   private readonly state: EngineStateFile;
@@ -149,6 +185,8 @@ export class NodeEngine extends EventEmitter {
   private pending = 0;
   /** The policy change in flight per sandbox (setNetworkPolicy runs them one after another). */
   private readonly policyChanges = new Map<string, Promise<SandboxRecord>>();
+  /** Set while the node drains (drain.ts): new claims and wakes are refused. */
+  private admission: ClaimAdmission | undefined;
   readonly counters = {
     claims: 0,
     warmHits: 0,
@@ -167,6 +205,10 @@ export class NodeEngine extends EventEmitter {
       nodeName: opts.nodeName,
       advertiseAddr: opts.advertiseAddr,
       maxClaims: opts.maxClaims ?? 200,
+      maxSuspended: opts.maxSuspended ?? DEFAULT_MAX_SUSPENDED,
+      maxLayerMiB: opts.maxLayerMiB ?? 0,
+      idleCpuPercent: opts.idleCpuPercent ?? DEFAULT_IDLE_CPU_PERCENT,
+      portableHibernation: opts.portableHibernation ?? false,
       refillConcurrency: opts.refillConcurrency ?? 2,
       refillDelayMs: opts.refillDelayMs ?? 25,
       spareVmms: opts.spareVmms ?? 1,
@@ -205,7 +247,41 @@ export class NodeEngine extends EventEmitter {
       },
     });
     this.claims = new ClaimRecords(this.opts);
+    this.idle = new IdleSuspender(this, { cpuPercent: this.opts.idleCpuPercent, logger: this.log });
+    this.filesPause = new FilesPause(
+      {
+        get: (id) => this.claims.get(id),
+        vm: (id) => this.vm(id),
+        resume: (id) => this.resume(id),
+        hasRoom: () => this.hasRoom(),
+        freshVm: (key) =>
+          this.reserving(1, async () => {
+            const vm = this.pools.take(key) ?? (await this.pools.provision(key));
+            this.pools.refillSoon(key);
+            this.emit('pools');
+            return vm;
+          }),
+        commit: async (rec) => {
+          this.claims.touch(rec);
+          await this.state.commit();
+          this.emit('changed', rec);
+        },
+      },
+      { dir: join(this.opts.dataDir, 'layers'), maxLayerMiB: this.opts.maxLayerMiB, log: this.log },
+    );
     this.checkpoints = new Checkpoints(this.driver, join(this.opts.dataDir, 'checkpoints'), this.log);
+    this.hibernationRecords = new HibernationRecords(
+      {
+        get: (id) => this.claims.get(id),
+        vm: (id) => this.vm(id),
+        checkpoints: this.checkpoints,
+        changed: (rec) => this.changed(rec),
+        flush: () => this.state.flush(),
+        schedule: () => this.state.schedule(),
+        emit: (event: string, arg: unknown) => this.emit(event, arg),
+      },
+      this.log,
+    );
     this.state = new EngineStateFile(
       join(this.opts.dataDir, 'state.json'),
       {
@@ -242,7 +318,8 @@ export class NodeEngine extends EventEmitter {
     let reaped = await this.driver.reapOrphanSpares();
     for (const rec of this.driver.list()) {
       if (rec.labels[LABEL_NODE] !== this.opts.nodeName) continue;
-      const claim = saved.claims.find((c) => c.vmId === rec.id);
+      // A files-only pause's VM that a crash left running (the record was on disk first): destroyed below.
+      const claim = saved.claims.find((c) => c.vmId === rec.id && !c.filesOnly);
       if (!rec.alive && rec.state !== 'hibernated') {
         this.driver.removeStale(rec.id);
         if (claim)
@@ -269,10 +346,17 @@ export class NodeEngine extends EventEmitter {
         reaped++;
       }
     }
+    for (const claim of this.filesPause.restore(saved.claims.filter((c) => c.filesOnly))) {
+      this.claims.restore(claim);
+      adopted++;
+    }
     const checkpoints = this.checkpoints.restore(saved.checkpoints);
     const promoted = this.promoted.restore(saved.promoted);
     for (const target of saved.targets) this.pools.ensurePool(target.key, target.warm, target.owner);
-    this.reaper = setInterval(() => void this.reapExpired(), 1000);
+    this.reaper = setInterval(() => {
+      void this.reapExpired();
+      void this.idle.sweep();
+    }, 1000);
     this.reaper.unref();
     this.state.schedule();
     this.pools.refillAll();
@@ -345,9 +429,46 @@ export class NodeEngine extends EventEmitter {
     return this.opts.maxClaims;
   }
 
+  /**
+   * Refuse new claims (claim, fork, checkpoint claim: every path, every listener) and wakes while `gate` is set: a
+   * drain (drain.ts). Undefined admits them again. The change feed and NodeInventory say the node is draining.
+   */
+  setAdmission(gate: ClaimAdmission | undefined): void {
+    this.admission = gate;
+    // A draining node keeps no warm VM (it hands none out): released now, refilled once it is undrained.
+    if (gate) {
+      const released = this.pools.suspend();
+      if (released) this.log.info({ released }, 'draining: warm VMs released, refills stopped');
+    } else this.pools.resume();
+    this.emit('pools');
+  }
+
+  /** The drain in force, if any (its summary goes to the change feed and NodeInventory). */
+  get draining(): ClaimAdmission | undefined {
+    return this.admission;
+  }
+
+  /** Claims whose VM is being made (a clone, a fork, a checkpoint's clone) or woken: a drain waits for them. */
+  get claimsInFlight(): number {
+    return this.pending;
+  }
+
   /** Whether `n` more claims fit under maxClaims, counting the ones still being cloned. */
+  /**
+   * Whether `n` more sandboxes may run: running claims (hibernated ones hold no VM) plus those being made, within
+   * `maxClaims`; and all claims within `maxClaims + maxSuspended`.
+   */
   hasRoom(n = 1): boolean {
-    return this.claims.size + this.pending + n <= this.opts.maxClaims;
+    const total = this.claims.size + this.pending + n;
+    return (
+      total - this.hibernatedCount() <= this.opts.maxClaims && total <= this.opts.maxClaims + this.opts.maxSuspended
+    );
+  }
+
+  private hibernatedCount(): number {
+    let n = 0;
+    for (const rec of this.claims.all()) if (rec.hibernated) n++;
+    return n;
   }
 
   /** Hold `n` claim slots while `make` runs (a clone takes tens of ms, and other claims arrive meanwhile). */
@@ -390,6 +511,7 @@ export class NodeEngine extends EventEmitter {
    * claim() provisions). Not on disk yet: private, so nothing answers with it before durable().
    */
   private claimWarm(req: ClaimRequest): SandboxRecord | undefined {
+    this.admission?.assertClaim();
     if (!this.hasRoom())
       throw new SandboxError(
         'sandboxd.at-capacity',
@@ -530,9 +652,16 @@ export class NodeEngine extends EventEmitter {
 
   vm(id: string): MicrovmHandle {
     const rec = this.mustGet(id);
+    if (rec.filesOnly)
+      throw new SandboxError('sandboxd.conflict', `sandbox ${id} is paused (its files only, no VM): resume it first`);
     const vm = this.driver.get(rec.vmId);
     if (!vm) throw new SandboxError('sandboxd.not-found', `sandbox ${id} has no VM any more`);
     return vm;
+  }
+
+  /** The VM of a claim, if it has one now (idle.ts samples it). */
+  vmOf(rec: SandboxRecord): MicrovmHandle | undefined {
+    return this.driver.get(rec.vmId);
   }
 
   private mustGet(id: string): SandboxRecord {
@@ -544,10 +673,12 @@ export class NodeEngine extends EventEmitter {
   async release(id: string): Promise<void> {
     const rec = this.mustGet(id);
     this.claims.delete(rec);
+    this.hibernationRecords.drop(rec);
     rec.rv = this.claims.nextChange();
     this.counters.releases++;
     this.state.schedule();
     this.emit('released', rec);
+    if (rec.filesOnly) this.filesPause.drop(rec.id);
     await this.driver.get(rec.vmId)?.destroy();
   }
 
@@ -586,7 +717,7 @@ export class NodeEngine extends EventEmitter {
     }
     for (const rec of this.claims.all()) {
       if (Date.parse(rec.deadline) > now) continue;
-      if (rec.onExpiry === 'hibernate' && !rec.hibernated && (await this.hibernateAtExpiry(rec))) continue;
+      if (rec.onExpiry && !rec.hibernated && (await this.hibernateAtExpiry(rec))) continue;
       this.counters.reaps++;
       this.log.info({ sandbox: rec.id, claimRef: rec.claimRef }, 'lease expired; releasing');
       await this.release(rec.id).catch((err: unknown) => this.log.warn({ err }, 'reaping failed'));
@@ -599,17 +730,19 @@ export class NodeEngine extends EventEmitter {
    * end, forever): false, and the caller releases it; logged and counted (`expiry-failed`, a metric).
    */
   private async hibernateAtExpiry(rec: SandboxRecord): Promise<boolean> {
-    this.log.info({ sandbox: rec.id, claimRef: rec.claimRef }, 'lease expired; hibernating (on-expiry)');
+    // `pause-filesystem`: keep the files only (files-pause.ts; e2b's onTimeout {action: 'pause', keepMemory: false}).
+    const action = rec.onExpiry ?? 'hibernate';
+    this.log.info({ sandbox: rec.id, claimRef: rec.claimRef, action }, 'lease expired; pausing it (on-expiry)');
     try {
-      await this.hibernate(rec.id);
+      await (action === 'pause-filesystem' ? this.pauseFiles(rec.id) : this.hibernate(rec.id));
     } catch (err) {
       if (this.claims.get(rec.id) !== rec) return true; // released meanwhile: nothing left to do
       this.counters.expiryFailures++;
       this.log.warn(
         { err, sandbox: rec.id, claimRef: rec.claimRef },
-        'hibernate at the end of the lease failed; releasing the sandbox instead',
+        `${action} at the end of the lease failed; releasing the sandbox instead`,
       );
-      this.emit('expiry-failed', rec, 'hibernate');
+      this.emit('expiry-failed', rec, action);
       return false;
     }
     // A release meanwhile (its holder, the gateway) leaves nothing to renew.
@@ -617,22 +750,41 @@ export class NodeEngine extends EventEmitter {
     return true;
   }
 
-  async hibernate(id: string): Promise<void> {
+  /** `reason: 'idle'`: by its idle policy, so the next request wakes it; a caller's hibernate stays until resumed. */
+  async hibernate(id: string, reason?: 'idle'): Promise<void> {
     const rec = this.mustGet(id);
-    if (rec.hibernated) return;
+    if (rec.hibernated) {
+      if (!reason && rec.idleSuspended) {
+        delete rec.idleSuspended; // a caller's hibernate of an idle-suspended sandbox: now it waits to be resumed
+        this.changed(rec);
+      }
+      return;
+    }
     if (rec.paused) await this.resume(id); // a frozen guest is snapshotted from running
     await this.vm(id).hibernate();
     rec.hibernated = true;
+    if (reason === 'idle') rec.idleSuspended = true;
     this.claims.touch(rec);
     this.state.schedule();
     this.emit('changed', rec);
+    if (this.opts.portableHibernation) this.hibernationRecords.enqueue(rec);
   }
 
   async wake(id: string): Promise<void> {
     const rec = this.mustGet(id);
     if (!rec.hibernated) return;
-    await this.vm(id).restore();
+    this.admission?.assertWake(id);
+    if (rec.filesOnly) return this.filesPause.resume(rec); // a reboot from its saved files
+    if (!this.hasRoom())
+      throw new SandboxError(
+        'sandboxd.at-capacity',
+        `node ${this.opts.nodeName} runs ${this.opts.maxClaims} sandboxes already: release or hibernate one, then resume ${id}`,
+      );
+    // Counted as running from here: two wakes at the last slot do not both start a VM.
+    await this.reserving(1, () => this.vm(id).restore());
     rec.hibernated = false;
+    delete rec.idleSuspended;
+    this.hibernationRecords.drop(rec);
     this.claims.touch(rec);
     this.state.schedule();
     this.emit('changed', rec);
@@ -644,10 +796,19 @@ export class NodeEngine extends EventEmitter {
    */
   async pause(id: string): Promise<void> {
     const rec = this.mustGet(id);
-    if (rec.paused || rec.hibernated) return;
+    if (rec.hibernated) return this.hibernate(id); // idle-suspended: from now on paused by the caller
+    if (rec.paused) return;
     await this.vm(id).pause();
     rec.paused = true;
     this.changed(rec);
+  }
+
+  /**
+   * Filesystem-only pause (files-pause.ts): save the guest's writable layer on this node's disk and destroy the VM,
+   * keeping the claim; resume() boots a fresh VM with those files. Idempotent on a sandbox paused so.
+   */
+  pauseFiles(id: string): Promise<void> {
+    return this.filesPause.pause(this.mustGet(id));
   }
 
   /** Undo pause or hibernate, whichever the sandbox is in; idempotent on a running one. */
@@ -674,6 +835,7 @@ export class NodeEngine extends EventEmitter {
         'sandboxd.conflict',
         `sandbox ${id} is ${rec.paused ? 'paused' : 'hibernated'}: resume it first`,
       );
+    this.admission?.assertClaim();
     if (!Number.isInteger(count) || count < 1 || count > MAX_FORK_COUNT)
       throw new SandboxError('sandboxd.bad-request', `count: must be 1..${MAX_FORK_COUNT} (got ${count})`);
     if (objects && objects.length !== count)
@@ -699,6 +861,7 @@ export class NodeEngine extends EventEmitter {
         this.record(vm, rec.key, 'fork', {
           ttlSeconds,
           tenant: rec.tenant,
+          ...(rec.idleHibernateSeconds ? { idleHibernateSeconds: rec.idleHibernateSeconds } : {}),
           ...(objects ? { claimRef: objects[i]!.claimRef, object: objects[i]!.object } : {}),
           ...(rec.network ? { network: rec.network } : {}),
         }),
@@ -758,10 +921,14 @@ export class NodeEngine extends EventEmitter {
     id: string,
     ttlSeconds?: number,
     identity?: { claimRef: string; object: unknown },
-    onExpiry?: 'hibernate',
+    onExpiry?: ExpiryAction,
     /** The clone's policy from the checkpoint's (network-policy.ts updatedPolicy); absent: the checkpoint's. */
     network?: (inherited: VmNetworkPolicy | undefined) => VmNetworkPolicy | undefined,
+    idleHibernateSeconds?: number,
+    /** A sandbox resumed here from its hibernation record: where it was (SandboxRecord.resumedFrom). */
+    resumedFrom?: SandboxRecord['resumedFrom'],
   ): Promise<SandboxRecord> {
+    this.admission?.assertClaim();
     const ck = this.checkpoints.get(id);
     if (!ck) throw new SandboxError('sandboxd.not-found', `checkpoint ${id} not found`);
     // A clone enforces what the sandbox it was taken of did, unless its claim says otherwise.
@@ -778,9 +945,14 @@ export class NodeEngine extends EventEmitter {
         fromCheckpoint: id,
         ...identity,
         ...(onExpiry ? { onExpiry } : {}),
+        ...(idleHibernateSeconds ? { idleHibernateSeconds } : {}),
+        ...(resumedFrom ? { resumedFrom } : {}),
         ...(policy && ck.key.net === 'egress' ? { network: policy } : {}),
       });
-      return await this.durable(await this.enforced(record));
+      const made = await this.durable(await this.enforced(record));
+      // A hibernation record is consumed by its resume: the sandbox runs here now, and its copies are stale.
+      if (ck.kind === 'hibernation') this.hibernationRecords.dropCheckpoint(ck.id);
+      return made;
     } finally {
       unreserve();
     }

@@ -14,8 +14,9 @@ import {
   type Principal,
 } from './auth.js';
 import type { NodeEngine, SandboxRecord } from './engine.js';
-import type { GatewayDeliveryFact } from './claims.js';
+import type { ExpiryAction, GatewayDeliveryFact } from './claims.js';
 import { MAX_EXEC_TIMEOUT_SECONDS } from '../api/index.js';
+import { MAX_IDLE_HIBERNATE_SECONDS } from '../api/keys.js';
 import { collectBody } from '../net/body.js';
 import { guardRequests } from '../net/guard.js';
 import { decodeSegments } from '../net/path.js';
@@ -23,6 +24,8 @@ import { requestTarget } from '../net/request-target.js';
 import { ChangeFeed, sandboxRow } from './change-feed.js';
 import { claimNetworkPolicy } from './network-policy.js';
 import { registerLifecycleRoutes, type PauseMode } from './lifecycle-routes.js';
+import { drainInfo, registerDrainRoutes } from './drain-routes.js';
+import type { NodeDrain } from './drain.js';
 import type { PeerDirectory } from './peers.js';
 import { checkpointRow, registerCheckpointRoutes, type PlacementOptions } from './placement/routes.js';
 import { parsePoolKey } from './pool-key.js';
@@ -55,6 +58,8 @@ export interface ApiServerOptions {
   envdAddr?: string;
   /** Checkpoint placement across nodes (owner probes, peer heal); without it checkpoints are served locally only. */
   placement?: PlacementOptions;
+  /** The node's drain (drain.ts): its routes (`POST|DELETE /v1/drain`) and its progress in `GET /v1/info`. */
+  drain?: NodeDrain;
   logger?: Logger;
   registry?: Registry;
 }
@@ -83,6 +88,7 @@ export class SandboxdApi {
     this.feed = new ChangeFeed(opts.engine);
     this.log = opts.logger ?? silentLogger;
     this.registry = opts.registry ?? new Registry();
+    opts.engine.idle.register(this.registry);
     const r = [this.registry];
     /** `sim` on a simulated node (sandboxd --engine=sim): every series says whether real VMs stand behind it. */
     const engine = engineKind(opts.engine.driver);
@@ -158,6 +164,7 @@ export class SandboxdApi {
     });
     this.defineRoutes();
     registerCheckpointRoutes(this, this.engine, this.registry, this.log, opts.placement);
+    if (opts.drain) registerDrainRoutes(this, opts.drain, this.registry);
     this.server = createServer(
       { keepAliveTimeout: 90_000 },
       guardRequests(this.log, 'sandboxd-api', (req, res) => this.handle(req, res)),
@@ -244,6 +251,7 @@ export class SandboxdApi {
     const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 0);
     const claimRef = optionalString(body.claim_ref, 'claim_ref');
     const onExpiry = onExpiryOf(body);
+    const idleHibernateSeconds = idleSecondsOf(body);
     const noRedirect = body.no_redirect === true;
     const object = storedObject(body.object, claimRef);
     // sandbox-apiserver serves an object where it says it lives: only the fleet's root (sandbox-apiserver itself)
@@ -271,6 +279,7 @@ export class SandboxdApi {
       tenant: tenantOf(who),
       object,
       ...(onExpiry ? { onExpiry } : {}),
+      ...(idleHibernateSeconds ? { idleHibernateSeconds } : {}),
       ...(gatewayDelivery ? { gatewayDelivery } : {}),
       ...(network ? { network } : {}),
       provisionOnMiss: body.warm_only !== true,
@@ -401,18 +410,21 @@ export class SandboxdApi {
     this.route('POST', '/v1/sandboxes/{id}/checkpoint', async (req, res, who, [id]) => {
       const body = await readJson(req);
       const rec = this.authorizedSandbox(who, id!, optionalString(body.token, 'token'));
+      await e.idle.ensureAwake(rec.id);
       const ck = await e.checkpoint(rec.id, optionalString(body.name, 'name'));
       json(res, 200, { checkpoint: checkpointRow(ck) });
     });
 
     this.route('POST', '/v1/sandboxes/{id}/exec', async (req, res, who, [id]) => {
       const rec = this.authorizedSandbox(who, id!);
+      const body = await readJson(req);
+      // An idle-suspended sandbox is woken for the command (the caller waits); one a caller paused stays paused.
+      await e.idle.ensureAwake(rec.id);
       if (rec.paused || rec.hibernated)
         throw new SandboxError(
           'sandboxd.conflict',
           `sandbox ${rec.id} is ${rec.paused ? 'paused' : 'hibernated'}: resume it first`,
         );
-      const body = await readJson(req);
       if (
         !Array.isArray(body.argv) ||
         body.argv.length === 0 ||
@@ -421,12 +433,16 @@ export class SandboxdApi {
         throw new SandboxError('sandboxd.bad-request', 'argv: must be a non-empty array of strings');
       const timeout = optionalInt(body.timeout_seconds, 'timeout_seconds', 1, MAX_EXEC_TIMEOUT_SECONDS);
       const env = isObject(body.env) ? (body.env as Record<string, string>) : undefined;
-      const result = await e.vm(rec.id).run(body.argv as string[], {
-        cwd: optionalString(body.cwd, 'cwd'),
-        env,
-        timeoutMs: timeout ? timeout * 1000 : 60_000,
-        maxOutputBytes: 4 << 20,
-      });
+      const done = e.idle.hold(rec.id);
+      const result = await e
+        .vm(rec.id)
+        .run(body.argv as string[], {
+          cwd: optionalString(body.cwd, 'cwd'),
+          env,
+          timeoutMs: timeout ? timeout * 1000 : 60_000,
+          maxOutputBytes: 4 << 20,
+        })
+        .finally(done);
       json(res, 200, {
         exit_code: result.exitCode,
         stdout: result.stdout.toString('utf8'),
@@ -459,6 +475,7 @@ export class SandboxdApi {
       ...(!e.hasRoom() ? { at_capacity: true, at_capacity_reason: `max_claims ${e.maxClaims} reached` } : {}),
       peers: this.opts.peers?.addresses() ?? [],
       ...(this.opts.envdAddr ? { envd_addr: this.opts.envdAddr } : {}),
+      ...drainInfo(this.opts.drain),
     };
   }
 
@@ -538,12 +555,17 @@ export async function readJson(req: IncomingMessage): Promise<Record<string, unk
   return parseJsonBody(await collectBody(req, MAX_BODY_BYTES, tooLarge));
 }
 
-/** A claim body's `on_expiry`: 'hibernate', or undefined for release (the default); 400 for anything else. */
-export function onExpiryOf(body: Record<string, unknown>): 'hibernate' | undefined {
+/** A claim body's `on_expiry`: an ExpiryAction, or undefined for release (the default); 400 for anything else. */
+export function onExpiryOf(body: Record<string, unknown>): ExpiryAction | undefined {
   const v = optionalString(body.on_expiry, 'on_expiry');
-  if (v !== undefined && v !== 'release' && v !== 'hibernate')
-    throw new SandboxError('sandboxd.bad-request', 'on_expiry: must be release or hibernate');
-  return v === 'hibernate' ? v : undefined;
+  if (v !== undefined && v !== 'release' && v !== 'hibernate' && v !== 'pause-filesystem')
+    throw new SandboxError('sandboxd.bad-request', 'on_expiry: must be release, hibernate or pause-filesystem');
+  return v === 'hibernate' || v === 'pause-filesystem' ? v : undefined;
+}
+
+/** A claim body's `idle_hibernate_seconds` (the idle policy, idle.ts): undefined or 0 for none; 400 out of range. */
+export function idleSecondsOf(body: Record<string, unknown>): number | undefined {
+  return optionalInt(body.idle_hibernate_seconds, 'idle_hibernate_seconds', 0, MAX_IDLE_HIBERNATE_SECONDS) || undefined;
 }
 
 /** A request body (already size-capped) as a JSON object: `{}` when empty, 400 naming the problem otherwise. */

@@ -1,10 +1,11 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { CocoonAnnotationKeys } from '../api/keys.js';
 import { API_VERSION } from '../api/scheme.js';
-import { kubeTime } from '../api/index.js';
+import { kubeTime, type CheckpointSummary } from '../api/index.js';
 import { NodeInventories, type KubeClient } from '../kube/index.js';
 import { silentLogger, type Logger } from '../log/logger.js';
 import type { NodeEngine } from './engine.js';
+import { phaseOf } from './claims.js';
 
 /**
  * Publishes this node's NodeInventory (docs/sandboxd-api.md "NodeInventory"): the only per-node object in etcd. One
@@ -18,6 +19,13 @@ export interface InventoryOptions {
   address: string;
   intervalMs?: number;
   logger?: Logger;
+  /** The replicator's counts, when this node keeps copies (--checkpoint-replicas > 1). */
+  replication?: ReplicationSummary;
+}
+
+/** What NodeInventory's `checkpoints` says about copies (Replicator.summary). */
+export interface ReplicationSummary {
+  summary(): { replicas: number; counted: number; underReplicated: number };
 }
 
 /**
@@ -28,13 +36,28 @@ export interface InventoryOptions {
  */
 export const INVENTORY_MAX_ENTRIES = 1000;
 
-export function buildInventory(engine: NodeEngine, nodeName: string, address: string) {
+/**
+ * The `checkpoints` summary: how many this node holds and, when it counts copies, how many it counted and how many
+ * were short. Without a replicator (replicas 1) nothing counts, so those two are absent, not zero.
+ */
+export function checkpointSummary(held: number, replication: ReplicationSummary | undefined): CheckpointSummary {
+  if (!replication) return { held, replicas: 1 };
+  const { replicas, counted, underReplicated } = replication.summary();
+  return { held, replicas, counted, underReplicated };
+}
+
+export function buildInventory(
+  engine: NodeEngine,
+  nodeName: string,
+  address: string,
+  replication?: ReplicationSummary,
+) {
   const all = engine
     .list()
     .map((r) => ({
       name: r.claimRef ?? r.id,
       id: r.id,
-      phase: r.hibernated ? 'Hibernated' : r.paused ? 'Paused' : 'Running',
+      phase: phaseOf(r),
       ...(r.claimRef ? { claimRef: r.claimRef } : {}),
       addr: address,
       deadline: kubeTime(r.deadline),
@@ -44,6 +67,7 @@ export function buildInventory(engine: NodeEngine, nodeName: string, address: st
   const sim = engine.driver.simulation;
   const annotations = {
     ...(sim ? { [CocoonAnnotationKeys.simulation]: sim.note } : {}),
+    ...(engine.draining ? { [CocoonAnnotationKeys.draining]: engine.draining.summary() } : {}),
     ...(entries.length < all.length
       ? {
           [CocoonAnnotationKeys.inventoryEntries]: `${entries.length} of ${all.length} (capped; the node's change feed has every claim)`,
@@ -62,6 +86,7 @@ export function buildInventory(engine: NodeEngine, nodeName: string, address: st
     address,
     entries,
     pools,
+    checkpoints: checkpointSummary(engine.checkpointStore.list().length, replication),
   };
 }
 
@@ -75,7 +100,7 @@ export class InventoryPublisher {
   }
 
   async publishOnce(force = false): Promise<boolean> {
-    const obj = buildInventory(this.opts.engine, this.opts.nodeName, this.opts.address);
+    const obj = buildInventory(this.opts.engine, this.opts.nodeName, this.opts.address, this.opts.replication);
     const body = JSON.stringify(obj);
     if (!force && body === this.last) {
       this.stats.skipped++;

@@ -28,10 +28,17 @@ export function claimAnswer(rec: SandboxRecord, ownerAddr: string) {
 }
 
 export function registerLifecycleRoutes(api: SandboxdApi, e: NodeEngine, pauseMode: PauseMode = 'memory'): void {
-  api.route('POST', '/v1/sandboxes/{id}/pause', async (_q, res, who, [id]) => {
+  // `{mode: "filesystem"}` keeps the files only (files-pause.ts: the VM is destroyed, resume reboots with them);
+  // without a body, or `{mode: "default"}`, the node's mode (--pause-mode). A files-only sandbox stays as it is.
+  api.route('POST', '/v1/sandboxes/{id}/pause', async (q, res, who, [id]) => {
     const rec = api.authorizedSandbox(who, id!);
-    await (pauseMode === 'hibernate' ? e.hibernate(rec.id) : e.pause(rec.id));
-    json(res, 200, { mode: pauseMode, sandbox: sandboxRow(rec) });
+    const asked = optionalString((await readJson(q)).mode, 'mode') ?? 'default';
+    if (asked !== 'default' && asked !== 'filesystem')
+      throw new SandboxError('sandboxd.bad-request', `mode: must be default or filesystem (got "${asked}")`);
+    if (asked === 'filesystem') await e.pauseFiles(rec.id);
+    else await (pauseMode === 'hibernate' ? e.hibernate(rec.id) : e.pause(rec.id));
+    const mode = rec.filesOnly ? 'filesystem' : pauseMode;
+    json(res, 200, { mode, sandbox: sandboxRow(rec) });
   });
 
   api.route('POST', '/v1/sandboxes/{id}/resume', async (_q, res, who, [id]) => {
@@ -55,6 +62,7 @@ export function registerLifecycleRoutes(api: SandboxdApi, e: NodeEngine, pauseMo
     const count = optionalInt(body.count, 'count', 1) ?? 1;
     const ttl = optionalInt(body.ttl_seconds, 'ttl_seconds', 0);
     const objects = body.objects === undefined ? undefined : forkObjects(who, rec, body.objects);
+    await e.idle.ensureAwake(rec.id);
     const children = await e.fork(rec.id, count, ttl, objects);
     json(res, 200, { children: children.map((c) => claimAnswer(c, e.advertiseAddr)) });
   });

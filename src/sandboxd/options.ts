@@ -8,8 +8,10 @@ import {
   DEFAULT_CHECKPOINT_TTL_HOURS,
   DEFAULT_MAX_CHECKPOINTS,
   DEFAULT_MAX_CHECKPOINTS_PER_NAMESPACE,
+  DEFAULT_MAX_SUSPENDED,
 } from './engine.js';
 import { DEFAULT_CHECKPOINT_REPLICAS } from './placement/replicate.js';
+import { DEFAULT_IDLE_CPU_PERCENT } from './idle.js';
 import { NETS, parsePoolKey, SIZES, type PoolKey } from './pool-key.js';
 
 /** sandboxd flags; the only place sandboxd reads its configuration (and the environment). */
@@ -43,6 +45,10 @@ export interface SandboxdConfig {
   /** How long a simulated clone takes (engine sim only). */
   readonly simCloneMs: number | undefined;
   readonly maxClaims: number;
+  readonly maxSuspended: number;
+  readonly idleCpuPercent: number;
+  /** Cap in MiB on a filesystem pause's saved files (0: the sandbox's memory size); files-pause.ts. */
+  readonly maxLayerMib: number;
   readonly refillConcurrency: number;
   readonly refillDelayMs: number;
   readonly spareVmms: number;
@@ -160,7 +166,30 @@ export function sandboxdCommand(): Command {
       `how long a simulated clone takes (--engine=sim; default ${SIM_CLONE_MS}, the real clone time measured here)`,
       Number,
     )
-    .option('--max-claims <n>', 'claimed sandboxes at most (then 429)', Number, 200)
+    .option(
+      '--max-claims <n>',
+      'running claimed sandboxes at most (then 429); hibernated ones do not count',
+      Number,
+      200,
+    )
+    .option(
+      '--max-suspended <n>',
+      'hibernated sandboxes kept besides the running ones (they hold disk, not RAM): claims beyond --max-claims plus this get 429',
+      Number,
+      DEFAULT_MAX_SUSPENDED,
+    )
+    .option(
+      '--idle-cpu-percent <n>',
+      "guest CPU (% of one host core) above which a sandbox with an idle policy counts as busy (docs/sandboxd.md 'Idle suspend')",
+      Number,
+      DEFAULT_IDLE_CPU_PERCENT,
+    )
+    .option(
+      '--max-layer-mib <n>',
+      "a filesystem pause's saved files at most, in MiB (then 413 and the sandbox runs on); 0: the sandbox's memory size",
+      Number,
+      0,
+    )
     .option(
       '--vm-network-cidr <cidr>',
       "networked VMs: where each VM's veth /30 to the node comes from (must not overlap the node's networks)",
@@ -349,6 +378,7 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
   for (const [flag, v] of [
     ['--max-checkpoints', maxCheckpoints],
     ['--max-checkpoints-per-namespace', maxCheckpointsPerNamespace],
+    ['--max-layer-mib', Number(o.maxLayerMib)],
   ] as const)
     if (!(Number.isInteger(v) && v >= 0)) errors.push(`${flag}: must be an integer >= 0 (got ${String(v)})`);
   if (!(ttlHours >= 0)) errors.push(`--checkpoint-ttl-hours: must be >= 0 (got ${String(o.checkpointTtlHours)})`);
@@ -381,6 +411,12 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
     errors.push(
       `--checkpoint-replica-interval: must be a positive number (got ${String(o.checkpointReplicaInterval)})`,
     );
+  for (const [flag, v, max] of [
+    ['--max-suspended', o.maxSuspended, 1_000_000],
+    ['--idle-cpu-percent', o.idleCpuPercent, 100],
+  ] as const)
+    if (!Number.isFinite(Number(v)) || Number(v) < 0 || Number(v) > max)
+      errors.push(`${flag}: must be a number from 0 to ${max} (got ${String(v)})`);
   if (errors.length || !listen)
     throw new SandboxError('sandboxd.flags', errors.join('; '), { hint: 'see sandboxd --help' });
   const { host: listenHost, port: listenPort } = listen;
@@ -409,6 +445,9 @@ export function toSandboxdConfig(o: Record<string, unknown>): SandboxdConfig {
     engine,
     simCloneMs: o.simCloneMs === undefined ? undefined : Number(o.simCloneMs),
     maxClaims: Number(o.maxClaims),
+    maxSuspended: Number(o.maxSuspended),
+    idleCpuPercent: Number(o.idleCpuPercent),
+    maxLayerMib: Number(o.maxLayerMib),
     refillConcurrency: Number(o.refillConcurrency),
     refillDelayMs: Number(o.refillDelay),
     spareVmms: Number(o.spareVmms),

@@ -14,6 +14,7 @@ interface Sample {
 const last = new Map<string, Sample>();
 
 export async function vmMetrics(engine: NodeEngine, rec: SandboxRecord) {
+  if (rec.filesOnly) return filesOnlyMetrics(rec);
   const vm = engine.vm(rec.id);
   const [stats, health] = await Promise.all([vm.stats(), rec.hibernated ? undefined : vm.agent.health()]);
   const now = Date.now();
@@ -37,5 +38,25 @@ export async function vmMetrics(engine: NodeEngine, rec: SandboxRecord) {
     disk_total_bytes: kib(health?.diskTotalKiB),
     disk_used_bytes: kib(health?.diskTotalKiB) - kib(health?.diskFreeKiB),
     hibernated: rec.hibernated,
+  };
+}
+
+/**
+ * A sandbox paused with its files only has no VM (files-pause.ts): nothing runs, nothing is in memory; its disk is
+ * the saved layer, of a writable layer sized as the guest's (half its memory).
+ */
+function filesOnlyMetrics(rec: SandboxRecord) {
+  const mib = (rec.memoryMiB ?? 0) * 1024 * 1024;
+  return {
+    id: rec.id,
+    timestamp: new Date().toISOString(),
+    cpu_count: rec.vcpus ?? 0,
+    cpu_used_pct: 0,
+    mem_total_bytes: mib,
+    mem_used_bytes: 0,
+    mem_cache_bytes: 0,
+    disk_total_bytes: Math.floor(mib / 2),
+    disk_used_bytes: rec.layerBytes ?? 0,
+    hibernated: true,
   };
 }

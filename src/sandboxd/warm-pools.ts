@@ -56,6 +56,8 @@ export class WarmPools {
   private readonly log: Logger;
   private refillTimer: NodeJS.Timeout | undefined;
   private closed = false;
+  /** Draining (suspend()): no refill, no warm VM kept. */
+  private suspended = false;
   private provisioning = 0;
   /** Warm VMs whose guest has run a command (see primeWarmVms); a pool keeps them at the end of `warm`. */
   private readonly primed = new WeakSet<Vm>();
@@ -65,6 +67,28 @@ export class WarmPools {
 
   constructor(private readonly opts: WarmPoolsOptions) {
     this.log = opts.log;
+  }
+
+  /**
+   * While the node drains (drain.ts): no refill, and the warm VMs are destroyed (a draining node hands none out);
+   * the targets are kept, so resume() refills them. Returns how many warm VMs were destroyed.
+   */
+  suspend(): number {
+    this.suspended = true;
+    let destroyed = 0;
+    for (const pool of this.pools.values())
+      for (const vm of pool.warm.splice(0)) {
+        destroyed++;
+        void vm.destroy().catch((err: unknown) => this.log.warn({ err, vm: vm.id }, 'destroying a warm VM failed'));
+      }
+    return destroyed;
+  }
+
+  /** Undo suspend(): refill to the targets. */
+  resume(): void {
+    if (!this.suspended) return;
+    this.suspended = false;
+    this.refillAll();
   }
 
   /** Stop refilling and priming for good (the driver is about to destroy or leave the VMs). */
@@ -255,7 +279,7 @@ export class WarmPools {
   }
 
   private refill(pool: Pool): void {
-    if (this.closed) return;
+    if (this.closed || this.suspended) return;
     while (pool.warm.length + pool.refilling < pool.target && this.inFlight() < this.opts.refillConcurrency) {
       pool.refilling++;
       void this.cloneInto(pool).finally(() => {
@@ -283,7 +307,7 @@ export class WarmPools {
       const vm = await this.opts.driver.clone(template, {
         labels: { [LABEL_POOL]: keyString(pool.key), [LABEL_NODE]: this.opts.nodeName },
       });
-      if (this.closed || pool.warm.length >= pool.target) {
+      if (this.closed || this.suspended || pool.warm.length >= pool.target) {
         await vm.destroy();
         return;
       }

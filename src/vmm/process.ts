@@ -5,7 +5,8 @@
  * to a log file in the VM's run dir.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, openSync, readFileSync } from 'node:fs';
+import { closeSync, openSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { SandboxError } from '../errors.js';
 
 export interface QemuProcess {
@@ -173,4 +174,40 @@ function sigkill(pid: number): void {
         hint: 'sandboxd needs CAP_KILL to stop VMs whose QEMU runs as another user (-runas)',
       });
   }
+}
+
+/**
+ * Kill what a crash left of template saves under `runRoot` (`mat-*` run dirs: templates.ts materialiseTemplate, for a
+ * checkpoint, a fork or a hibernation record): their QEMU has no VM record to be found by, so it is found by its
+ * argv, which names its run dir. Then the dirs go. Returns how many processes were killed.
+ */
+export function reapOrphanMaterialisers(runRoot: string): number {
+  let dirs: string[];
+  try {
+    dirs = readdirSync(runRoot).filter((d) => d.startsWith('mat-'));
+  } catch {
+    return 0;
+  }
+  if (!dirs.length) return 0;
+  const prefixes = dirs.map((d) => `${join(runRoot, d)}/`);
+  let killed = 0;
+  for (const entry of readdirSync('/proc')) {
+    const pid = Number(entry);
+    if (!Number.isInteger(pid) || pid === process.pid) continue;
+    let argv: string;
+    try {
+      argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    } catch {
+      continue;
+    }
+    if (!prefixes.some((p) => argv.includes(p))) continue;
+    try {
+      process.kill(pid, 'SIGKILL');
+      killed++;
+    } catch {
+      /* gone meanwhile */
+    }
+  }
+  for (const d of dirs) rmSync(join(runRoot, d), { recursive: true, force: true });
+  return killed;
 }

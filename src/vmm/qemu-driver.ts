@@ -14,7 +14,7 @@ import type { VmNetworkPolicy } from './net/policy.js';
 import { hostHasHardwareKvm, hostTscKHz, qemuVersion, unprivilegedUser } from './host.js';
 import { VmNetworks } from './net/index.js';
 import { resolveDriverOptions, type QemuDriverOptions, type ResolvedDriverOptions } from './options.js';
-import { adoptQemu, launchQemu, type QemuProcess } from './process.js';
+import { adoptQemu, launchQemu, reapOrphanMaterialisers, type QemuProcess } from './process.js';
 import { kernelCmdline, qemuArgv, type LaunchPlan } from './qemu-argv.js';
 import { killRecorded, newId, readRecords } from './run-records.js';
 import { isSpare, SPARE_LABEL, SparePool } from './spares.js';
@@ -240,7 +240,7 @@ export class QemuMicrovmDriver {
 
   /** Spares a previous process left behind in this run root (it crashed before destroyAll): kill and remove. */
   async reapOrphanSpares(): Promise<number> {
-    let n = 0;
+    let n = reapOrphanMaterialisers(this.options.runRoot);
     for (const rec of this.list()) {
       if (!isSpare(rec) || this.vms.has(rec.id)) continue;
       await this.killRecorded(rec);

@@ -23,7 +23,8 @@ export const ALLOWED_ACTIONS: Readonly<Record<VmState, readonly VmAction[]>> = {
   starting: ['destroy', 'stats'],
   running: ['exec', 'pause', 'hibernate', 'checkpoint', 'fork', 'destroy', 'stats'],
   paused: ['resume', 'hibernate', 'checkpoint', 'fork', 'destroy', 'stats'],
-  hibernated: ['restore', 'destroy', 'stats'],
+  // checkpoint: a template made from the saved state (the VM stays hibernated; docs/placement.md "Resume anywhere").
+  hibernated: ['restore', 'checkpoint', 'destroy', 'stats'],
   failed: ['destroy', 'stats'],
   destroyed: [],
 };

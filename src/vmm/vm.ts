@@ -135,6 +135,17 @@ export class Vm extends VmCore {
   }
 
   private async checkpointNow(name: string, phases = new PhaseClock()): Promise<Template> {
+    if (this._state === 'hibernated') {
+      // The hibernated state is the full state already: a template is made from it (read only; the VM stays
+      // hibernated and restores from the same file), with no QEMU of this VM to pause.
+      const file = this.record.hibernateFile;
+      if (!file || !existsSync(file))
+        throw new SandboxError('vm.state-missing', `hibernated state of VM ${this.id} is missing`);
+      const { image, cmdline } = this.templateInfo();
+      const t = await materialiseTemplate(this.driver, name, this.record, file, image, cmdline);
+      phases.mark('materialise');
+      return t;
+    }
     const qmp = this.requireQmp();
     const wasRunning = this._state === 'running';
     const file = join(this.record.runDir, `checkpoint-${randomBytes(3).toString('hex')}.state`);

@@ -7,18 +7,13 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { FileType, FilesystemEventType, NotFoundError, Sandbox, SandboxError, TimeoutError } from 'e2b';
-import { e2bOptions, getAggregated, whileE2bBusy, type AggregatedEnv } from '../support/aggregated.js';
+import { e2bOptions, e2bSandboxes, getAggregated, type AggregatedEnv } from '../support/aggregated.js';
 import { eventually } from '../support/eventually.js';
 
 let env: AggregatedEnv;
 const opts = () => e2bOptions(env);
-const created: Sandbox[] = [];
-
-async function create(extra: Parameters<typeof Sandbox.create>[1] = {}): Promise<Sandbox> {
-  const s = await whileE2bBusy(() => Sandbox.create('base', { ...opts(), ...extra }));
-  created.push(s);
-  return s;
-}
+const sandboxes = e2bSandboxes(() => env);
+const create = sandboxes.create;
 
 describe('e2b SDK at the edges (aggregated layout)', () => {
   const tag = `edges${Date.now()}`;
@@ -34,7 +29,7 @@ describe('e2b SDK at the edges (aggregated layout)', () => {
     c = await create({ metadata: { tag }, timeoutMs: 600_000 });
   });
   after(async () => {
-    await Promise.allSettled(created.map((s) => s.kill()));
+    await sandboxes.killAll();
   });
 
   it('lists newest first, `order` over every page, startedAt to the millisecond, startedAfter inclusive', async () => {
@@ -167,11 +162,9 @@ describe('e2b SDK at the edges (aggregated layout)', () => {
     );
   });
 
-  it('onTimeout pause without memory is refused: a pause here always keeps memory (the guest filesystem is in it)', async () => {
-    await assert.rejects(
-      create({ lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } }),
-      (e: unknown) => e instanceof SandboxError && /autoPauseMemory/.test(String(e)),
-    );
+  it('onTimeout pause with or without memory is kept (e2b-files-pause.test.ts has the filesystem-only pause)', async () => {
+    const filesOnly = await create({ lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } });
+    assert.equal((await filesOnly.getInfo()).lifecycle?.onTimeout, 'pause');
     const kept = await create({ lifecycle: { onTimeout: { action: 'pause', keepMemory: true } } });
     assert.equal((await kept.getInfo()).lifecycle?.onTimeout, 'pause');
   });

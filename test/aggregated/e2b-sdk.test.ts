@@ -9,7 +9,25 @@ import { readFile } from 'node:fs/promises';
 import { after, before, describe, it } from 'node:test';
 import { CommandExitError, NotFoundError, Sandbox, SandboxError } from 'e2b';
 import { e2bOptions, getAggregated, rawGet, whileE2bBusy, type AggregatedEnv } from '../support/aggregated.js';
+import { pySdk, runPython } from '../support/e2b-sdks.js';
 import { eventually } from '../support/eventually.js';
+
+/**
+ * The Python SDK's snapshot list, and the raw rows through its generated wire model (SnapshotInfo.from_dict, which
+ * keeps keys it does not model in additional_properties).
+ */
+const PY_LIST_SNAPSHOTS = `
+import json, os, httpx
+from e2b import Sandbox
+from e2b.api.client.models.snapshot_info import SnapshotInfo
+sid, snap = os.environ['SDK_SANDBOX'], os.environ['SDK_SNAPSHOT']
+items = Sandbox.list_snapshots(sandbox_id=sid).next_items()
+raw = httpx.get(os.environ['E2B_API_URL'] + '/snapshots', params={'sandboxID': sid},
+                headers={'X-API-Key': os.environ['E2B_API_KEY']}).json()
+wire = [SnapshotInfo.from_dict(r) for r in raw]
+print(json.dumps({'sdk': [[s.snapshot_id, *s.names] for s in items if s.snapshot_id == snap],
+                  'extra': [w.additional_properties for w in wire if w.snapshot_id == snap]}))
+`;
 
 let env: AggregatedEnv;
 const opts = () => e2bOptions(env);
@@ -244,11 +262,48 @@ describe('e2b SDK against the aggregated layout', () => {
     await sbx.files.write('/tmp/forked', 'from parent');
     const snap = await sbx.createSnapshot({ name: 'acceptance' } as never);
     assert.match(snap.snapshotId, /^ck_/);
-    const listed = await Sandbox.listSnapshots({ ...opts(), sandboxId: sbx.sandboxId }).nextItems();
-    assert.ok(
-      listed.some((s) => s.snapshotId === snap.snapshotId),
-      JSON.stringify(listed),
+    // Replicated to the other node (--checkpoint-replicas 2 by default, docs/placement.md "Replicas"), it is still
+    // one snapshot, and the row says where its copies are, by node name, once a holder has counted them.
+    const nodes = env.sandboxd.map((n) => n.node).sort();
+    const rows = await eventually(
+      async () =>
+        (await (
+          await fetch(`${env.e2b.apiUrl}/snapshots?sandboxID=${sbx.sandboxId}`, {
+            headers: { 'x-api-key': env.e2b.apiKey },
+          })
+        ).json()) as Array<Record<string, unknown>>,
+      {
+        until: (r) => r.some((s) => s.snapshotID === snap.snapshotId && s.copies === 2),
+        timeoutMs: 120_000,
+        intervalMs: 500,
+        what: `snapshot ${snap.snapshotId} counted on two nodes`,
+      },
     );
+    const row = rows.filter((s) => s.snapshotID === snap.snapshotId);
+    assert.equal(row.length, 1, `listed once, not once per node: ${JSON.stringify(rows)}`);
+    assert.deepEqual([row[0]!.copies, row[0]!.copiesWanted, row[0]!.copyNodes], [2, 2, nodes]);
+    const listed = await Sandbox.listSnapshots({ ...opts(), sandboxId: sbx.sandboxId }).nextItems();
+    assert.deepEqual(
+      listed.filter((s) => s.snapshotId === snap.snapshotId),
+      [{ snapshotId: snap.snapshotId, names: ['acceptance'] }],
+      'the JS SDK lists it once and keeps only the fields it models',
+    );
+    // The Python SDKs, oldest and newest served: the list parses, and the generated model keeps our extra keys.
+    for (const version of ['2.40.0', '2.63.0']) {
+      const py = (await runPython(await pySdk(version), PY_LIST_SNAPSHOTS, {
+        E2B_API_URL: env.e2b.apiUrl,
+        E2B_API_KEY: env.e2b.apiKey,
+        SDK_SANDBOX: sbx.sandboxId,
+        SDK_SNAPSHOT: snap.snapshotId,
+      })) as { sdk: string[][]; extra: Array<Record<string, unknown>> };
+      assert.deepEqual(py.sdk, [[snap.snapshotId, 'acceptance']], `Python ${version}`);
+      // The values are the node's latest count (a recount may land between the reads above and this one).
+      assert.equal(py.extra.length, 1, `Python ${version}: ${JSON.stringify(py.extra)}`);
+      const { copies, copiesWanted, copyNodes } = py.extra[0]!;
+      assert.equal(copiesWanted, 2, `Python ${version}`);
+      assert.ok(Array.isArray(copyNodes) && copyNodes.every((n) => nodes.includes(n as string)), String(copyNodes));
+      assert.equal(copies, (copyNodes as unknown[]).length, `Python ${version}`);
+    }
     // A snapshot is a template: a sandbox created from it starts with the files the parent had.
     const restored = await Sandbox.create(snap.snapshotId, opts());
     created.push(restored);

@@ -165,14 +165,14 @@ describe('server-written keys on a Sandbox', () => {
 
 describe('a lease-end hibernate on a networked VM', () => {
   it('the aggregated create accepts the on-expiry annotation on the egress lane', () => {
-    const { key, onExpiry } = creator.validate(
+    const { key, policy } = creator.validate(
       createRequest({
         name: 'a',
         annotations: { [api.CocoonAnnotationKeys.onExpiry]: 'hibernate', [api.CocoonAnnotationKeys.net]: 'egress' },
       }),
     );
     assert.equal(key.net, 'egress');
-    assert.equal(onExpiry, 'hibernate');
+    assert.equal(policy.on_expiry, 'hibernate');
   });
 
   it('the e2b create takes autoPause with internet access to the create', async () => {

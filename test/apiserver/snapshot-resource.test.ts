@@ -97,6 +97,30 @@ describe('sandboxsnapshots', () => {
     );
   });
 
+  it('shows its copies by node name from the newest count a holder made; none before any count', async () => {
+    const { storage, held } = setup();
+    const unrendered = storage.renderer.toObject(await storage.get('team-a', 'ck_a1')) as { copies?: unknown };
+    assert.equal(unrendered.copies, undefined, 'no holder has counted: no copies, not a zero');
+    const copiesCell = storage.renderer.columns.find((c) => c.name === 'Copies')!;
+    assert.equal(copiesCell.cell(await storage.get('team-a', 'ck_a1'), Date.now()), '');
+    held['node-1']![0] = {
+      ...held['node-1']![0]!,
+      copies: { nodes: ['127.0.0.1:1'], want: 2, checked_at: '2026-12-01T00:00:01.000Z' },
+    };
+    held['node-2']![0] = {
+      ...held['node-2']![0]!,
+      copies: { nodes: ['127.0.0.1:2', '127.0.0.1:1'], want: 2, checked_at: '2026-12-01T00:00:02.000Z' },
+    };
+    const item = await storage.get('team-a', 'ck_a1');
+    assert.deepEqual((storage.renderer.toObject(item) as { copies?: unknown }).copies, {
+      count: 2,
+      want: 2,
+      nodes: ['node-1', 'node-2'],
+      checkedAt: '2026-12-01T00:00:02.000Z',
+    });
+    assert.equal(copiesCell.cell(item, Date.now()), '2/2');
+  });
+
   it("reads another namespace's snapshot as absent, and does not delete it", async () => {
     const { storage, calls } = setup();
     await assert.rejects(storage.get('team-b', 'ck_a1'), (e: StatusFailure) => e.status.code === 404);

@@ -9,7 +9,10 @@ import { describe, it } from 'node:test';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { ApiKeys, parseApiKeys } from '../../src/apiserver/e2b/api-keys.js';
 import { metadataFilter } from '../../src/apiserver/e2b/http.js';
-import { listSandboxes } from '../../src/apiserver/e2b/queries.js';
+import { listSandboxes, listSnapshots } from '../../src/apiserver/e2b/queries.js';
+import type { CheckpointRow } from '../../src/apiserver/sandboxes/checkpoints.js';
+import type { Fleet } from '../../src/apiserver/sandboxes/fleet.js';
+import type { SandboxdClient } from '../../src/apiserver/sandboxes/sandboxd-client.js';
 import { routeTarget } from '../../src/apiserver/e2b/router.js';
 import { parseTemplateAliases } from '../../src/apiserver/e2b/templates.js';
 import { SandboxStore } from '../../src/apiserver/sandboxes/store.js';
@@ -44,6 +47,43 @@ describe('e2b API units', () => {
     assert.equal(a.allows(''), false);
     assert.throws(() => new ApiKeys([], false), /no API key/);
     assert.equal(new ApiKeys([], true).allows(undefined), true);
+  });
+
+  it('GET /snapshots lists a replicated snapshot once, with its copies by node name once a holder has counted', async () => {
+    const row = (id: string, created: string, copies?: CheckpointRow['copies']): CheckpointRow => ({
+      id,
+      name: `n-${id}`,
+      sandbox_id: `sb_${id}`,
+      claim_ref: 'e2b/x',
+      created_at: created,
+      key: { template: 'sandbox/base', net: 'none', size: 'small' },
+      ...(copies ? { copies } : {}),
+    });
+    const counted = { nodes: ['10.0.0.1:1', '10.0.0.1:2'], want: 2, checked_at: '2026-12-01T00:00:09.000Z' };
+    const held: Record<string, CheckpointRow[]> = {
+      'node-1': [row('ck_a', '2026-12-01T00:00:00.000Z', counted), row('ck_b', '2026-12-01T00:00:01.000Z')],
+      'node-2': [row('ck_a', '2026-12-01T00:00:00.000Z', { ...counted, checked_at: '2026-12-01T00:00:03.000Z' })],
+    };
+    const fleet = {
+      nodeNames: () => ['node-1', 'node-2'],
+      address: (n: string) => `10.0.0.1:${n.slice(-1)}`,
+      isSynced: () => true,
+    } as unknown as Fleet;
+    const client = { call: async (node: string) => ({ checkpoints: held[node] }) } as unknown as SandboxdClient;
+    const store = new SandboxStore(silentLogger);
+    const listed = await listSnapshots(fleet, client, store, 'e2b', new URLSearchParams());
+    assert.deepEqual(listed, [
+      { snapshotID: 'ck_b', names: ['n-ck_b'], createdAt: '2026-12-01T00:00:01.000Z' },
+      {
+        snapshotID: 'ck_a',
+        names: ['n-ck_a'],
+        createdAt: '2026-12-01T00:00:00.000Z',
+        copies: 2,
+        copiesWanted: 2,
+        copyNodes: ['node-1', 'node-2'],
+      },
+    ]);
+    assert.deepEqual(await listSnapshots(fleet, client, store, 'other', new URLSearchParams()), []);
   });
 
   it('decodes the metadata filter exactly as both SDKs encode it', () => {

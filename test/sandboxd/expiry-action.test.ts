@@ -54,6 +54,13 @@ describe('lease-end action (sim engine)', () => {
     assert.equal(engine.byRef('ns/fails'), undefined);
   });
 
+  it('a pause-filesystem that cannot be had at the lease end (no guest to save) is a release, counted by action', async () => {
+    const rec = await engine.claim({ key: KEY, ttlSeconds: 1, claimRef: 'ns/files', onExpiry: 'pause-filesystem' });
+    await eventually(() => engine.get(rec.id), { until: (r) => r === undefined, timeoutMs: 6000, intervalMs: 50 });
+    const text = await api.registry.metrics();
+    assert.match(text, /^sandboxd_expiry_action_failures_total\{action="pause-filesystem"\} 1$/m);
+  });
+
   it('still hibernates a VM that can, and keeps it for the longest lease', async () => {
     const rec = await engine.claim({ key: KEY, ttlSeconds: 1, claimRef: 'ns/ok', onExpiry: 'hibernate' });
     await eventually(() => engine.get(rec.id)?.hibernated, { until: (h) => h === true, timeoutMs: 6000 });

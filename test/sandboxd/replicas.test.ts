@@ -4,45 +4,30 @@
  * snapshot taken through the Kubernetes API is on two nodes soon after, as SandboxSnapshot `nodeNames` and the
  * origin's `GET /v1/checkpoints` `copies` say; the origin's sandboxd is then killed with SIGKILL and its data dir
  * deleted, and a Sandbox created from the snapshot starts on another node with the files written before it. The
- * survivors copy it again until two nodes hold it.
+ * survivors copy it again until two nodes hold it. Where the copies are shows in SandboxSnapshot `copies` (by node
+ * name, count == want once replicated; recounted without the lost node) and each node's NodeInventory `checkpoints`.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { readClusterEnvironment, runKubectl } from '../../src/cluster/index.js';
-import { startPlatform, type Platform } from '../../src/cli/platform.js';
-import { createLogger } from '../../src/log/logger.js';
-import { killRecorded, readRecords } from '../../src/vmm/run-records.js';
-import { sandboxManifest, TEST_TEMPLATE } from '../support/aggregated.js';
+import type { Platform } from '../../src/cli/platform.js';
+import { sandboxManifest } from '../support/aggregated.js';
 import { eventually } from '../support/eventually.js';
 import { call } from '../support/sandboxd-daemon.js';
+import { BASE, GROUP, startThreeNodes, type ThreeNodes } from '../support/three-nodes.js';
 
-const GROUP = 'agents.x-k8s.io';
-const BASE = `/apis/${GROUP}/v1beta1`;
 const SNAPSHOT_ANNOTATION = 'sandbox.cocoonstack.io/snapshot';
 /** The stated bound: a snapshot of a small VM (256 MiB of RAM, mostly holes) is on two nodes within this. */
 const REPLICATED_WITHIN_MS = 120_000;
 
 describe('checkpoint replicas on three nodes (real microVMs, aggregated layout)', () => {
+  let nodes: ThreeNodes;
   let platform: Platform;
-  let dataDir: string;
-  let kubectl: (args: string[], input?: string) => Promise<string>;
+  let kubectl: ThreeNodes['kubectl'];
   const ns = `replicas-${randomBytes(3).toString('hex')}`;
 
-  const sh = async (name: string, script: string) => {
-    const out = JSON.parse(
-      await kubectl(
-        ['create', '--raw', `${BASE}/namespaces/${ns}/sandboxes/${name}/exec`, '-f', '-'],
-        JSON.stringify({ apiVersion: `${GROUP}/v1beta1`, kind: 'SandboxExecOptions', command: ['sh', '-c', script] }),
-      ),
-    );
-    assert.equal(out.exitCode, 0, `${script}: ${out.stderr}`);
-    return String(out.stdout).trim();
-  };
+  const sh = (name: string, script: string) => nodes.sh(ns, name, script);
   const create = async (manifest: object) => {
     for (let i = 0; ; i++) {
       try {
@@ -54,36 +39,28 @@ describe('checkpoint replicas on three nodes (real microVMs, aggregated layout)'
       }
     }
   };
-  const snapshotNodes = async (id: string): Promise<string[]> =>
-    (JSON.parse(await kubectl(['get', 'sandboxsnapshot', id, '-n', ns, '-o', 'json'])) as { nodeNames: string[] })
-      .nodeNames;
+  const snapshotNodes = async (id: string): Promise<string[]> => (await snapshotObject(id)).nodeNames;
+  const snapshotObject = async (id: string) =>
+    JSON.parse(await kubectl(['get', 'sandboxsnapshot', id, '-n', ns, '-o', 'json'])) as {
+      nodeNames: string[];
+      copies?: { count: number; want: number; nodes: string[]; checkedAt: string };
+    };
+  /** Each node's NodeInventory `checkpoints` summary, by node name. */
+  const inventorySummaries = async () =>
+    Object.fromEntries(
+      (
+        JSON.parse(await kubectl(['get', 'nodeinventories', '-o', 'json'])) as {
+          items: Array<{ node: string; checkpoints?: Record<string, number> }>;
+        }
+      ).items.map((i) => [i.node, i.checkpoints]),
+    );
 
   before(async () => {
-    const env = readClusterEnvironment();
-    dataDir = await mkdtemp(join(tmpdir(), 'sbx-replicas-'));
-    platform = await startPlatform({
-      cacheDir: env.cacheDir,
-      binDir: env.binDir,
-      dataDir,
-      layout: 'aggregated',
-      simulatedNodes: 0,
-      sandboxdNodes: 3,
-      warm: 1,
-      template: TEST_TEMPLATE,
-      pools: `${TEST_TEMPLATE}=1`,
-      // No placement flags: the defaults (--checkpoint-replicas 2, a recount every 30 s) are what is tested.
-      etcdFsync: false,
-      logger: createLogger({ level: 'warn', name: 'replicas' }),
-      progress: (l) => process.stderr.write(`[replicas] ${l}\n`),
-    });
-    kubectl = (args, input) =>
-      runKubectl(platform.cluster.binaries.kubectl ?? 'kubectl', platform.cluster.kubeconfigPath, args, input);
+    nodes = await startThreeNodes('replicas');
+    ({ platform, kubectl } = nodes);
     await kubectl(['create', 'namespace', ns]);
   });
-  after(async () => {
-    await platform?.stop();
-    if (dataDir) await rm(dataDir, { recursive: true, force: true });
-  });
+  after(() => nodes?.stop());
 
   it('a snapshot is copied to a second node; with its node and data gone, a Sandbox is created from it elsewhere', async () => {
     const src = await create(sandboxManifest('src'));
@@ -129,13 +106,37 @@ describe('checkpoint replicas on three nodes (real microVMs, aggregated layout)'
     assert.deepEqual(copies.nodes, [node0.address, other.address].sort());
     assert.equal(copies.want, 2);
 
+    // The Kubernetes API's view of the same count: by node name, count == want (issue 33 item 1).
+    const counted = await eventually(() => snapshotObject(id), {
+      until: (o) => o.copies?.count === 2,
+      timeoutMs: 30_000,
+      what: 'SandboxSnapshot copies counted',
+    });
+    assert.deepEqual(
+      { ...counted.copies, checkedAt: undefined },
+      { count: 2, want: 2, nodes: [origin, other.node].sort(), checkedAt: undefined },
+    );
+    assert.ok(Date.parse(counted.copies!.checkedAt) > t0 - 1000, counted.copies!.checkedAt);
+    const table = await kubectl(['get', 'sandboxsnapshots', '-n', ns]);
+    assert.match(table.split('\n')[0]!, /\bCOPIES\b/, table);
+    assert.match(table, new RegExp(`^${id}\\s.*\\s2/2\\s`, 'm'), table);
+    // Each node's NodeInventory sums it up (published every 30 s): the two holders hold one, counted and not short;
+    // the third holds none.
+    const third = platform.sandboxd.find((n) => !holders.includes(n.node))!.node;
+    const summaries = await eventually(inventorySummaries, {
+      // A publish made mid-copy says one short; the one after the copy says none.
+      until: (s) =>
+        [origin, other.node].every((n) => s[n]?.counted === 1 && s[n]?.underReplicated === 0) && s[third]?.held === 0,
+      timeoutMs: 90_000,
+      intervalMs: 1000,
+      what: 'NodeInventory checkpoints summaries',
+    });
+    for (const n of [origin, other.node])
+      assert.deepEqual(summaries[n], { held: 1, replicas: 2, counted: 1, underReplicated: 0 }, n);
+    assert.deepEqual(summaries[third], { held: 0, replicas: 2, counted: 0, underReplicated: 0 }, third);
+
     // The origin dies (SIGKILL) and its disk is lost: its VMs are killed and its data dir removed.
-    const proc = platform.components.find((c) => c.name === `sandboxd-${origin}`)!;
-    process.kill(proc.pid, 'SIGKILL');
-    await eventually(async () => isAlive(proc.pid), { until: (a) => !a, timeoutMs: 30_000, what: 'sandboxd gone' });
-    for (const rec of readRecords(node0.vmRunRoot)) await killRecorded(rec, node0.vmRunRoot);
-    await rm(join(dataDir, origin, 'data'), { recursive: true, force: true });
-    await rm(node0.vmRunRoot, { recursive: true, force: true });
+    await nodes.lose(origin);
 
     const restored = await eventually(
       () =>
@@ -160,14 +161,14 @@ describe('checkpoint replicas on three nodes (real microVMs, aggregated layout)'
       what: `snapshot ${id} re-replicated after ${origin} was lost`,
     });
     assert.equal(again.length, 2, JSON.stringify(again));
+    // And the count says so, by name: the two survivors, not the lost node.
+    const recounted = await eventually(() => snapshotObject(id), {
+      until: (o) => o.copies?.count === 2 && !o.copies.nodes.includes(origin),
+      timeoutMs: 60_000,
+      intervalMs: 1000,
+      what: 'SandboxSnapshot copies recounted without the lost node',
+    });
+    assert.deepEqual(recounted.copies!.nodes, [...again].sort());
+    assert.equal(recounted.copies!.want, 2);
   });
 });
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}

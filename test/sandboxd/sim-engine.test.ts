@@ -14,6 +14,8 @@ import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { buildInventory, INVENTORY_MAX_ENTRIES } from '../../src/sandboxd/inventory.js';
 import { freePort } from '../../src/net/free-port.js';
+import { PeerClient } from '../../src/sandboxd/placement/peer-client.js';
+import { Replicator } from '../../src/sandboxd/placement/replicate.js';
 import { eventually } from '../support/eventually.js';
 import { simNodeEngine } from '../support/sim-node.js';
 
@@ -180,6 +182,36 @@ describe('simulated engine', () => {
         new RegExp(`^${INVENTORY_MAX_ENTRIES} of ${INVENTORY_MAX_ENTRIES + 5} `),
       );
     } finally {
+      await engine.close({ destroyVms: true });
+    }
+  });
+
+  it("NodeInventory's checkpoints: how many it holds, and once a count ran, how many were short", async () => {
+    const { engine } = simEngine(join(dir, 'inv-ck'), { cloneMs: 0 });
+    await engine.start();
+    const client = new PeerClient('fleet-token');
+    try {
+      const rec = await engine.claim({ key: KEY, claimRef: 'ns/ck' });
+      await engine.checkpoint(rec.id);
+      // Replicas 1: nothing counts, so there is no count to show (absent, not zero).
+      assert.deepEqual(buildInventory(engine, 'sim-node', '127.0.0.1:7777').checkpoints, { held: 1, replicas: 1 });
+      // Replicas 2 with one peer that does not answer (nothing listens on port 1): the count finds one copy of two.
+      const replicator = new Replicator({
+        store: engine.checkpointStore,
+        client,
+        peers: () => ['127.0.0.1:1'],
+        self: () => '127.0.0.1:7777',
+        replicas: 2,
+        intervalMs: 60_000,
+        copyTimeoutMs: 1000,
+        probeTimeoutMs: 500,
+      });
+      const summary = () => buildInventory(engine, 'sim-node', '127.0.0.1:7777', replicator).checkpoints;
+      assert.deepEqual(summary(), { held: 1, replicas: 2, counted: 0, underReplicated: 0 });
+      await replicator.pass();
+      assert.deepEqual(summary(), { held: 1, replicas: 2, counted: 1, underReplicated: 1 });
+    } finally {
+      client.close();
       await engine.close({ destroyVms: true });
     }
   });

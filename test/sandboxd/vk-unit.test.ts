@@ -100,6 +100,19 @@ describe('vmRequestFor', () => {
   ];
   for (const c of cases) it(c.name, () => assert.deepEqual(vmRequestFor(c.pod, c.kind, TEMPLATES), c.want));
 
+  it('the idle policy annotation becomes the claim idle_hibernate_seconds (docs/sandboxd.md "Idle suspend")', () => {
+    const idle = 'sandbox.cocoonstack.io/idle-hibernate-seconds';
+    for (const kind of ['sandboxd', 'vk-cocoon'] as const) {
+      const r = vmRequestFor(pod('sandbox/base', { [idle]: '120' }), kind, TEMPLATES);
+      assert.equal(r.ok && r.request.idleHibernateSeconds, 120, kind);
+    }
+    const none = vmRequestFor(pod('sandbox/base', { [idle]: '0' }), 'sandboxd', TEMPLATES);
+    assert.equal(none.ok && none.request.idleHibernateSeconds, undefined);
+    const bad = vmRequestFor(pod('sandbox/base', { [idle]: 'later' }), 'sandboxd', TEMPLATES);
+    assert.deepEqual(bad.ok ? undefined : bad.reason, 'InvalidSandboxRequest');
+    assert.match(bad.ok ? '' : bad.message, /idle-hibernate-seconds="later" must be a whole number of seconds/);
+  });
+
   const bad: Array<{ name: string; kind: 'vk-cocoon' | 'sandboxd'; pod: Pod; reason: string; message: RegExp }> = [
     {
       name: 'an image that names no template',

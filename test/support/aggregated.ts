@@ -11,6 +11,7 @@ import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
+import { Sandbox } from 'e2b';
 import { readClusterEnvironment, runKubectl, type ClusterInfo } from '../../src/cluster/index.js';
 import { startPlatform, type Platform, type SandboxdNode } from '../../src/cli/platform.js';
 import { KubeClient } from '../../src/kube/index.js';
@@ -184,6 +185,22 @@ export async function whileE2bBusy<T>(f: () => Promise<T>): Promise<T> {
       await new Promise((r) => setTimeout(r, 1000));
     }
   }
+}
+
+/**
+ * The sandboxes an e2b test file makes through the JS SDK (template `base`, retried while the warm pool refills),
+ * and their kill in its `after`.
+ */
+export function e2bSandboxes(env: () => AggregatedEnv) {
+  const created: Sandbox[] = [];
+  return {
+    async create(extra: Parameters<typeof Sandbox.create>[1] = {}): Promise<Sandbox> {
+      const s = await whileE2bBusy(() => Sandbox.create('base', { ...e2bOptions(env()), ...extra }));
+      created.push(s);
+      return s;
+    },
+    killAll: () => Promise.allSettled(created.map((s) => s.kill())),
+  };
 }
 
 /** A GET with headers fetch would not send as given (a Host of our choosing, say): the status and the body. */

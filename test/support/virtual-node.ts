@@ -10,7 +10,7 @@ import { issueCert } from '../../src/cluster/index.js';
 import type { KubeClient } from '../../src/kube/index.js';
 import { createLogger } from '../../src/log/logger.js';
 import { NodeEngine } from '../../src/sandboxd/engine.js';
-import { startVirtualNodes, type VirtualNodes } from '../../src/sandboxd/vk/index.js';
+import { startVirtualNodes, type VirtualNodes, type VirtualNodesOptions } from '../../src/sandboxd/vk/index.js';
 import type { TestCluster } from './cluster.js';
 
 export const MINIMAL_KEY = { template: 'sandbox/minimal', net: 'none', size: 'small' } as const;
@@ -30,6 +30,8 @@ export async function startTestVirtualNode(opts: {
   podResyncMs?: number;
   /** The engine over its data dir (e.g. the simulated one, test/support/sim-node.ts). @default QEMU microVMs */
   engine?: (dataDir: string) => NodeEngine;
+  /** Told of a cordon or uncordon of the virtual Nodes (a drain, test/sandboxd/vk-cordon.test.ts). */
+  onCordon?: VirtualNodesOptions['onCordon'];
 }): Promise<TestVirtualNode> {
   const { cluster, client, base } = opts;
   const dir = mkdtempSync(join(tmpdir(), `${base}-`));
@@ -68,6 +70,7 @@ export async function startTestVirtualNode(opts: {
       stateDir: join(dir, 'vk'),
       logger: log,
       podResyncMs: opts.podResyncMs,
+      onCordon: opts.onCordon,
     });
     return { engine, vk, stop };
   } catch (err) {

@@ -7,7 +7,13 @@ import type { Fleet } from '../sandboxes/fleet.js';
 import type { SandboxdClient } from '../sandboxes/sandboxd-client.js';
 import type { SandboxStore } from '../sandboxes/store.js';
 import type { SandboxEntry } from '../sandboxes/entry.js';
-import { deleteNamespaceCheckpoint, namespaceCheckpoints, type HeldCheckpoint } from '../sandboxes/checkpoints.js';
+import {
+  deleteNamespaceCheckpoint,
+  namespaceCheckpoints,
+  nodeByAddress,
+  snapshotCopies,
+  type HeldCheckpoint,
+} from '../sandboxes/checkpoints.js';
 import { ENVD_VERSION } from '../../api/envd.js';
 import { badRequest, metadataFilter } from './http.js';
 import type { TemplateAlias } from './templates.js';
@@ -98,24 +104,53 @@ export function listSandboxes(
   };
 }
 
+/** One row of e2b's `GET /snapshots`: SnapshotInfo's fields, then ours (docs/e2b.md "Snapshot copies"). */
+export interface SnapshotListed {
+  snapshotID: string;
+  names: string[];
+  sandboxID?: string;
+  createdAt: string;
+  /** How many nodes held it at the last count, how many should, and which (by node name); absent until counted. */
+  copies?: number;
+  copiesWanted?: number;
+  copyNodes?: string[];
+}
+
+/**
+ * `GET /snapshots`: one row per snapshot, newest first. A snapshot is held by several nodes when it is replicated
+ * (docs/placement.md "Replicas"); e2b lists a snapshot once, so the nodes' rows are grouped by id. Beyond e2b's
+ * SnapshotInfo (snapshotID, names) each row says where its copies are: the SDKs keep only the fields they model
+ * (JS maps each row to {snapshotId, names}; Python's generated model puts the rest in additional_properties), so
+ * the extra keys are for callers of the HTTP API and break neither.
+ */
 export async function listSnapshots(
   fleet: Fleet,
   client: SandboxdClient,
   store: SandboxStore,
   namespace: string,
   q: URLSearchParams,
-): Promise<Array<{ snapshotID: string; names: string[]; sandboxID?: string; createdAt: string }>> {
+): Promise<SnapshotListed[]> {
   const want = q.get('sandboxID');
   const name = q.get('name');
-  return (await namespaceCheckpoints(fleet, client, store, namespace))
-    .filter(({ ck, owner }) => (!want || owner?.name === want) && (!name || ck.name === name))
-    .map(({ ck, owner }) => ({
-      snapshotID: ck.id,
-      names: ck.name ? [ck.name] : [],
-      ...(owner ? { sandboxID: owner.name } : {}),
-      createdAt: ck.created_at,
-    }))
-    .sort((a, b) => b.createdAt.localeCompare(a.createdAt));
+  const byId = new Map<string, HeldCheckpoint[]>();
+  for (const h of await namespaceCheckpoints(fleet, client, store, namespace)) {
+    if ((want && h.owner?.name !== want) || (name && h.ck.name !== name)) continue;
+    byId.set(h.ck.id, [...(byId.get(h.ck.id) ?? []), h]);
+  }
+  const nodeAt = nodeByAddress(fleet);
+  return [...byId.values()]
+    .map((held) => {
+      const { ck, owner } = held[0]!;
+      const copies = snapshotCopies(held, nodeAt);
+      return {
+        snapshotID: ck.id,
+        names: ck.name ? [ck.name] : [],
+        ...(owner ? { sandboxID: owner.name } : {}),
+        createdAt: ck.created_at,
+        ...(copies ? { copies: copies.count, copiesWanted: copies.want, copyNodes: copies.nodes } : {}),
+      };
+    })
+    .sort((a, b) => b.createdAt.localeCompare(a.createdAt) || a.snapshotID.localeCompare(b.snapshotID));
 }
 
 /** This namespace's snapshot `id` and the node that holds it (its row carries the pool key it was taken of). */

@@ -67,13 +67,14 @@ export interface OpsDeps {
 }
 
 /**
- * A node call's failure as an e2b error (the node's own 404 is the sandbox being gone; its 400 and 403, a bad name or
- * a checkpoint quota, are the caller's). A 5xx's message is the incident id only (sandboxd-client.ts).
+ * A node call's failure as an e2b error (the node's own 404 is the sandbox being gone; its 400, 403 and 413, a bad
+ * name, a checkpoint quota or files over the filesystem pause's cap, are the caller's). A 5xx's message is the incident id only (sandboxd-client.ts).
  */
 function nodeFailure(err: unknown, id: string): E2bError {
   if (err instanceof E2bError) return err;
   if (err instanceof NodeHttpError) {
-    if (err.status === 400 || err.status === 403) return new E2bError(err.status, err.message);
+    // 413: a filesystem pause whose files are over the node's cap (the sandbox runs on; the message says so).
+    if (err.status === 400 || err.status === 403 || err.status === 413) return new E2bError(err.status, err.message);
     if (err.status === 404) return notFound(id);
     if (err.status === 409) return new E2bError(409, err.message);
     if (err.status === 429) return new E2bError(429, err.message, { 'retry-after': '1' });
@@ -121,12 +122,9 @@ export class SandboxOps {
     const metadata = stringMap(body.metadata, 'metadata');
     const envVars = stringMap(body.envVars, 'envVars');
     const autoPause = optionalBool(body.autoPause, 'autoPause') ?? false;
-    // onTimeout {action: 'pause', keepMemory: false}: a filesystem-only pause, which cannot be had here (the guest's
-    // filesystem is a tmpfs, in its memory); refused like `pause {memory: false}` rather than quietly kept.
-    if (optionalBool(body.autoPauseMemory, 'autoPauseMemory') === false)
-      throw badRequest(
-        'autoPauseMemory: false (onTimeout keepMemory: false) is not supported: a pause keeps memory, which holds the filesystem',
-      );
+    // onTimeout {action: 'pause', keepMemory: false}: a filesystem-only pause at the lease's end (the node's
+    // `pause-filesystem` on-expiry; sandboxd's files-pause.ts), resumed by connect, which reboots it with its files.
+    const filesOnly = autoPause && optionalBool(body.autoPauseMemory, 'autoPauseMemory') === false;
     const internet = optionalBool(body.allow_internet_access, 'allow_internet_access');
     const { publicTraffic, egress } = createNetworkOptions(body.network, internet);
     for (const f of ['mcp', 'volumeMounts', 'iam'] as const) {
@@ -135,6 +133,9 @@ export class SandboxOps {
         throw badRequest(`${f}: not supported by this server`);
     }
     const autoResume = autoResumeOption(body.autoResume);
+    // As e2b's SDKs refuse it: a reboot is asked for by connect, never set off by a request's traffic.
+    if (filesOnly && autoResume)
+      throw badRequest('autoResume: not with autoPauseMemory: false (a filesystem-only pause is resumed by connect)');
     // The lane is the template's (a snapshot's: the sandbox's it was taken of); the options are its tenant layer.
     const net: PoolNet = pool.net === 'egress' ? 'egress' : 'none';
     const tenant = tenantLayerFor(net, egress);
@@ -153,8 +154,12 @@ export class SandboxOps {
             [CocoonAnnotationKeys.size]: pool.size,
             [CocoonAnnotationKeys.net]: net,
             ...(snapshot ? { [CocoonAnnotationKeys.snapshot]: snapshot.ck.id } : {}),
-            ...(autoPause ? { [CocoonAnnotationKeys.onExpiry]: 'hibernate' } : {}),
+            ...(autoPause ? { [CocoonAnnotationKeys.onExpiry]: filesOnly ? 'pause-filesystem' : 'hibernate' } : {}),
             ...(autoResume ? { [E2B_ANNOTATIONS.autoResume]: 'true' } : {}),
+            // The template's idle policy (the alias table's): suspended when idle, woken by its next request.
+            ...(alias?.idleHibernateSeconds
+              ? { [CocoonAnnotationKeys.idleHibernateSeconds]: String(alias.idleHibernateSeconds) }
+              : {}),
             ...(publicTraffic ? { [E2B_PUBLIC_TRAFFIC_ANNOTATION]: 'true' } : {}),
           },
         },
@@ -224,24 +229,44 @@ export class SandboxOps {
   }
 
   /**
-   * Pause: the node's pause (the subresource's too: memory-resident or hibernation, as the node is configured); kept
-   * for the longest lease while paused. 409 when already paused.
+   * Pause: the node's pause (the subresource's too: memory-resident or hibernation, as the node is configured), or
+   * with `filesystem` its files only (`memory: false`: the VM is gone, resume reboots it with them); kept for the
+   * longest lease while paused. 409 when already paused.
    */
-  async pause(id: string): Promise<void> {
+  async pause(id: string, mode: 'default' | 'filesystem' = 'default'): Promise<void> {
     const e = (await this.refresh(this.entry(id))).entry;
     if (stateOf(e) === 'paused') throw new E2bError(409, `sandbox "${id}" is already paused`);
-    await this.verb(e, 'pause');
+    await this.verb(e, 'pause', mode === 'filesystem' ? { mode } : undefined);
     await this.setTimeout(e, MAX_TIMEOUT_SECONDS);
   }
 
-  /** Connect: resume a paused sandbox (true) or find it running (false); the lease is at least `seconds` then. */
+  /**
+   * Connect: resume a paused sandbox (true) or find it running (false); the lease is at least `seconds` then.
+   * `reboot` (onResume 'reboot', `memory: false`): a sandbox paused with its memory resumes from its files only.
+   */
   async connect(
     id: string,
     seconds: number | undefined,
+    reboot = false,
   ): Promise<{ resumed: boolean; entry: SandboxEntry; envdToken: string }> {
-    let { entry } = await this.refresh(this.entry(id));
+    const current = this.entry(id);
+    if (current.hibernationCheckpoint && !this.d.store.nodeAvailable(current.node)) {
+      // Its node is gone: it resumes on a node holding a copy of its hibernation record (docs/placement.md "Resume
+      // anywhere"), as the Sandbox's resume verb does (the same code, the same Event). Its envd token is the new
+      // node's, which this answer carries.
+      try {
+        await this.d.storage.act(this.d.namespace, id, 'resume', {}, [], 'e2b-api');
+      } catch (err) {
+        if (err instanceof StatusFailure) throw new E2bError(err.status.code, err.status.message);
+        throw err;
+      }
+      const moved = await this.setTimeout(this.entry(id), seconds || DEFAULT_TIMEOUT_SECONDS);
+      return { resumed: true, ...(await this.refresh(moved)) };
+    }
+    let { entry } = await this.refresh(current);
     const resumed = stateOf(entry) === 'paused';
     if (resumed) {
+      if (reboot && entry.pauseMode !== 'filesystem') await this.verb(entry, 'pause', { mode: 'filesystem' });
       await this.verb(entry, 'resume');
       entry = await this.setTimeout(entry, seconds || DEFAULT_TIMEOUT_SECONDS);
     } else if (seconds && Date.parse(entry.deadline) < Date.now() + seconds * 1000) {
@@ -349,9 +374,9 @@ export class SandboxOps {
   }
 
   /** The node answers pause and resume with the row, applied at once (both APIs read the new phase). */
-  private async verb(e: SandboxEntry, verb: 'pause' | 'resume'): Promise<void> {
+  private async verb(e: SandboxEntry, verb: 'pause' | 'resume', body?: { mode: 'filesystem' }): Promise<void> {
     const out = (await this.d.client
-      .call(e.node, e.address, 'POST', `/v1/sandboxes/${encodeURIComponent(e.claimId)}/${verb}`)
+      .call(e.node, e.address, 'POST', `/v1/sandboxes/${encodeURIComponent(e.claimId)}/${verb}`, body)
       .catch((err: unknown) => {
         throw nodeFailure(err, e.name);
       })) as { sandbox?: NodeRow };

@@ -16,7 +16,7 @@ import type { SandboxdClient } from '../sandboxes/sandboxd-client.js';
 import type { SandboxStorage } from '../sandboxes/storage.js';
 import type { SandboxStore } from '../sandboxes/store.js';
 import type { ApiKeys } from './api-keys.js';
-import { E2bError, noContent, optionalInt, readJson, sendError, sendJson } from './http.js';
+import { E2bError, noContent, optionalBool, optionalInt, readJson, sendError, sendJson } from './http.js';
 import { deleteSnapshot, listSandboxes, listSnapshots, listTemplates } from './queries.js';
 import { DEFAULT_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS, SandboxOps } from './sandbox-ops.js';
 import type { TemplateAlias } from './templates.js';
@@ -141,15 +141,17 @@ export class E2bApi {
     });
     this.route('POST', '/sandboxes/{id}/pause', async (req, res, [id]) => {
       const body = await readJson(req);
-      if (body.memory === false) throw new E2bError(400, 'memory: false is not supported (a pause keeps memory)');
-      await ops.pause(id!);
+      // `memory: false` (JS keepMemory: false, Python mode="filesystem"): keep the files only.
+      const memory = optionalBool(body.memory, 'memory');
+      await ops.pause(id!, memory === false ? 'filesystem' : 'default');
       noContent(res);
     });
     const connect: Handler = async (req, res, [id]) => {
       const body = await readJson(req);
-      if (body.memory === false) throw new E2bError(400, "memory: false (onResume 'reboot') is not supported");
+      // `memory: false` (onResume 'reboot'): resume from the files only, whichever way it was paused.
+      const reboot = optionalBool(body.memory, 'memory') === false;
       const t = optionalInt(body.timeout, 'timeout', 0, MAX_TIMEOUT_SECONDS);
-      const { resumed, entry, envdToken } = await ops.connect(id!, t);
+      const { resumed, entry, envdToken } = await ops.connect(id!, t, reboot);
       sendJson(res, resumed ? 201 : 200, sandboxView(entry, envdToken, domain));
     };
     this.route('POST', '/v2/sandboxes/{id}/connect', connect);

@@ -40,6 +40,7 @@ export function metadataOf(e: SandboxEntry): Record<string, string> {
 }
 
 /** Paused in either of the node's modes (memory-resident or hibernated), by this API or the pause subresource. */
+/** `Suspended` (hibernated by an idle policy) is running to e2b: the next request wakes it (docs/e2b.md). */
 export const stateOf = (e: SandboxEntry): 'running' | 'paused' =>
   e.phase === 'Paused' || e.phase === 'Hibernated' ? 'paused' : 'running';
 
@@ -90,12 +91,15 @@ export function listedView(e: SandboxEntry) {
 
 /** `SandboxDetail` (getInfo): the listed fields plus the access token, domain and lifecycle. */
 export function detailView(e: SandboxEntry, envdAccessToken: string, domain: string | undefined) {
-  const autoPause = e.object.metadata.annotations?.[CocoonAnnotationKeys.onExpiry] === 'hibernate';
+  const onExpiry = e.object.metadata.annotations?.[CocoonAnnotationKeys.onExpiry];
+  const autoPause = onExpiry === 'hibernate' || onExpiry === 'pause-filesystem';
   return {
     ...listedView(e),
     envdAccessToken,
     domain: domain ?? null,
     ...networkView(e),
     lifecycle: { onTimeout: autoPause ? 'pause' : 'kill', autoResume: autoResumeOf(e) },
+    // What the pause kept, while paused: `filesystem` (files only; resume reboots) or `full` (memory too).
+    ...(stateOf(e) === 'paused' ? { pauseMode: e.pauseMode ?? 'full' } : {}),
   };
 }

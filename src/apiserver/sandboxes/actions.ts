@@ -8,6 +8,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import {
   CocoonAnnotationKeys,
+  idleSecondsAnnotation,
   withoutServerWrittenKeys,
   SandboxExecOptionsSchema,
   SandboxExecResultSchema,
@@ -41,7 +42,8 @@ import {
 import type { ActionSubresource } from '../types.js';
 import { SANDBOXES } from './create.js';
 import { SANDBOX_API_VERSION, type NodeRow, type SandboxEntry, type StoredObject } from './entry.js';
-import { NodeHttpError, type SandboxdClient } from './sandboxd-client.js';
+import { NodeHttpError, NodeUnreachableError, type SandboxdClient } from './sandboxd-client.js';
+import type { Fleet } from './fleet.js';
 import type { SandboxStore } from './store.js';
 import { SandboxVerbEvents } from './verb-events.js';
 
@@ -137,6 +139,8 @@ export class SandboxActions {
     private readonly store: SandboxStore,
     private readonly client: SandboxdClient,
     private readonly events: SandboxVerbEvents = new SandboxVerbEvents(undefined),
+    /** The fleet, where a hibernated sandbox whose node is gone resumes (resumeElsewhere). */
+    private readonly fleet?: Pick<Fleet, 'nodeNames' | 'address' | 'isSynced' | 'isDraining'>,
   ) {}
 
   /**
@@ -157,9 +161,9 @@ export class SandboxActions {
           return out;
         }
         case 'resume': {
-          const out = await this.resume(e);
-          this.events.succeeded(e, { verb: 'resume' }, user);
-          return out;
+          const { answer, moved } = await this.resume(e);
+          this.events.succeeded(e, { verb: 'resume', ...(moved ? { moved } : {}) }, user);
+          return answer;
         }
         case 'fork': {
           const out = await this.fork(e, body as SandboxForkOptions);
@@ -221,9 +225,88 @@ export class SandboxActions {
   }
 
   private async resume(e: SandboxEntry) {
-    const out = (await this.call(e, 'resume')) as { sandbox: NodeRow };
-    this.store.upsert(e.node, e.address, out.sandbox);
-    return { apiVersion: SANDBOX_API_VERSION, kind: 'SandboxResumeOptions' };
+    const answer = { apiVersion: SANDBOX_API_VERSION, kind: 'SandboxResumeOptions' };
+    if (e.hibernationCheckpoint && this.gone(e))
+      return { answer, moved: await this.resumeElsewhere(e, e.hibernationCheckpoint) };
+    try {
+      const out = (await this.call(e, 'resume')) as { sandbox: NodeRow };
+      this.store.upsert(e.node, e.address, out.sandbox);
+      return { answer };
+    } catch (err) {
+      if (!(err instanceof NodeUnreachableError) || !e.hibernationCheckpoint) throw err;
+      return { answer, moved: await this.resumeElsewhere(e, e.hibernationCheckpoint) };
+    }
+  }
+
+  /**
+   * Its node is gone: resume the sandbox on a node that holds a copy of its hibernation record (docs/placement.md
+   * "Resume anywhere"): a claim of the record there carrying the same object and lease, which the store applies as
+   * a move of the object (one MODIFIED). The old claim is superseded: if its node comes back, it is released there.
+   */
+  private async resumeElsewhere(e: SandboxEntry, checkpoint: string) {
+    const nodes = (this.fleet?.nodeNames() ?? []).filter((n) => n !== e.node && this.fleet!.isSynced(n));
+    const path = `/v1/checkpoints/${encodeURIComponent(checkpoint)}`;
+    const probes = await Promise.all(
+      nodes.map(async (node) => {
+        const address = this.fleet!.address(node);
+        if (!address) return undefined;
+        const held = await this.client
+          .call(node, address, 'GET', `/v1/checkpoints?kind=hibernation`, undefined, 5000)
+          .then((r) =>
+            ((r as { checkpoints?: Array<{ id: string }> }).checkpoints ?? []).some((c) => c.id === checkpoint),
+          )
+          .catch(() => false);
+        return held ? { node, address } : undefined;
+      }),
+    );
+    const holders = probes.filter((h): h is { node: string; address: string } => h !== undefined);
+    if (!holders.length)
+      throw serviceUnavailable(
+        `node ${e.node} is unavailable, and no other node holds the hibernation record ${checkpoint} of ${e.key}; retry once the node is back`,
+        5,
+      );
+    const annotations = e.object.metadata.annotations;
+    const idle =
+      idleSecondsAnnotation(annotations) ?? idleSecondsAnnotation(e.object.spec?.podTemplate?.metadata?.annotations);
+    const leftSeconds = Math.ceil((Date.parse(e.deadline) - Date.now()) / 1000);
+    let lastErr: unknown;
+    for (const h of holders) {
+      try {
+        const out = (await this.client.call(
+          h.node,
+          h.address,
+          'POST',
+          `${path}/claim`,
+          {
+            ...(leftSeconds > 0 ? { ttl_seconds: leftSeconds } : {}),
+            ...(annotations?.[CocoonAnnotationKeys.onExpiry] === 'hibernate' ? { on_expiry: 'hibernate' } : {}),
+            ...(typeof idle === 'number' ? { idle_hibernate_seconds: idle } : {}),
+            claim_ref: e.key,
+            object: e.object,
+            no_redirect: true,
+            resumed_from: { node: e.node, claim_id: e.claimId },
+          },
+          SLOW_VERB_TIMEOUT_MS,
+        )) as { sandbox: NodeRow; tier?: string; heal_bytes?: number };
+        if (!this.store.upsert(h.node, h.address, out.sandbox))
+          throw internalError(`the resumed claim of ${e.key} on node ${h.node} was not taken as its move`);
+        // The old claim, on a node still up (draining): released now (a node that is gone is told when it is back).
+        if (this.store.nodeAvailable(e.node))
+          void this.client
+            .release(e.node, e.address, e.claimId)
+            .catch(() => this.store.onStale?.(e.node, e.address, e.claimId));
+        return {
+          from: e.node,
+          to: h.node,
+          checkpoint,
+          ...(this.store.nodeAvailable(e.node) && this.fleet?.isDraining(e.node) ? { draining: true } : {}),
+          ...(out.tier === 'heal' && out.heal_bytes !== undefined ? { fetchedBytes: out.heal_bytes } : {}),
+        };
+      } catch (err) {
+        lastErr = err;
+      }
+    }
+    throw lastErr;
   }
 
   /** Children are named `<parent>-fork-<5 chars>`, labelled with their parent, and carry its spec. */
@@ -298,7 +381,21 @@ export class SandboxActions {
     };
   }
 
-  private async exec(e: SandboxEntry, opts: SandboxExecOptions) {
+  /**
+   * Whether a hibernated sandbox must resume elsewhere: its node is gone (no feed) or draining (it wakes nothing;
+   * docs/sandboxd.md "Draining").
+   */
+  private gone(e: SandboxEntry): boolean {
+    return !this.store.nodeAvailable(e.node) || this.fleet?.isDraining(e.node) === true;
+  }
+
+  private async exec(entry: SandboxEntry, opts: SandboxExecOptions) {
+    let e = entry;
+    // Idle-suspended on a node that is gone or draining: the command wakes it elsewhere (its own node would).
+    if (e.phase === 'Suspended' && e.hibernationCheckpoint && this.gone(e)) {
+      await this.resumeElsewhere(e, e.hibernationCheckpoint);
+      e = this.store.get(e.key) ?? e;
+    }
     const timeout = opts.timeoutSeconds ?? 60;
     const out = (await this.call(
       e,

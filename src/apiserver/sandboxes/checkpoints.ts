@@ -4,6 +4,7 @@
  * (a Sandbox created from a snapshot, the e2b snapshot list, create and delete). One rule, here, so the APIs cannot
  * drift apart.
  */
+import type { SnapshotCopies } from '../../api/index.js';
 import type { Fleet } from './fleet.js';
 import type { SandboxdClient } from './sandboxd-client.js';
 import type { SandboxEntry } from './entry.js';
@@ -19,6 +20,8 @@ export interface CheckpointRow {
   created_at: string;
   /** The pool key of the sandbox it was taken of (its guest template, net, size). */
   key: { template: string; net: string; size: string };
+  /** Where its copies are, as this node last counted (addresses); absent until it has (docs/placement.md). */
+  copies?: { nodes: string[]; want: number; checked_at: string };
 }
 
 /** A checkpoint with the node that holds it and, while it lives, the sandbox it was taken of. */
@@ -95,4 +98,52 @@ export async function deleteNamespaceCheckpoint(
     ),
   );
   return { held, deleted, failed };
+}
+
+/** A node's name by its sandboxd address, from the fleet (NodeInventory's `address`); undefined for a stranger. */
+export function nodeByAddress(fleet: Pick<Fleet, 'nodeNames' | 'address'>): (address: string) => string | undefined {
+  const names = new Map<string, string>();
+  for (const node of fleet.nodeNames()) {
+    const a = fleet.address(node);
+    if (a) names.set(a, node);
+  }
+  return (address) => names.get(address);
+}
+
+/** The most nodes one count may name: a row that names more is not a count this fleet made, and is not shown. */
+const MAX_COPY_NODES = 1024;
+
+/**
+ * One snapshot's copies from the rows of the nodes that hold it: the newest count any of them made (each holder
+ * counts on its own, docs/placement.md "Replicas"), its addresses named by node. Undefined until one has counted;
+ * a row whose `copies` is not the shape sandboxd writes is skipped, not trusted.
+ */
+export function snapshotCopies(
+  held: readonly Pick<HeldCheckpoint, 'ck'>[],
+  nodeAt: (address: string) => string | undefined,
+): SnapshotCopies | undefined {
+  let newest: NonNullable<CheckpointRow['copies']> | undefined;
+  for (const { ck } of held) {
+    const c = ck.copies as unknown;
+    if (!isCopies(c)) continue;
+    if (!newest || Date.parse(c.checked_at) > Date.parse(newest.checked_at)) newest = c;
+  }
+  if (!newest) return undefined;
+  const nodes = [...new Set(newest.nodes.map((a) => nodeAt(a) ?? a))].sort();
+  return { count: nodes.length, want: newest.want, nodes, checkedAt: new Date(newest.checked_at).toISOString() };
+}
+
+function isCopies(c: unknown): c is NonNullable<CheckpointRow['copies']> {
+  if (typeof c !== 'object' || c === null) return false;
+  const { nodes, want, checked_at } = c as Record<string, unknown>;
+  return (
+    Array.isArray(nodes) &&
+    nodes.length <= MAX_COPY_NODES &&
+    nodes.every((n) => typeof n === 'string' && n.length > 0) &&
+    Number.isInteger(want) &&
+    (want as number) >= 1 &&
+    (want as number) <= MAX_COPY_NODES &&
+    typeof checked_at === 'string' &&
+    Number.isFinite(Date.parse(checked_at))
+  );
 }

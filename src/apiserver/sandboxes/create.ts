@@ -8,6 +8,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import {
   CocoonAnnotationKeys,
+  idleSecondsAnnotation,
   ServerWrittenSandboxKeys,
   SandboxV1beta1Schema,
   toOpenApiV3Schema,
@@ -34,7 +35,13 @@ import {
 import { SANDBOX_API_VERSION, toSandbox, type SandboxEntry, type StoredObject } from './entry.js';
 import { checkpointNamespace, namespaceCheckpoints, type HeldCheckpoint } from './checkpoints.js';
 import type { Fleet } from './fleet.js';
-import { NodeHttpError, NodeUnreachableError, type ClaimAnswer, type SandboxdClient } from './sandboxd-client.js';
+import {
+  NodeHttpError,
+  NodeUnreachableError,
+  type ClaimAnswer,
+  type ClaimBody,
+  type SandboxdClient,
+} from './sandboxd-client.js';
 import type { SandboxStore } from './store.js';
 
 export const SANDBOXES: QualifiedResource = { group: 'agents.x-k8s.io', resource: 'sandboxes' };
@@ -198,6 +205,9 @@ export function leaseSeconds(obj: Sandbox, now = Date.now()): number {
   return Number(raw);
 }
 
+/** What a create asks of the lease besides its length: the lease-end action and the idle policy (sandboxd's names). */
+export type LeasePolicy = Pick<ClaimBody, 'on_expiry' | 'idle_hibernate_seconds'>;
+
 export class SandboxCreator {
   /** Names with a claim in flight: a concurrent create of the same name is refused, not raced. */
   private readonly inFlight = new Set<string>();
@@ -216,7 +226,7 @@ export class SandboxCreator {
     name: string;
     key: PoolKeyOf;
     ttl: number;
-    onExpiry: 'hibernate' | undefined;
+    policy: LeasePolicy;
   } {
     const body = req.body;
     if (typeof body !== 'object' || body === null || Array.isArray(body))
@@ -268,15 +278,45 @@ export class SandboxCreator {
     const ttl = leaseSeconds(obj);
     const expiry = meta.annotations?.[CocoonAnnotationKeys.onExpiry];
     const expiryField = `metadata.annotations[${CocoonAnnotationKeys.onExpiry}]`;
-    if (expiry !== undefined && expiry !== 'release' && expiry !== 'hibernate')
-      throw badRequest(`annotation ${CocoonAnnotationKeys.onExpiry}="${expiry}" must be release or hibernate`, [
-        { reason: 'FieldValueNotSupported', field: expiryField, message: 'supported values: "release", "hibernate"' },
-      ]);
-    return { obj, name, key: key.key, ttl, onExpiry: expiry === 'hibernate' ? 'hibernate' : undefined };
+    if (expiry !== undefined && expiry !== 'release' && expiry !== 'hibernate' && expiry !== 'pause-filesystem')
+      throw badRequest(
+        `annotation ${CocoonAnnotationKeys.onExpiry}="${expiry}" must be release, hibernate or pause-filesystem`,
+        [
+          {
+            reason: 'FieldValueNotSupported',
+            field: expiryField,
+            message: 'supported values: "release", "hibernate", "pause-filesystem"',
+          },
+        ],
+      );
+    // The idle policy: on the Sandbox, else on its pod template (where a SandboxTemplate's pod template puts it).
+    const idleField = (where: string) => `${where}.annotations[${CocoonAnnotationKeys.idleHibernateSeconds}]`;
+    const fromMeta = idleSecondsAnnotation(meta.annotations);
+    const fromPod = idleSecondsAnnotation(obj.spec?.podTemplate?.metadata?.annotations);
+    for (const [v, where] of [
+      [fromMeta, 'metadata'],
+      [fromPod, 'spec.podTemplate.metadata'],
+    ] as const)
+      if (typeof v === 'string')
+        throw invalid('Sandbox', SANDBOXES.group, name, [
+          { reason: 'FieldValueInvalid', field: idleField(where), message: `Invalid value: ${v}` },
+        ]);
+    const idle = (fromMeta ?? fromPod) as number | undefined;
+    return {
+      obj,
+      name,
+      key: key.key,
+      ttl,
+      policy: {
+        // pause-filesystem: its files only at the lease's end (sandboxd's files-pause.ts).
+        ...(expiry === 'hibernate' || expiry === 'pause-filesystem' ? { on_expiry: expiry } : {}),
+        ...(idle ? { idle_hibernate_seconds: idle } : {}),
+      },
+    };
   }
 
   async create(req: CreateRequest): Promise<Created> {
-    const { obj, name, key, ttl, onExpiry } = this.validate(req);
+    const { obj, name, key, ttl, policy } = this.validate(req);
     const ns = req.namespace;
     const phase = this.namespaces.phase(ns);
     if (phase === 'missing') throw notFound({ group: '', resource: 'namespaces' }, ns);
@@ -310,7 +350,7 @@ export class SandboxCreator {
         },
       ]);
     const snapshot = obj.metadata?.annotations?.[CocoonAnnotationKeys.snapshot]?.trim();
-    if (snapshot) return this.fromSnapshot(k, snapshot, ttl, stored, req, onExpiry);
+    if (snapshot) return this.fromSnapshot(k, snapshot, ttl, stored, req, policy);
     const network = freshPolicy(req.network);
     if (!this.fleet.servesKey(key) && !req.provisionOnMiss)
       throw serviceUnavailable(
@@ -327,7 +367,7 @@ export class SandboxCreator {
     }
     this.inFlight.add(k);
     try {
-      return await this.claim(k, key, ttl, stored, onExpiry, network, req.provisionOnMiss === true);
+      return await this.claim(k, key, ttl, stored, policy, network, req.provisionOnMiss === true);
     } finally {
       this.inFlight.delete(k);
     }
@@ -343,7 +383,7 @@ export class SandboxCreator {
     ttl: number,
     stored: StoredObject,
     { dryRun, snapshotHolder: given, network }: CreateRequest,
-    onExpiry: 'hibernate' | undefined,
+    policy: LeasePolicy,
   ): Promise<Created> {
     const field = `metadata.annotations[${CocoonAnnotationKeys.snapshot}]`;
     const namespace = stored.metadata.namespace;
@@ -378,7 +418,7 @@ export class SandboxCreator {
         `/v1/checkpoints/${encodeURIComponent(id)}/claim`,
         {
           ...(ttl ? { ttl_seconds: ttl } : {}),
-          ...(onExpiry ? { on_expiry: onExpiry } : {}),
+          ...policy,
           claim_ref: k,
           object: stored,
           ...(network ? { network } : {}),
@@ -390,9 +430,10 @@ export class SandboxCreator {
       if (err instanceof StatusFailure) throw err;
       if (err instanceof NodeHttpError) {
         if (err.status === 409) throw alreadyExists(SANDBOXES, stored.metadata.name);
-        // The node's own answers to a clone it will not make, as plain creates map them.
+        // The node's own answers to a clone it will not make, as plain creates map them (a 429: at capacity, or
+        // draining; the node's message says which).
         if (err.status === 429)
-          throw serviceUnavailable(`node ${holder.node} has no room for a clone of snapshot ${id}: ${err.message}`, 2);
+          throw serviceUnavailable(`node ${holder.node} makes no clone of snapshot ${id} now: ${err.message}`, 2);
         if (err.status === 404)
           throw invalid('Sandbox', SANDBOXES.group, stored.metadata.name, [
             {
@@ -440,7 +481,7 @@ export class SandboxCreator {
     key: PoolKeyOf,
     ttl: number,
     stored: StoredObject,
-    onExpiry: 'hibernate' | undefined,
+    policy: LeasePolicy,
     network: VmNetworkPolicy | undefined,
     provisionOnMiss: boolean,
   ): Promise<Created> {
@@ -469,7 +510,7 @@ export class SandboxCreator {
             net: key.net,
             size: key.size,
             ...(ttl ? { ttl_seconds: ttl } : {}),
-            ...(onExpiry ? { on_expiry: onExpiry } : {}),
+            ...policy,
             claim_ref: k,
             no_redirect: true,
             warm_only: warm !== undefined,

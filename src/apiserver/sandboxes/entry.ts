@@ -49,6 +49,13 @@ export interface NodeRow {
   memory_mib?: number;
   /** The egress policy its VM enforces (absent: the secure default; docs/sandboxd-api.md "Network policy"). */
   network?: VmNetworkPolicy;
+  /** Paused with its files only (docs/sandboxd-api.md "Filesystem pause"): no VM; resume reboots with them. */
+  pause_mode?: 'filesystem';
+  layer_bytes?: number;
+  /** While hibernated on a replicating node: the record another node can resume it from (docs/placement.md). */
+  hibernation_checkpoint?: string;
+  /** A sandbox resumed on this node from another's hibernation record: the claim it was there. */
+  resumed_from?: { node: string; claim_id: string };
 }
 
 export interface SandboxEntry {
@@ -78,6 +85,12 @@ export interface SandboxEntry {
   readonly memoryMiB: number | undefined;
   /** The egress policy as its node reports it (the e2b API shows the tenant layer as `network`). */
   readonly network: VmNetworkPolicy | undefined;
+  /** `filesystem` while paused with its files only (NodeRow.pause_mode); the e2b API's `pauseMode`. */
+  readonly pauseMode?: 'filesystem';
+  /** NodeRow.hibernation_checkpoint: where it resumes from when its node is gone. */
+  readonly hibernationCheckpoint?: string;
+  /** NodeRow.resumed_from: the claim (on another node) this one replaced. */
+  readonly resumedFrom?: { node: string; claimId: string };
   /** This server's resourceVersion of the entry (set when the change is applied). */
   readonly rv: string;
 }
@@ -108,6 +121,9 @@ export function entryFromRow(row: NodeRow, node: string, address: string, rv: st
     vcpus: row.vcpus,
     memoryMiB: row.memory_mib,
     network: row.network,
+    ...(row.pause_mode === 'filesystem' ? { pauseMode: 'filesystem' as const } : {}),
+    ...(row.hibernation_checkpoint ? { hibernationCheckpoint: row.hibernation_checkpoint } : {}),
+    ...(row.resumed_from ? { resumedFrom: { node: row.resumed_from.node, claimId: row.resumed_from.claim_id } } : {}),
     rv,
   };
 }
@@ -120,6 +136,7 @@ export function sameContent(a: SandboxEntry, b: SandboxEntry): boolean {
   return (
     a.claimId === b.claimId &&
     a.phase === b.phase &&
+    a.pauseMode === b.pauseMode &&
     a.deadline === b.deadline &&
     a.node === b.node &&
     a.address === b.address &&

@@ -20,6 +20,8 @@ interface NodeState {
   /** Warm VMs per pool key string, from the feed; adjusted locally by this server's own claims. */
   warm: Map<string, number>;
   targets: Map<string, number>;
+  /** The node drains (its feed says so): it refuses claims, so no create is placed there. */
+  draining: boolean;
 }
 
 export type InventoryObj = NodeInventory & { metadata: ObjectMeta };
@@ -78,6 +80,11 @@ export class Fleet {
     return this.nodes.get(node)?.feed.isSynced ?? false;
   }
 
+  /** The node says it is draining (docs/sandboxd.md "Draining"): it makes and wakes nothing. */
+  isDraining(node: string): boolean {
+    return this.nodes.get(node)?.draining ?? false;
+  }
+
   /** Every known node has been synced once (or failed to connect once); readiness waits for this, bounded. */
   allSynced(): boolean {
     return [...this.nodes.values()].every((n) => n.feed.isSynced || n.feed.stats.failures > 0);
@@ -105,7 +112,7 @@ export class Fleet {
     const out: Candidate[] = [];
     for (const n of this.nodes.values()) {
       const warm = n.warm.get(k) ?? 0;
-      if (warm > 0 && n.feed.isSynced) out.push({ node: n.name, address: n.address, warm });
+      if (warm > 0 && n.feed.isSynced && !n.draining) out.push({ node: n.name, address: n.address, warm });
     }
     return out;
   }
@@ -117,7 +124,7 @@ export class Fleet {
    */
   provisioners(key: PoolKeyOf): Candidate[] {
     const k = poolKeyString(key);
-    const synced = [...this.nodes.values()].filter((n) => n.feed.isSynced);
+    const synced = [...this.nodes.values()].filter((n) => n.feed.isSynced && !n.draining);
     const shuffled = synced
       .map((n) => ({ n, r: this.random() }))
       .sort((a, b) => a.r - b.r)
@@ -177,6 +184,7 @@ export class Fleet {
       address,
       warm: new Map(),
       targets: new Map(),
+      draining: false,
       feed: new NodeFeed(
         name,
         address,
@@ -187,7 +195,7 @@ export class Fleet {
             this.store.setNodeAvailable(node, synced);
             this.changed();
           },
-          onPools: (node, pools) => this.setPools(node, pools),
+          onPools: (node, pools, draining) => this.setPools(node, pools, draining),
         },
         this.log,
       ),
@@ -197,9 +205,12 @@ export class Fleet {
     state.feed.start();
   }
 
-  private setPools(node: string, pools: PoolCapacityRow[]): void {
+  private setPools(node: string, pools: PoolCapacityRow[], draining: boolean): void {
     const n = this.nodes.get(node);
     if (!n) return;
+    if (n.draining !== draining)
+      this.log.info({ node, draining }, draining ? 'node draining: no creates placed there' : 'node undrained');
+    n.draining = draining;
     n.warm = new Map(pools.map((p) => [poolKeyString(p.key), p.warm]));
     n.targets = new Map(pools.map((p) => [poolKeyString(p.key), p.target]));
     this.changed();

@@ -22,14 +22,15 @@ type FeedLine =
   | { type: 'BEGIN'; rv: number }
   | { type: 'ADDED' | 'MODIFIED'; sandbox: NodeRow }
   | { type: 'DELETED'; sandbox: { id: string; rv: number } }
-  | { type: 'SYNCED'; rv: number; pools: PoolCapacityRow[] }
-  | { type: 'POOLS'; pools: PoolCapacityRow[] }
+  | { type: 'SYNCED'; rv: number; pools: PoolCapacityRow[]; draining?: boolean }
+  | { type: 'POOLS'; pools: PoolCapacityRow[]; draining?: boolean }
   | { type: 'PING' };
 
 export interface NodeFeedEvents {
   /** Connected and the snapshot applied (`true`), or the feed broke (`false`). */
   onState(node: string, synced: boolean): void;
-  onPools(node: string, pools: PoolCapacityRow[]): void;
+  /** `draining`: the node refuses new claims (docs/sandboxd.md "Draining"); placement skips it. */
+  onPools(node: string, pools: PoolCapacityRow[], draining: boolean): void;
 }
 
 const SILENCE_MS = 15_000;
@@ -127,13 +128,13 @@ export class NodeFeed {
         const removed = seen ? this.store.reconcileNode(this.node, ev.rv, seen) : 0;
         this.synced = true;
         this.backoffMs = 250;
-        this.events.onPools(this.node, ev.pools);
+        this.events.onPools(this.node, ev.pools, ev.draining === true);
         this.events.onState(this.node, true);
         this.log.info({ node: this.node, sandboxes: seen?.size ?? 0, removed }, 'node feed synced');
         return undefined;
       }
       case 'POOLS':
-        this.events.onPools(this.node, ev.pools);
+        this.events.onPools(this.node, ev.pools, ev.draining === true);
         return seen;
       case 'PING':
         return seen;

@@ -16,7 +16,9 @@ export interface ClaimBody {
   size: string;
   ttl_seconds?: number;
   /** At the lease's end: release (default) or hibernate. */
-  on_expiry?: 'hibernate';
+  on_expiry?: 'hibernate' | 'pause-filesystem';
+  /** Idle policy: hibernate after this many seconds without use (docs/sandboxd.md "Idle suspend"). */
+  idle_hibernate_seconds?: number;
   claim_ref: string;
   /** Answer only for this node: no redirect to peers. */
   no_redirect: true;

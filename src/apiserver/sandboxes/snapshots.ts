@@ -7,7 +7,7 @@
  * by its snapshotID, and the same id held by several nodes (pulled copies, docs/placement.md) is one object.
  */
 import { createHash } from 'node:crypto';
-import { kubeTime, SandboxSnapshotV1beta1Schema, type KubeObject } from '../../api/index.js';
+import { kubeTime, SandboxSnapshotV1beta1Schema, type KubeObject, type SnapshotCopies } from '../../api/index.js';
 import type { ListOptions } from '../list-options.js';
 import { humanDuration, type Renderer } from '../render.js';
 import {
@@ -24,6 +24,8 @@ import {
   checkpointNamespace,
   deleteNamespaceCheckpoint,
   namespaceCheckpoints,
+  nodeByAddress,
+  snapshotCopies,
   type HeldCheckpoint,
 } from './checkpoints.js';
 import { SANDBOX_API_VERSION } from './entry.js';
@@ -39,6 +41,8 @@ export interface SnapshotItem {
   id: string;
   namespace: string;
   held: HeldCheckpoint[];
+  /** Where its copies are, by node name, as a holder last counted them (absent until one has). */
+  copies?: SnapshotCopies;
 }
 
 /** A stable UID from the id (the object has no etcd record to keep one in), for delete preconditions. */
@@ -75,6 +79,7 @@ function toObject(item: SnapshotItem): KubeObject {
     ...(ck.name ? { snapshotName: ck.name } : {}),
     ...(sandbox ? { sandboxName: sandbox } : {}),
     nodeNames: nodesOf(item),
+    ...(item.copies ? { copies: item.copies } : {}),
     template: ck.key.template,
     net: ck.key.net,
     size: ck.key.size,
@@ -103,6 +108,13 @@ const COLUMNS: readonly TableColumn<SnapshotItem>[] = [
     description: 'The nodes that hold a copy',
     priority: 0,
     cell: (i) => nodesOf(i).join(','),
+  },
+  {
+    name: 'Copies',
+    type: 'string',
+    description: 'Nodes that held it / nodes that should, at the last count (empty until a node has counted)',
+    priority: 0,
+    cell: (i) => (i.copies ? `${i.copies.count}/${i.copies.want}` : ''),
   },
   {
     name: 'Age',
@@ -168,7 +180,12 @@ export class SnapshotStorage {
       byKey.set(key, item);
     }
     const items = [...byKey.entries()].sort(([a], [b]) => a.localeCompare(b)).map(([, i]) => i);
-    for (const i of items) i.held.sort((a, b) => b.ck.created_at.localeCompare(a.ck.created_at));
+    const nodeAt = nodeByAddress(this.fleet);
+    for (const i of items) {
+      i.held.sort((a, b) => b.ck.created_at.localeCompare(a.ck.created_at));
+      const copies = snapshotCopies(i.held, nodeAt);
+      if (copies) i.copies = copies;
+    }
     return { items, unreachable: unreachable.sort() };
   }
 

@@ -140,7 +140,7 @@ export class SandboxStorage {
     events?: SandboxVerbEvents,
   ) {
     this.creator = new SandboxCreator(store, fleet, client, namespaces, log);
-    this.actions = new SandboxActions(store, client, events);
+    this.actions = new SandboxActions(store, client, events, fleet);
     this.descriptor = {
       group: SANDBOXES.group,
       version: 'v1beta1',

@@ -22,6 +22,13 @@ export class SandboxStore {
   private readonly keys = new SortedKeys();
   private readonly tombstones = new Map<string, number>();
   private readonly unavailable = new Set<string>();
+  /**
+   * Claims whose sandbox resumed on another node (claim id → the claim that replaced it): a row of one, from a node
+   * that comes back, is never served again, and its node is told to release it (`onStale`).
+   */
+  private readonly moved = new Map<string, string>();
+  /** Called with a claim that `moved` superseded when its node reports it again (build.ts releases it there). */
+  onStale: ((node: string, address: string, claimId: string) => void) | undefined;
 
   constructor(
     private readonly logger: Logger,
@@ -76,11 +83,37 @@ export class SandboxStore {
   /** A row from `node`'s feed or a claim answer. Rows without a Kubernetes identity are not served. */
   upsert(node: string, address: string, row: NodeRow): SandboxEntry | undefined {
     if (this.isTombstoned(row.id)) return undefined;
+    if (this.moved.has(row.id)) {
+      this.onStale?.(node, address, row.id);
+      return undefined;
+    }
     const existing = this.byClaim.get(row.id);
     if (existing && existing.nodeRv >= row.rv && existing.address === address) return existing;
     const draft = entryFromRow(row, node, address, '');
     if (!draft) return undefined;
     const holder = this.byKey.get(draft.key);
+    if (holder && holder.claimId !== draft.claimId && draft.resumedFrom?.claimId === holder.claimId) {
+      // The sandbox resumed on another node from its hibernation record (docs/placement.md "Resume anywhere"): the
+      // same object, moved. One MODIFIED (new node, new claim), never a DELETED and an ADDED.
+      this.moved.set(holder.claimId, draft.claimId);
+      this.unindex(holder);
+      const rv = this.log.nextVersion();
+      const next: SandboxEntry = { ...draft, rv: rv.toString() };
+      this.index(next);
+      this.log.publish({ rv, type: 'MODIFIED', prev: holder, next });
+      this.logger.info(
+        { sandbox: draft.key, from: holder.node, to: node, claim: draft.claimId },
+        'sandbox moved to another node',
+      );
+      return next;
+    }
+    if (holder && holder.claimId !== draft.claimId && holder.resumedFrom?.claimId === draft.claimId) {
+      // The claim it moved from, reported by its node (back after the move, or a server restart's feeds in this
+      // order): superseded.
+      this.moved.set(draft.claimId, holder.claimId);
+      this.onStale?.(node, address, draft.claimId);
+      return undefined;
+    }
     if (holder && holder.claimId !== draft.claimId) {
       // Two live claims under one name can only come from outside this server's create (which refuses a live
       // name): another replica's race, or a direct node API call. Serve the first; the other keeps its lease.
@@ -93,7 +126,12 @@ export class SandboxStore {
     if (existing && sameContent(existing, draft)) {
       // A change readers cannot see (the node's own bookkeeping, a new egress policy, which the Sandbox object does
       // not show): keep the version, note the node's counter and what the e2b API reads.
-      const kept: SandboxEntry = { ...existing, nodeRv: row.rv, network: draft.network };
+      const kept: SandboxEntry = {
+        ...existing,
+        nodeRv: row.rv,
+        network: draft.network,
+        hibernationCheckpoint: draft.hibernationCheckpoint,
+      };
       this.index(kept);
       return kept;
     }

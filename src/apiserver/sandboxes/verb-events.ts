@@ -23,6 +23,7 @@ export const SandboxVerbReasons = {
   resumeFailed: 'SandboxResumeFailed',
   forkFailed: 'SandboxForkFailed',
   snapshotFailed: 'SandboxSnapshotFailed',
+  resumedElsewhere: 'SandboxResumedOnAnotherNode',
 } as const;
 
 /** The verbs that record an Event (exec does not). */
@@ -36,7 +37,11 @@ const FAILED: Record<string, string> = {
 /** What a verb answered, as far as its Event says it. */
 export type VerbOutcome =
   | { verb: 'pause'; mode: 'Memory' | 'Hibernate' }
-  | { verb: 'resume' }
+  | {
+      verb: 'resume';
+      /** Resumed on another node from its hibernation record (docs/placement.md "Resume anywhere"). */
+      moved?: { from: string; to: string; checkpoint: string; fetchedBytes?: number; draining?: boolean };
+    }
   | { verb: 'fork'; children: string[] }
   | { verb: 'snapshot'; snapshotID: string; name?: string; nodeName: string };
 
@@ -54,6 +59,13 @@ export function verbSucceededEvent(o: VerbOutcome, user: string): EventSpec {
           }
         : { type: 'Normal', reason: SandboxVerbReasons.paused, action: 'Pause', note: `Paused ${by}` };
     case 'resume':
+      if (o.moved)
+        return {
+          type: 'Normal',
+          reason: SandboxVerbReasons.resumedElsewhere,
+          action: 'Resume',
+          note: `Resumed ${by} on node ${o.moved.to}: node ${o.moved.from} is ${o.moved.draining ? 'draining' : 'unavailable'}; from hibernation record ${o.moved.checkpoint}, ${o.moved.fetchedBytes !== undefined ? `fetched from a peer (${o.moved.fetchedBytes} bytes)` : 'held there'}`,
+        };
       return { type: 'Normal', reason: SandboxVerbReasons.resumed, action: 'Resume', note: `Resumed ${by}` };
     case 'fork':
       return {

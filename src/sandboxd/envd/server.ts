@@ -17,7 +17,7 @@ import { guardRequests, guardUpgrades } from '../../net/guard.js';
 import { requestTarget } from '../../net/request-target.js';
 import { listenOn, streamingServerOptions } from '../../net/serve.js';
 import type { NodeEngine, SandboxRecord } from '../engine.js';
-import { hasAccessToken } from '../../api/envd-access.js';
+import { hasAccessToken, isAuthorizedRequest } from '../../api/envd-access.js';
 import { sendJsonError } from './errors.js';
 import { serveFiles } from './files-http.js';
 import { filesystemService } from './filesystem-service.js';
@@ -106,6 +106,17 @@ export class EnvdServer {
           socket.end('HTTP/1.1 404 Not Found\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
           return;
         }
+        if (this.mayWake(req, sbx.ctx, sbx.port)) {
+          socket.pause();
+          void this.opts.engine.idle.ensureAwake(sbx.id).then(
+            () => {
+              socket.resume();
+              this.server.emit('upgrade', req, socket, head);
+            },
+            () => socket.end('HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-length: 0\r\n\r\n'),
+          );
+          return;
+        }
         if (sbx.ctx.record.paused || sbx.ctx.record.hibernated) {
           socket.end('HTTP/1.1 502 Bad Gateway\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
           return;
@@ -134,11 +145,23 @@ export class EnvdServer {
     for (const res of live) res.destroy();
   }
 
+  /**
+   * Whether this request wakes its sandbox: it is idle-suspended, and the request is one the node would serve (its
+   * token, a valid signed URL, or what the port accepts). An unauthenticated request (a port scan, a tokenless
+   * /health) must not make the node spend a VM on someone's sandbox; it gets the paused answer below.
+   */
+  private mayWake(req: IncomingMessage, ctx: SandboxContext, port: number): boolean {
+    return ctx.record.hibernated && ctx.record.idleSuspended === true && isAuthorizedRequest(req, port, ctx);
+  }
+
   private track(id: string, res: ServerResponse): void {
     let live = this.inFlight.get(id);
     if (!live) this.inFlight.set(id, (live = new Set()));
     live.add(res);
+    // In flight is in use: a stream held open keeps its sandbox awake (idle.ts).
+    const done = this.opts.engine.idle.hold(id);
     res.once('close', () => {
+      done();
       live.delete(res);
       if (!live.size && this.inFlight.get(id) === live) this.inFlight.delete(id);
     });
@@ -160,6 +183,20 @@ export class EnvdServer {
     const ctx = this.contexts.get(t.id);
     if (!ctx) {
       sendJsonError(res, 502, `The sandbox ${t.id} was not found`, { sandboxId: t.id });
+      return;
+    }
+    if (this.mayWake(req, ctx, t.port)) {
+      // Idle-suspended (idle.ts): the request waits for the wake, then is served as if the VM had been running.
+      req.pause();
+      void this.opts.engine.idle.ensureAwake(t.id).then(
+        () => this.handle(req, res),
+        (err: unknown) => {
+          sendJsonError(res, 503, `The sandbox ${t.id} could not be woken: ${(err as Error).message}`, {
+            sandboxId: t.id,
+          });
+          req.resume();
+        },
+      );
       return;
     }
     // A paused sandbox answers nothing, as on e2b, where it has no VM until resumed: 502 is what both SDKs take for

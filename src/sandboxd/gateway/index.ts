@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { SandboxError } from '../../errors.js';
 import { describePoolKey, poolKeyString, type PoolKeyOf } from '../../api/pool-key.js';
 import type { EventRecorder, KubeClient } from '../../kube/index.js';
-import { AGENTS_GROUP, HUB_VERSION } from '../../api/index.js';
+import { AGENTS_GROUP, HUB_VERSION, idleSecondsAnnotation } from '../../api/index.js';
 import type { Logger } from '../../log/logger.js';
 import type { Answer } from '../claim-gateway.js';
 import type { NodeEngine } from '../engine.js';
@@ -138,11 +138,16 @@ export class KubeClaimGateway {
         `node ${this.o.engine.nodeName} serves no warm pool for SandboxWarmPool ${req.namespace}/${req.warmPool} (${describePoolKey(pool.key)})`,
         { hint: 'claim on a node that does, or wait for the warm-pool driver to fill it' },
       );
+    // The template's idle policy, from its pod template (as the CRD layout's Pods carry it).
+    const idle = idleSecondsAnnotation(pool.podTemplate?.metadata?.annotations);
+    if (typeof idle === 'string')
+      throw new SandboxError('sandboxd.bad-request', `SandboxTemplate ${req.namespace}/${pool.template}: ${idle}`);
     const body = {
       template: pool.key.template,
       net: pool.key.net,
       size: pool.key.size,
       ...(req.ttlSeconds ? { ttl_seconds: req.ttlSeconds } : {}),
+      ...(idle ? { idle_hibernate_seconds: idle } : {}),
       claim_ref: `${req.namespace}/${req.name}`,
       no_redirect: true,
       object: sandboxObject(req, pool, user),

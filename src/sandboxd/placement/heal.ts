@@ -134,6 +134,7 @@ export class Healer {
           ...(meta.name ? { name: meta.name } : {}),
           sandboxId: meta.sandbox_id,
           ...(meta.claim_ref ? { claimRef: meta.claim_ref } : {}),
+          ...(meta.kind ? { kind: meta.kind } : {}),
           key: meta.key,
           createdAt: meta.created_at,
           files,

@@ -39,6 +39,7 @@ const MetaSchema = Type.Object(
     name: Type.Optional(Type.String({ maxLength: 253 })),
     sandbox_id: Type.String({ maxLength: 64 }),
     claim_ref: Type.Optional(Type.String({ maxLength: 512 })),
+    kind: Type.Optional(Type.Literal('hibernation')),
     key: Type.Object(
       {
         template: Type.String({ minLength: 1, maxLength: 253 }),

@@ -85,6 +85,23 @@ export class Replicator {
     return this.seen.get(id);
   }
 
+  /**
+   * NodeInventory's numbers (docs/placement.md "Replicas"): of the checkpoints held now, how many a pass has counted
+   * and how many of those had fewer copies than wanted. Counts only, no times, so an unchanged fleet publishes an
+   * unchanged object (the publisher skips it).
+   */
+  summary(): { replicas: number; counted: number; underReplicated: number } {
+    let counted = 0;
+    let underReplicated = 0;
+    for (const ck of this.opts.store.list()) {
+      const c = this.seen.get(ck.id);
+      if (!c) continue;
+      counted++;
+      if (c.nodes.length < c.want) underReplicated++;
+    }
+    return { replicas: this.opts.replicas, counted, underReplicated };
+  }
+
   /** Run a pass soon (a checkpoint was taken or published here). */
   kick(): void {
     this.kicked = true;

@@ -5,6 +5,7 @@ import type { Logger } from '../../log/logger.js';
 import type { CheckpointRecord, NodeEngine } from '../engine.js';
 import {
   json,
+  idleSecondsOf,
   onExpiryOf,
   optionalInt,
   optionalString,
@@ -83,10 +84,15 @@ export function registerCheckpointRoutes(
     },
   });
 
-  api.route('GET', '/v1/checkpoints', async (_q, res, who) => {
+  api.route('GET', '/v1/checkpoints', async (_q, res, who, _p, url) => {
     requireOperator(who);
+    // Hibernation records are not snapshots: listed only when asked for (`?kind=hibernation`, or `all`).
+    const kind = url.searchParams.get('kind') ?? 'snapshot';
+    const listed = engine
+      .listCheckpoints()
+      .filter((ck) => kind === 'all' || (kind === 'hibernation') === (ck.kind === 'hibernation'));
     json(res, 200, {
-      checkpoints: engine.listCheckpoints().map((ck) => {
+      checkpoints: listed.map((ck) => {
         const copies = p.replicator?.copiesOf(ck.id);
         return { ...checkpointRow(ck), ...(copies ? { copies } : {}) };
       }),
@@ -151,6 +157,8 @@ export function registerCheckpointRoutes(
     // A live (or being made) claim_ref is 409 before a redirect or a pull; the engine holds the ref over its clone.
     if (identity) engine.assertClaimRefFree(identity.claimRef);
     const onExpiry = onExpiryOf(body);
+    const idle = idleSecondsOf(body);
+    const resumedFrom = resumedFromOf(body.resumed_from);
     // The clone enforces the checkpoint's policy with the layers given here in place of its own (null: the default).
     // Checked before a redirect or a pull.
     const given = body.network;
@@ -158,13 +166,18 @@ export function registerCheckpointRoutes(
       given == null ? undefined : (inherited?: VmNetworkPolicy) => updatedPolicy(inherited, given, who, 'network');
     network?.(undefined);
     const noRedirect = body.no_redirect === true;
-    const answer = (tier: ClaimTier, status: number, payload: unknown) => {
+    let healBytes: number | undefined;
+    // The tier is also in the body (`tier`, `heal_bytes` for a pull), for callers that read JSON only (a resume
+    // elsewhere says in its Event whether it had to fetch the record).
+    const answer = (tier: ClaimTier, status: number, payload: object) => {
       claims.inc({ tier });
       res.setHeader('x-sandboxd-checkpoint-tier', tier);
-      json(res, status, payload);
+      // A redirect names the owners and nothing else (the caller claims there).
+      if ('redirect' in payload) return json(res, status, payload);
+      json(res, status, { ...payload, tier, ...(healBytes !== undefined ? { heal_bytes: healBytes } : {}) });
     };
     if (engine.checkpointStore.get(id!)) {
-      const rec = await engine.claimCheckpoint(id!, ttl, identity, onExpiry, network);
+      const rec = await engine.claimCheckpoint(id!, ttl, identity, onExpiry, network, idle, resumedFrom);
       return answer('local', 200, claimAnswer(rec, engine.advertiseAddr));
     }
     if (!engine.hasRoom())
@@ -184,6 +197,7 @@ export function registerCheckpointRoutes(
       heals.inc({ result: 'ok' });
       // What the pull cost (bytes of files, ms from the first request to the rename), for callers and benchmarks.
       res.setHeader('x-sandboxd-heal-bytes', String(healed.bytes));
+      healBytes = healed.bytes;
       res.setHeader('x-sandboxd-heal-ms', healed.ms.toFixed(1));
     } catch (err) {
       if (err instanceof SandboxError && err.code === 'placement.busy') {
@@ -200,7 +214,7 @@ export function registerCheckpointRoutes(
       });
     }
     await engine.saveState();
-    const rec = await engine.claimCheckpoint(id!, ttl, identity, onExpiry, network);
+    const rec = await engine.claimCheckpoint(id!, ttl, identity, onExpiry, network, idle, resumedFrom);
     return answer('heal', 200, claimAnswer(rec, engine.advertiseAddr));
   });
 
@@ -259,6 +273,7 @@ export function recordMeta(ck: CheckpointRecord, nodeName: string, files: Record
     ...(ck.name ? { name: ck.name } : {}),
     sandbox_id: ck.sandboxId,
     ...(ck.claimRef ? { claim_ref: ck.claimRef } : {}),
+    ...(ck.kind ? { kind: ck.kind } : {}),
     key: ck.key,
     created_at: ck.createdAt,
     origin: ck.origin ?? nodeName,
@@ -273,8 +288,20 @@ export function checkpointRow(ck: CheckpointRecord) {
     ...(ck.name ? { name: ck.name } : {}),
     sandbox_id: ck.sandboxId,
     ...(ck.claimRef ? { claim_ref: ck.claimRef } : {}),
+    ...(ck.kind ? { kind: ck.kind } : {}),
     key: ck.key,
     created_at: ck.createdAt,
     ...(ck.origin ? { origin: ck.origin, via: ck.via ?? [] } : {}),
   };
+}
+
+/** A checkpoint claim's `resumed_from` (the fleet's root: a sandbox moved from a node that is gone). */
+function resumedFromOf(v: unknown): { node: string; claimId: string } | undefined {
+  if (v === undefined || v === null) return undefined;
+  const o = v as { node?: unknown; claim_id?: unknown };
+  if (typeof o !== 'object' || typeof o.node !== 'string' || typeof o.claim_id !== 'string' || !o.node || !o.claim_id)
+    throw new SandboxError('sandboxd.bad-request', 'resumed_from: must be {node, claim_id}, both strings');
+  if (o.node.length > 253 || o.claim_id.length > 64)
+    throw new SandboxError('sandboxd.bad-request', 'resumed_from: node or claim_id too long');
+  return { node: o.node, claimId: o.claim_id };
 }

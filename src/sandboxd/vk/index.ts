@@ -13,6 +13,7 @@ import { KubeletServer, type KubeletTls } from './kubelet-server.js';
 import { heartbeatNodeStatus, registerNode, renewLease, type NodeSpecInput } from './node-registration.js';
 import { PodLifecycle } from './pod-lifecycle.js';
 import { PodLogs } from './pod-logs.js';
+import { watchCordons, type CordonListener } from './node-cordon.js';
 import type { Node, VirtualNodeKind } from './types.js';
 
 export type { KubeletTls } from './kubelet-server.js';
@@ -51,6 +52,8 @@ export interface VirtualNodesOptions {
   statusHeartbeatMs?: number;
   /** How often each bound pod is re-checked (VM health, lease). @default 30000 */
   podResyncMs?: number;
+  /** Told when one of the Nodes is cordoned or uncordoned (node-cordon.ts); sandboxd drains on it. */
+  onCordon?: CordonListener;
 }
 
 export interface VirtualNodeInfo {
@@ -95,6 +98,7 @@ export async function startVirtualNodes(opts: VirtualNodesOptions): Promise<Virt
   const inputs: Array<{ input: NodeSpecInput; node: Node; since: string }> = [];
   const timers: NodeJS.Timeout[] = [];
   let running: Promise<void> | undefined;
+  let cordons: Promise<void> | undefined;
   let stopped: Promise<void> | undefined;
 
   async function stop(stopOpts: { deleteNodes?: boolean } = {}): Promise<void> {
@@ -104,6 +108,7 @@ export async function startVirtualNodes(opts: VirtualNodesOptions): Promise<Virt
       for (const t of timers) clearInterval(t);
       await Promise.all(servers.map((s) => s.close()));
       await running?.catch(() => undefined);
+      await cordons?.catch(() => undefined);
       if (stopOpts.deleteNodes)
         for (const n of infos)
           await opts.client.delete(Nodes, undefined, n.name).catch((err: unknown) => {
@@ -156,6 +161,14 @@ export async function startVirtualNodes(opts: VirtualNodesOptions): Promise<Virt
         opts.statusHeartbeatMs ?? 60_000,
       ),
     );
+    if (opts.onCordon)
+      cordons = watchCordons(
+        opts.client,
+        infos.map((n) => n.name),
+        opts.onCordon,
+        ctrl.signal,
+        log,
+      );
     const synced = new Promise<void>((resolve) => pods.once('synced', resolve));
     running = pods.run(ctrl.signal);
     running.catch((err: unknown) => log.error({ err }, 'pod lifecycle stopped'));

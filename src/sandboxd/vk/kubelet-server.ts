@@ -208,6 +208,20 @@ export class KubeletServer {
       const parts = pathSegments(url);
       const [root] = parts;
       const upgrade = (req.headers.upgrade ?? '').toLowerCase();
+      const asleep =
+        root === 'exec' || root === 'portForward' ? this.idleSuspendedClaim(parts[1], parts[2]) : undefined;
+      if (asleep) {
+        // Idle-suspended (src/sandboxd/idle.ts): the session waits for the wake, then is served as usual.
+        socket.pause();
+        void this.opts.engine.idle.ensureAwake(asleep).then(
+          () => {
+            socket.resume();
+            this.onUpgrade(req, socket, head);
+          },
+          (err: unknown) => this.refuseUpgrade(req, socket, err),
+        );
+        return;
+      }
       if (upgrade === 'spdy/3.1' && root === 'portForward' && (parts.length === 3 || parts.length === 4)) {
         // Older clients (and the apiserver's SPDY fallback): port-forward is SPDY either way, so serve it raw too.
         const versions = String(req.headers['x-stream-protocol-version'] ?? '')
@@ -220,6 +234,7 @@ export class KubeletServer {
           );
         const { claimId } = this.runningPod(parts[1] ?? '', parts[2] ?? '');
         const vm = this.opts.engine.vm(claimId);
+        this.holdWhileOpen(claimId, socket);
         socket.write(
           `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: ${PORT_FORWARD_SPDY_PROTOCOL}\r\n\r\n`,
         );
@@ -249,6 +264,7 @@ export class KubeletServer {
         if ('error' in parsed) throw new SandboxError('kubelet.bad-request', parsed.error);
         const { claimId } = this.runningPod(ns, name, container);
         const vm = this.opts.engine.vm(claimId);
+        this.holdWhileOpen(claimId, socket);
         this.upgrade(req, socket, head, protocol, (ws) => {
           const log = this.log.child({ pod: `${ns}/${name}` });
           log.info({ tty: parsed.tty }, 'exec session');
@@ -266,6 +282,7 @@ export class KubeletServer {
           if ('error' in parsed) throw new SandboxError('kubelet.bad-request', parsed.error);
           const { pod, claimId } = this.runningPod(ns, name);
           const vm = this.opts.engine.vm(claimId);
+          this.holdWhileOpen(claimId, socket);
           this.upgrade(req, socket, head, channel, (ws) => {
             const log = this.log.child({ pod: `${ns}/${name}` });
             log.info({ transport: channel || 'channel (binary)', ports: parsed.ports }, 'port-forward session');
@@ -280,6 +297,7 @@ export class KubeletServer {
           );
         const { claimId } = this.runningPod(ns, name);
         const vm = this.opts.engine.vm(claimId);
+        this.holdWhileOpen(claimId, socket);
         this.upgrade(req, socket, head, protocol, (ws) => {
           this.log.info({ pod: `${ns}/${name}` }, 'port-forward session');
           servePortForward(ws, protocol, vm, url.searchParams, this.log);
@@ -293,17 +311,36 @@ export class KubeletServer {
         );
       throw new SandboxError('kubelet.not-found', `no route for upgrade ${url.pathname}`);
     } catch (err) {
-      const { status, reason } = httpErrorOf('kubelet', err);
-      const message = messageOf(err);
-      this.log.info(
-        { path: req.url, upgrade: req.headers.upgrade, code: status, reason: message },
-        'kubelet API upgrade refused',
-      );
-      const body = statusBody(status, reason, message);
-      socket.end(
-        `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
-      );
+      this.refuseUpgrade(req, socket, err);
     }
+  }
+
+  /** The claim of pod `<ns>/<name>` on this node when its idle policy has suspended it (src/sandboxd/idle.ts). */
+  private idleSuspendedClaim(ns: string | undefined, name: string | undefined): string | undefined {
+    const pod = ns && name ? this.opts.pods.pod(ns, name) : undefined;
+    if (!pod || pod.spec.nodeName !== this.opts.nodeName) return undefined;
+    const claim = this.opts.pods.claimOf(pod);
+    const rec = claim ? this.opts.engine.get(claim.id) : undefined;
+    return rec?.hibernated && rec.idleSuspended ? rec.id : undefined;
+  }
+
+  /** An exec or port-forward session is use of its sandbox while it is open, however quiet (idle.ts). */
+  private holdWhileOpen(claimId: string, socket: Duplex): void {
+    const done = this.opts.engine.idle.hold(claimId);
+    socket.once('close', done);
+  }
+
+  private refuseUpgrade(req: IncomingMessage, socket: Duplex, err: unknown): void {
+    const { status, reason } = httpErrorOf('kubelet', err);
+    const message = messageOf(err);
+    this.log.info(
+      { path: req.url, upgrade: req.headers.upgrade, code: status, reason: message },
+      'kubelet API upgrade refused',
+    );
+    const body = statusBody(status, reason, message);
+    socket.end(
+      `HTTP/1.1 ${status} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    );
   }
 
   private upgrade(
@@ -408,6 +445,8 @@ export class KubeletServer {
     q: URLSearchParams,
     res: ServerResponse,
   ): Promise<void> {
+    const asleep = this.idleSuspendedClaim(ns, name);
+    if (asleep) await this.opts.engine.idle.ensureAwake(asleep);
     const { pod, claimId } = this.runningPod(ns, name, container);
     if (uid !== undefined && pod.metadata.uid !== uid)
       throw new SandboxError(
@@ -416,7 +455,8 @@ export class KubeletServer {
       );
     const cmd = (q.get('cmd') ?? '').split(' ').filter(Boolean);
     if (!cmd.length) throw new SandboxError('kubelet.bad-request', 'cmd: required');
-    const r = await this.opts.engine.vm(claimId).run(cmd, { timeoutMs: 60_000 });
+    const done = this.opts.engine.idle.hold(claimId);
+    const r = await this.opts.engine.vm(claimId).run(cmd, { timeoutMs: 60_000 }).finally(done);
     res.writeHead(200, { 'Content-Type': 'text/plain' }).end(Buffer.concat([r.stdout, r.stderr]));
   }
 }

@@ -132,6 +132,8 @@ export class PodLifecycle extends EventEmitter {
 
   async run(signal: AbortSignal): Promise<void> {
     this.opts.engine.on('released', this.onReleased);
+    // A hibernate or wake (a drain, its undrain) changes the pod's readiness now, not at the next resync.
+    this.opts.engine.on('changed', this.onReleased);
     // The policies are synced before any pod is: a VM is never handed to a pod with less filtering than its policies.
     const all = [...this.informers.values(), this.policies];
     const informers = all.map((inf) => inf.start(signal));
@@ -150,6 +152,7 @@ export class PodLifecycle extends EventEmitter {
       clearInterval(resync);
       clearInterval(health);
       this.opts.engine.off('released', this.onReleased);
+      this.opts.engine.off('changed', this.onReleased);
     }
   }
 
@@ -247,6 +250,7 @@ export class PodLifecycle extends EventEmitter {
           ttlSeconds: request.ttlSeconds,
           claimRef: key,
           primeAfter: true,
+          ...(request.idleHibernateSeconds ? { idleHibernateSeconds: request.idleHibernateSeconds } : {}),
           ...(network ? { network } : {}),
         });
       } catch (err) {

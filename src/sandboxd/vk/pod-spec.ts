@@ -2,7 +2,7 @@
  * Pure functions between Pods and VMs: what a Pod asks for (pool key, lease) and the status that reports it.
  * Everything here is table-tested without a cluster (test/sandboxd/vk-unit.test.ts).
  */
-import { CocoonAnnotationKeys } from '../../api/keys.js';
+import { CocoonAnnotationKeys, idleSecondsAnnotation } from '../../api/keys.js';
 import { SandboxError } from '../../errors.js';
 import { parsePoolKey, type PoolKey } from '../pool-key.js';
 import type { ContainerStatus, Pod, PodCondition, PodStatus, VirtualNodeKind } from './types.js';
@@ -16,6 +16,8 @@ export interface VmRequest {
   ttlSeconds: number | undefined;
   /** vk-cocoon pods live as long as the Pod: the node renews their lease. */
   renew: boolean;
+  /** The idle policy (annotation CocoonAnnotationKeys.idleHibernateSeconds; src/sandboxd/idle.ts). */
+  idleHibernateSeconds?: number;
 }
 
 export type VmRequestResult = { ok: true; request: VmRequest } | { ok: false; reason: string; message: string };
@@ -59,7 +61,11 @@ export function vmRequestFor(pod: Pod, kind: VirtualNodeKind, knownTemplates: re
       reason: 'UnknownTemplate',
       message: `image "${image}" names no sandbox template on this node; known templates: ${knownTemplates.join(', ')}`,
     };
-  if (kind === 'vk-cocoon') return { ok: true, request: { key, ttlSeconds: DEFAULT_POD_TTL_SECONDS, renew: true } };
+  const idle = idleSecondsAnnotation(a);
+  if (typeof idle === 'string') return { ok: false, reason: 'InvalidSandboxRequest', message: idle };
+  const policy = idle ? { idleHibernateSeconds: idle } : {};
+  if (kind === 'vk-cocoon')
+    return { ok: true, request: { key, ttlSeconds: DEFAULT_POD_TTL_SECONDS, renew: true, ...policy } };
   const rawTtl = a[CocoonAnnotationKeys.ttlSeconds]?.trim();
   let ttlSeconds: number | undefined = DEFAULT_POD_TTL_SECONDS;
   if (rawTtl !== undefined && rawTtl !== '') {
@@ -72,7 +78,7 @@ export function vmRequestFor(pod: Pod, kind: VirtualNodeKind, knownTemplates: re
       };
     ttlSeconds = n === 0 ? undefined : n;
   }
-  return { ok: true, request: { key, ttlSeconds, renew: false } };
+  return { ok: true, request: { key, ttlSeconds, renew: false, ...policy } };
 }
 
 /** Reason a claim failed, for the Pod's waiting state; `retry` = worth another attempt later. */
@@ -80,6 +86,7 @@ export function claimFailure(err: unknown): { reason: string; message: string; r
   const message = err instanceof Error ? err.message : String(err);
   if (err instanceof SandboxError) {
     if (err.code === 'sandboxd.at-capacity') return { reason: 'AtCapacity', message, retry: true };
+    if (err.code === 'sandboxd.draining') return { reason: 'NodeDraining', message, retry: true };
     if (err.code === 'sandboxd.bad-request') return { reason: 'InvalidSandboxRequest', message, retry: false };
   }
   return { reason: 'VMCreateFailed', message, retry: true };

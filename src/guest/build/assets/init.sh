@@ -36,6 +36,10 @@ if [ -n "$ROOT" ]; then
   chmod 1777 /newroot/tmp
   mount -t tmpfs -o mode=755,size=16m sbx /newroot/.sbx
   cp /sbin/sandbox-agent /bin/busybox /newroot/.sbx/
+  # The copy-on-write layer stays reachable for the agent (its layer.save: a filesystem-only pause, agent/upper.go);
+  # after switch_root nothing else could reach it.
+  mkdir /newroot/.sbx/rw
+  mount --move /rw /newroot/.sbx/rw
   [ "$NET" = 1 ] && echo "nameserver 10.0.2.3" > /newroot/etc/resolv.conf
   mount --move /proc /newroot/proc
   mount --move /sys /newroot/sys
