@@ -7,6 +7,7 @@ import { request, type IncomingHttpHeaders } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import type { EnvdServerOptions } from '../../src/sandboxd/envd/server.js';
 import { EnvdServer } from '../../src/sandboxd/envd/server.js';
+import { NO_IDLE } from '../support/engine-stubs.js';
 
 export interface FakeRecord {
   id: string;
@@ -28,6 +29,7 @@ export async function startEnvd(
     on: () => undefined,
     get: (id: string) => byId.get(id),
     vm: () => ({ agent }),
+    idle: NO_IDLE,
   };
   const envd = new EnvdServer({ engine } as unknown as EnvdServerOptions);
   const { port } = await envd.listen('127.0.0.1', 0);

@@ -45,6 +45,7 @@ import { KubeletServer } from '../../src/sandboxd/vk/kubelet-server.js';
 import type { PodLifecycle } from '../../src/sandboxd/vk/pod-lifecycle.js';
 import type { PodLogs } from '../../src/sandboxd/vk/pod-logs.js';
 import { simNodeEngine } from '../support/sim-node.js';
+import { NO_IDLE } from '../support/engine-stubs.js';
 
 export interface Running {
   port: number;
@@ -139,6 +140,7 @@ function fakeEnvdEngine(): NodeEngine {
     vm: (id: string) => {
       throw new Error(`sandbox ${id} has no VM in this test`);
     },
+    idle: NO_IDLE,
   } as unknown as NodeEngine;
 }
 

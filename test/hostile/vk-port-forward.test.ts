@@ -22,6 +22,7 @@ import type { PodLogs } from '../../src/sandboxd/vk/pod-logs.js';
 import type { Pod } from '../../src/sandboxd/vk/types.js';
 import { eventually } from '../support/eventually.js';
 import { dialChannels, type ChannelClient } from '../support/port-forward-channel.js';
+import { NO_IDLE } from '../support/engine-stubs.js';
 
 /** Guest ports of the stand-in: an echo, a flood that writes as fast as it may, a sink that never reads. */
 const ECHO = 1001;
@@ -118,7 +119,7 @@ describe('hostile clients of the WebSocket channel port-forward', () => {
       listenAddress: '127.0.0.1',
       port: 0,
       tls: { cert: serving.cert, key: serving.key, clientCa: pki.ca.cert },
-      engine: { vm: () => vm } as unknown as NodeEngine,
+      engine: { vm: () => vm, get: () => undefined, idle: NO_IDLE } as unknown as NodeEngine,
       pods: {
         pod: (ns: string, name: string) => (ns === 'ns' && name === 'p' ? pod : undefined),
         claimOf: () => ({ id: 'c-1' }),

@@ -16,6 +16,7 @@ import type { SandboxdClient } from '../../src/apiserver/sandboxes/sandboxd-clie
 import { SandboxStore } from '../../src/apiserver/sandboxes/store.js';
 import { silentLogger } from '../../src/log/logger.js';
 import { EnvdServer, type EnvdServerOptions } from '../../src/sandboxd/envd/server.js';
+import { NO_IDLE } from '../support/engine-stubs.js';
 
 /** 50 upgrade requests for an unknown sandbox, reset by the client before or on the answer; then one plain request. */
 async function hammer(port: number): Promise<{ uncaught: unknown[]; status: number }> {
@@ -71,7 +72,7 @@ describe('upgrade connections reset by the client', () => {
   });
 
   it("envd's listener neither crashes nor stops answering", async () => {
-    const engine = { on: () => undefined, get: () => undefined };
+    const engine = { on: () => undefined, get: () => undefined, idle: NO_IDLE };
     const envd = new EnvdServer({ engine } as unknown as EnvdServerOptions);
     closers.push(() => envd.close());
     const r = await hammer(await listen(envd.server));

@@ -193,10 +193,12 @@ describe('resume anywhere: a hibernated Sandbox outlives its node (real microVMs
     await eventually(
       async () =>
         (await api('GET', '/v1/checkpoints?kind=hibernation')).json.checkpoints as Array<{
+          claim_ref?: string;
           copies?: { nodes: string[] };
         }>,
       {
-        until: (cks) => cks.some((c) => (c.copies?.nodes.length ?? 0) >= 2),
+        // Its own record (the drain hibernates every sandbox of the node, and each gets one).
+        until: (cks) => cks.some((c) => c.claim_ref === `${ns}/drained` && (c.copies?.nodes.length ?? 0) >= 2),
         timeoutMs: 120_000,
         intervalMs: 500,
         what: 'its hibernation record on a second node',
