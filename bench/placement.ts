@@ -14,11 +14,7 @@
  *
  *   node --import tsx bench/placement.ts [--rounds 10] [--heals 4]
  */
-import { spawn } from 'node:child_process';
-import { createReadStream } from 'node:fs';
 import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
-import { Agent, createServer, type IncomingHttpHeaders } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -26,9 +22,9 @@ import { readClusterEnvironment } from '../src/cluster/index.js';
 import { startPlatform } from '../src/cli/platform.js';
 import { createLogger } from '../src/log/logger.js';
 import { RECORD_FILES } from '../src/sandboxd/placement/record.js';
-import { percentile } from './claim-driver.js';
 import { machineIdleSettings } from './machine.js';
-import { callJson } from './support/http-json.js';
+import { loopbackCopy, mbps } from './support/loopback-copy.js';
+import { NodeApi, summary, timed, type Answer } from './support/node-api.js';
 
 const args = process.argv.slice(2);
 const flag = (name: string, def: number) => {
@@ -38,85 +34,9 @@ const flag = (name: string, def: number) => {
 const ROUNDS = flag('rounds', 10);
 const HEALS = flag('heals', 4);
 const TEMPLATE = 'sandbox/minimal';
-const agent = new Agent({ keepAlive: true, maxSockets: 8 });
-let token = '';
-
-interface Answer {
-  status: number;
-  json: Record<string, unknown>;
-  headers: IncomingHttpHeaders;
-}
-
-function call(addr: string, method: string, path: string, body?: unknown): Promise<Answer> {
-  const [host = '', port] = addr.split(':');
-  return callJson({ host, port: Number(port), agent, token }, method, path, body);
-}
-
-async function must(addr: string, method: string, path: string, body?: unknown, status = 200): Promise<Answer> {
-  const r = await call(addr, method, path, body);
-  if (r.status !== status) throw new Error(`${method} ${addr}${path}: ${r.status} ${JSON.stringify(r.json)}`);
-  return r;
-}
-
-async function timed<T>(f: () => Promise<T>): Promise<{ ms: number; value: T }> {
-  const t0 = performance.now();
-  const value = await f();
-  return { ms: performance.now() - t0, value };
-}
-
-function summary(xs: number[]): { p50: number; p95: number; n: number } {
-  const s = [...xs].sort((a, b) => a - b);
-  return { p50: +percentile(s, 50).toFixed(1), p95: +percentile(s, 95).toFixed(1), n: s.length };
-}
-
-async function waitWarm(addr: string, warm: number): Promise<void> {
-  for (let i = 0; i < 1200; i++) {
-    const info = await must(addr, 'GET', '/v1/info');
-    const p = (info.json.pools as Array<{ warm: number; primed: number; target: number }>).find((x) => x.target > 0);
-    if (p && p.warm >= warm && p.primed >= warm) return;
-    await sleep(250);
-  }
-  throw new Error(`${addr}: no ${warm} warm VMs after 5 min`);
-}
-
-/** The checkpoint's files over plain HTTP from here to another node process that writes and syncs them. */
-async function loopbackCopy(dir: string): Promise<{ bytes: number; ms: number }> {
-  const server = createServer((_req, res) => {
-    res.writeHead(200, { 'content-type': 'application/octet-stream' });
-    const next = (i: number) => {
-      if (i === RECORD_FILES.length) return res.end();
-      const s = createReadStream(join(dir, RECORD_FILES[i]!), { highWaterMark: 1 << 20 });
-      s.pipe(res, { end: false });
-      s.on('end', () => next(i + 1));
-    };
-    next(0);
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const { port } = server.address() as AddressInfo;
-  const out = await mkdtemp(join(tmpdir(), 'sbx-loopback-'));
-  const client = `
-    const http = require('node:http'); const fs = require('node:fs');
-    const t0 = performance.now(); let bytes = 0;
-    http.get('http://127.0.0.1:${port}/', (res) => {
-      const f = fs.createWriteStream(${JSON.stringify(join(out, 'copy'))});
-      res.on('data', (c) => (bytes += c.length));
-      res.pipe(f);
-      f.on('close', () => { const fd = fs.openSync(${JSON.stringify(join(out, 'copy'))}, 'r+'); fs.fdatasyncSync(fd);
-        fs.closeSync(fd); process.stdout.write(JSON.stringify({ bytes, ms: performance.now() - t0 })); });
-    });`;
-  try {
-    const child = spawn(process.execPath, ['-e', client], { stdio: ['ignore', 'pipe', 'inherit'] });
-    let text = '';
-    child.stdout.on('data', (c: Buffer) => (text += c.toString()));
-    await new Promise((r) => child.on('exit', r));
-    return JSON.parse(text) as { bytes: number; ms: number };
-  } finally {
-    server.close();
-    await rm(out, { recursive: true, force: true });
-  }
-}
-
-const mbps = (bytes: number, ms: number) => +(bytes / 2 ** 20 / (ms / 1000)).toFixed(0);
+const api = new NodeApi();
+const must = api.must.bind(api);
+const waitWarm = api.waitWarm.bind(api);
 
 async function main(): Promise<void> {
   const env = readClusterEnvironment();
@@ -140,7 +60,7 @@ async function main(): Promise<void> {
   });
   try {
     const [a, b, c] = platform.sandboxd.map((d) => d.address) as [string, string, string];
-    token = (await readFile(platform.sandboxd[0]!.tokenFile, 'utf8')).trim();
+    api.token = (await readFile(platform.sandboxd[0]!.tokenFile, 'utf8')).trim();
     // Nodes 1 and 2 need no warm VMs (they would only take CPU from the measured node).
     for (const n of [b, c]) await must(n, 'PUT', '/v1/pools', { pools: [] });
     await waitWarm(a, 1);
@@ -226,7 +146,7 @@ async function main(): Promise<void> {
 
     // 4. The same bytes, copied plainly.
     const copies: Array<{ bytes: number; ms: number }> = [];
-    for (let i = 0; i < HEALS; i++) copies.push(await loopbackCopy(ckDir));
+    for (let i = 0; i < HEALS; i++) copies.push(await loopbackCopy(ckDir, RECORD_FILES));
 
     const pullMBps = summary(pull.map((p) => mbps(p.bytes, p.ms)));
     const copyMBps = summary(copies.map((p) => mbps(p.bytes, p.ms)));

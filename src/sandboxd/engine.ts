@@ -120,6 +120,8 @@ export class NodeEngine extends EventEmitter {
       opts.driver ??
       new QemuMicrovmDriver({
         runRoot: this.runRoot,
+        // Hibernated VMs' RAM goes to the data dir's disk: the run root is under /run, often a tmpfs.
+        stateRoot: join(this.opts.dataDir, 'hibernated'),
         logger: this.log,
         spareVmms: this.opts.spareVmms,
         vmNetworkCidr: opts.vmNetworkCidr,

@@ -18,6 +18,11 @@ export interface QemuDriverOptions {
   runRoot?: string;
   /** Template snapshots (RAM file + device state). @default ${SBX_CACHE_DIR:-~/.cache/sandbox-operator}/vm/templates */
   templateRoot?: string;
+  /**
+   * Where a hibernated VM's saved state goes (`<id>.state`): its RAM, so on disk, never under /run, which is often a
+   * tmpfs (a hibernated sandbox would then still hold its RAM). @default the VM's run dir
+   */
+  stateRoot?: string;
   /** Host TSC kHz for the guest's calibration args. @default read from the host */
   tscKHz?: number;
   /** Unprivileged user QEMU drops to when we run as root; `null` disables. @default 'nobody' if present */
@@ -44,6 +49,7 @@ export interface ResolvedDriverOptions {
   readonly accel: Accel;
   readonly runRoot: string;
   readonly templateRoot: string;
+  readonly stateRoot: string | undefined;
   readonly tscKHz: number | undefined;
   readonly runAs: string | null | undefined;
   readonly spareVmms: number;
@@ -83,6 +89,7 @@ export function resolveDriverOptions(opts: QemuDriverOptions = {}): ResolvedDriv
     accel,
     runRoot,
     templateRoot: opts.templateRoot ?? join(cacheBase, 'vm', 'templates'),
+    stateRoot: opts.stateRoot,
     tscKHz: opts.tscKHz,
     runAs: opts.runAs,
     spareVmms: Math.max(0, Math.floor(opts.spareVmms ?? 0)),

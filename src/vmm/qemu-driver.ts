@@ -5,7 +5,7 @@
  * Each VM is a `Vm` object (vm.ts, vm-core.ts); the driver creates them, keeps those it manages, and adopts
  * the ones an earlier process left running (run-records.ts).
  */
-import { chmodSync, existsSync, mkdirSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { SandboxError } from '../errors.js';
 import type { Progress } from '../guest/index.js';
@@ -49,6 +49,21 @@ export class QemuMicrovmDriver {
     );
     mkdirSync(this.options.runRoot, { recursive: true, mode: 0o755 });
     chmodSync(this.options.runRoot, 0o755);
+    if (this.options.stateRoot) mkdirSync(this.options.stateRoot, { recursive: true, mode: 0o700 });
+  }
+
+  /** @internal Where VM `id` (run dir `runDir`) saves its state when it hibernates (QemuDriverOptions.stateRoot). */
+  hibernateFile(id: string, runDir: string): string {
+    return this.options.stateRoot ? join(this.options.stateRoot, `${id}.state`) : join(runDir, 'hibernate.state');
+  }
+
+  /** Saved states under stateRoot of VMs this run root no longer records (a crash between the two). */
+  private sweepStates(): void {
+    const root = this.options.stateRoot;
+    if (!root) return;
+    const known = new Set(this.list().map((r) => r.id));
+    for (const f of readdirSync(root))
+      if (f.endsWith('.state') && !known.has(f.slice(0, -'.state'.length))) rmSync(join(root, f), { force: true });
   }
 
   /** QEMU version string (also part of template hashes). */
@@ -241,6 +256,7 @@ export class QemuMicrovmDriver {
   /** Spares a previous process left behind in this run root (it crashed before destroyAll): kill and remove. */
   async reapOrphanSpares(): Promise<number> {
     let n = reapOrphanMaterialisers(this.options.runRoot);
+    this.sweepStates();
     for (const rec of this.list()) {
       if (!isSpare(rec) || this.vms.has(rec.id)) continue;
       await this.killRecorded(rec);

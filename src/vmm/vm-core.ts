@@ -366,6 +366,7 @@ export abstract class VmCore {
       this._state = 'destroyed';
       this.record.state = 'destroyed';
       rmSync(this.record.runDir, { recursive: true, force: true });
+      if (this.record.hibernateFile) rmSync(this.record.hibernateFile, { force: true });
       await this.networkCreation?.catch(() => undefined);
       await this.driver.releaseNetwork(this.record);
       this.driver.forget(this.id);

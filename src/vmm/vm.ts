@@ -33,7 +33,7 @@ export class Vm extends VmCore {
     return this.act('hibernate', async () => {
       const qmp = this.requireQmp();
       const proc = this.proc!;
-      const file = join(this.record.runDir, 'hibernate.state');
+      const file = this.driver.hibernateFile(this.id, this.record.runDir);
       if (this._state === 'running') await this._agent?.sync().catch(() => undefined);
       await qmp.execute('stop');
       await qmp.execute('migrate-set-capabilities', {

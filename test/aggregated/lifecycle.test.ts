@@ -76,7 +76,11 @@ describe('aggregated sandboxes: lifecycle verbs', () => {
       'mkdir -p /tmp && (i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.1; done) </dev/null >/dev/null 2>&1 & echo $! > /tmp/pid',
     );
     await new Promise((r) => setTimeout(r, 500));
-    const before = await sh('clock', 'cut -d" " -f1 /proc/uptime; cat /tmp/pid; cat /tmp/n');
+    // The loop's first write can take longer than that on a loaded machine (CI once read no /tmp/n yet).
+    const before = await sh(
+      'clock',
+      'while [ ! -s /tmp/n ]; do sleep 0.05; done; cut -d" " -f1 /proc/uptime; cat /tmp/pid; cat /tmp/n',
+    );
     const w0 = Date.now();
     const [up0, pid0, n0] = before.split('\n').map(Number);
     const paused = await raw('clock', 'pause', 'SandboxPauseOptions');

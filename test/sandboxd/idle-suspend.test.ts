@@ -5,9 +5,10 @@
  * a wake that finds none says so and loses nothing; a caller's pause of a suspended sandbox stays a pause.
  */
 import assert from 'node:assert/strict';
+import { existsSync, statSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { NodeEngine } from '../../src/sandboxd/engine.js';
 import { SandboxdApi } from '../../src/sandboxd/http-api.js';
@@ -140,6 +141,20 @@ describe('idle suspend and transparent resume (real microVMs)', () => {
     assert.equal((await call('POST', `/v1/sandboxes/${id}/resume`)).status, 200);
     assert.equal((await exec(id, 'true')).status, 200);
     await call('POST', `/v1/sandboxes/${id}/release`);
+  });
+
+  it("a suspended sandbox's saved state is on the data dir's disk, not under /run, and goes with its release", async () => {
+    const id = await claim('idle/state');
+    await suspended(id, 'suspended');
+    const stateFile = engine.vm(id).record.hibernateFile!;
+    assert.equal(dirname(stateFile), join(dir, 'hibernated'), stateFile);
+    assert.ok(statSync(stateFile).size > 0);
+    assert.equal((await call('POST', `/v1/sandboxes/${id}/release`)).status, 204);
+    await eventually(() => existsSync(stateFile), {
+      until: (e) => !e,
+      timeoutMs: 10_000,
+      what: 'the state file removed',
+    });
   });
 
   it('refuses a policy out of range', async () => {
