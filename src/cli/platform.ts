@@ -52,7 +52,7 @@ export interface PlatformOptions {
    * The e2b API's template alias table by template id (written for sandbox-apiserver's `--e2b-templates-file`,
    * docs/e2b.md "Template alias table"); default: base -> sandbox/base.
    */
-  e2bTemplates?: Record<string, { template: string; size?: PoolSize; net?: PoolNet }>;
+  e2bTemplates?: Record<string, { template: string; size?: PoolSize; net?: PoolNet; idleHibernateSeconds?: number }>;
   /**
    * The sandboxd nodes (by name, e.g. `node-2`) that pull a checkpoint they lack from a peer and serve it
    * (docs/placement.md); the others redirect to an owner. Nodes find each other through their NodeInventory.

@@ -50,11 +50,11 @@ describe('e2e: operator + sandboxd virtual nodes + microVMs', { timeout: BUILD_T
   });
 
   /** The template's pod: the runtime annotation routes it; a hostname selector pins it to this test's node. */
-  function vmTemplate(ns: string, runtime: 'vk-cocoon' | 'sandboxd') {
+  function vmTemplate(ns: string, runtime: 'vk-cocoon' | 'sandboxd', annotations: Record<string, string> = {}) {
     const node = vk.nodes.find((n) => n.kind === runtime)!.name;
     return templateManifest(ns, 'tpl', {
       podTemplate: {
-        metadata: { annotations: { 'sandbox.cocoonstack.io/runtime': runtime } },
+        metadata: { annotations: { 'sandbox.cocoonstack.io/runtime': runtime, ...annotations } },
         spec: {
           containers: [{ name: 'main', image: 'sandbox/minimal' }],
           nodeSelector: { 'kubernetes.io/hostname': node },
@@ -120,6 +120,41 @@ describe('e2e: operator + sandboxd virtual nodes + microVMs', { timeout: BUILD_T
     const env = await setupEnv('vke-cocoon');
     try {
       await scenario(env, 'vk-cocoon');
+    } finally {
+      await env.stop();
+    }
+  });
+
+  it("idle policy on the template: the Pod's VM is suspended when idle, and the next kubectl exec wakes it with its files", async () => {
+    const env = await setupEnv('vke-idle');
+    try {
+      const ns = env.ns;
+      await createAll(
+        env.client,
+        vmTemplate(ns, 'sandboxd', { 'sandbox.cocoonstack.io/idle-hibernate-seconds': '3' }),
+        poolManifest(ns, 'pool', 'tpl', 1),
+      );
+      await waitPoolReady(ns, 'pool', 1, 120_000);
+      await env.client.create(SandboxClaims, claimManifest(ns, 'c1', 'pool'));
+      const claim = await waitClaim(ns, 'c1', undefined, 60_000);
+      const sbName = claim.status?.sandbox?.name;
+      assert.ok(sbName);
+      const sb = (await getSandboxOrUndefined(ns, sbName))!;
+      const podName = sb.metadata.annotations?.['agents.x-k8s.io/pod-name'] || sb.metadata.name!;
+      const rec = engine.byRef(`${ns}/${podName}`)!;
+      assert.equal(rec.idleHibernateSeconds, 3, 'the policy reached the claim through the Pod');
+      await cluster.kubectl(['-n', ns, 'exec', podName, '--', 'sh', '-c', 'echo kept > /root/idle-note']);
+      await eventually(() => engine.get(rec.id)?.idleSuspended, {
+        until: (s) => s === true,
+        timeoutMs: 60_000,
+        intervalMs: 250,
+        what: "the Pod's VM suspended by its idle policy",
+      });
+      const woken = engine.idle.counters.woken;
+      const out = await cluster.kubectl(['-n', ns, 'exec', podName, '--', 'cat', '/root/idle-note']);
+      assert.equal(out.trim(), 'kept', 'kubectl exec waited for the wake and ran in the same VM state');
+      assert.equal(engine.idle.counters.woken, woken + 1);
+      assert.equal(engine.get(rec.id)?.hibernated, false);
     } finally {
       await env.stop();
     }

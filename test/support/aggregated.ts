@@ -31,6 +31,9 @@ export const E2B_EGRESS_TEMPLATE = 'base-egress';
  * a boot on a miss (test/aggregated/e2b-sdk-versions.test.ts).
  */
 export const E2B_UNPOOLED_TEMPLATE = 'base-egress-medium';
+/** An e2b template whose sandboxes are suspended after E2B_IDLE_SECONDS without use (test/aggregated/e2b-idle.test.ts). */
+export const E2B_IDLE_TEMPLATE = 'base-idle';
+export const E2B_IDLE_SECONDS = 3;
 
 export interface AggregatedInfo {
   cluster: ClusterInfo;
@@ -67,6 +70,8 @@ export async function startAggregatedForTests(
       base: { template: 'sandbox/base' },
       [E2B_EGRESS_TEMPLATE]: { template: 'sandbox/base', net: 'egress' },
       [E2B_UNPOOLED_TEMPLATE]: { template: 'sandbox/base', net: 'egress', size: 'medium' },
+      // `base` with an idle policy (docs/e2b.md "Idle suspend"): the same pool.
+      [E2B_IDLE_TEMPLATE]: { template: 'sandbox/base', idleHibernateSeconds: E2B_IDLE_SECONDS },
     },
     etcdFsync: true,
     logger: createLogger({ level: 'warn', name: 'aggregated' }),
