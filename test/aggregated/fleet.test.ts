@@ -15,26 +15,33 @@ import { eventually } from '../support/eventually.js';
 
 const run = promisify(execFile);
 
-/** Every key etcd holds, counted by etcd itself (its JSON gateway, from inside the cluster's network namespace). */
-async function etcdKeyCount(env: AggregatedEnv): Promise<number> {
+/** Every key etcd holds, listed by etcd itself (its JSON gateway, from inside the cluster's network namespace). */
+async function etcdKeys(env: AggregatedEnv): Promise<Set<string>> {
   const body = JSON.stringify({
     key: Buffer.from('\0').toString('base64'),
     range_end: Buffer.from('\0').toString('base64'),
-    count_only: true,
+    keys_only: true,
   });
-  const { stdout } = await run('ip', [
-    'netns',
-    'exec',
-    env.cluster.netns,
-    'curl',
-    '-s',
-    '-X',
-    'POST',
-    'http://127.0.0.1:2379/v3/kv/range',
-    '-d',
-    body,
-  ]);
-  return Number((JSON.parse(stdout) as { count?: string }).count ?? 0);
+  const { stdout } = await run(
+    'ip',
+    ['netns', 'exec', env.cluster.netns, 'curl', '-s', '-X', 'POST', 'http://127.0.0.1:2379/v3/kv/range', '-d', body],
+    { maxBuffer: 64 * 1024 * 1024 },
+  );
+  const kvs = (JSON.parse(stdout) as { kvs?: Array<{ key: string }> }).kvs ?? [];
+  return new Set(kvs.map((kv) => Buffer.from(kv.key, 'base64').toString()));
+}
+
+/**
+ * The keys that appeared between two listings and could belong to this test: other test files share the cluster
+ * and create namespaces and objects in them meanwhile, so a key in another namespace (or a namespace itself) is
+ * theirs. What is left is this namespace's keys and cluster-scoped keys other than namespaces.
+ */
+function keysAddedBy(namespace: string, before: Set<string>, after: Set<string>, namespaces: Set<string>): string[] {
+  return [...after].filter((key) => {
+    if (before.has(key) || key.startsWith('/registry/namespaces/')) return false;
+    const segments = key.split('/');
+    return !segments.some((seg) => seg !== namespace && namespaces.has(seg));
+  });
 }
 
 async function createMany(env: AggregatedEnv, namespace: string, n: number, prefix: string): Promise<void> {
@@ -119,14 +126,21 @@ describe('aggregated layout: the cluster around it', () => {
   it('creating 200 sandboxes adds no object to etcd', async () => {
     const ns = await aggregatedNamespace('etcd');
     await new Promise((r) => setTimeout(r, 2000)); // the namespace's own objects (default ServiceAccount, root CA ConfigMap)
-    const before = await etcdKeyCount(env);
+    const before = await etcdKeys(env);
     await createMany(env, ns.name, 200, 'e');
     const listed = JSON.parse(await env.kubectl(['get', 'sandboxes', '-n', ns.name, '-o', 'json'])).items.length;
     assert.equal(listed, 200);
-    const afterCount = await etcdKeyCount(env);
-    // Other test files share this cluster (their namespaces add a few objects each); a per-sandbox object would add
-    // 200. NodeInventory objects are updated in place, never added.
-    assert.ok(afterCount - before < 20, `etcd keys ${before} -> ${afterCount}`);
+    const after = await etcdKeys(env);
+    const namespaces = new Set(
+      [...after]
+        .filter((k) => k.startsWith('/registry/namespaces/'))
+        .map((k) => k.slice('/registry/namespaces/'.length)),
+    );
+    // A per-sandbox object would add 200; NodeInventory objects and node Leases are updated in place, never added.
+    // A few cluster-scoped keys may come and go meanwhile (another file's APIService or ClusterRole), hence < 10.
+    const added = keysAddedBy(ns.name, before, after, namespaces);
+    assert.ok(added.length < 10, `etcd gained ${added.length} keys of this test:\n${added.join('\n')}`);
+    assert.ok(!added.some((k) => k.includes(`/${ns.name}/`)), `keys in ${ns.name}:\n${added.join('\n')}`);
     await ns.cleanup();
   });
 });
