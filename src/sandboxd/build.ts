@@ -128,18 +128,16 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
   });
   vmMemoryGauge(api.registry, engine);
   replicator?.register(api.registry);
+  if (replicator) drain.copiesOf = (id) => replicator.copiesOf(id);
   // A checkpoint taken here is copied at once, not at the next interval.
   engine.on('checkpoint', () => replicator?.kick());
   // A hibernation record consumed (its sandbox woke, moved or went): the copies on peers go too, best effort (a peer
   // that is down keeps its copy until --checkpoint-ttl-hours).
   engine.on('checkpoint-dropped', (id: string) => {
-    for (const peer of peers.addresses())
-      if (peer !== engine.advertiseAddr)
-        void peerClient
-          .status(peer, 'DELETE', `/v1/checkpoints/${encodeURIComponent(id)}?no_forward=1`, 2000)
-          .catch((err: unknown) =>
-            placementLog.debug({ err, peer, checkpoint: id }, 'hibernation record delete not forwarded'),
-          );
+    const others = peers.addresses().filter((peer) => peer !== engine.advertiseAddr);
+    void peerClient.deleteCheckpointOn(others, id, (peer, err) =>
+      placementLog.debug({ err, peer, checkpoint: id }, 'hibernation record delete not forwarded'),
+    );
   });
   const bound = await api.listen(config.listenHost, config.listenPort);
   const address = `${bound.address}:${bound.port}`;

@@ -22,11 +22,10 @@
  * resumes it; one hibernated before the drain is not the drain's to wake).
  *
  * Resuming elsewhere: with `--checkpoint-replicas` > 1 every hibernation (the drain's too) is also published as a
- * `hibernation` record that peers copy, and sandbox-apiserver resumes a sandbox from a copy when its node is gone
- * (docs/placement.md "Resume anywhere"); `portable` counts the drained sandboxes that have one. Not built: a resume
- * elsewhere while this node is up and draining (the wake is refused here, and sandbox-apiserver relays the 429),
- * and a drain that waits for the copies before it calls itself done. Both plug in here: done once every record has
- * its copies (the replicator's counts), and the wake refusal names the peers that hold a copy.
+ * `hibernation` record that peers copy, and sandbox-apiserver resumes a sandbox from a copy when its node is gone or
+ * draining (docs/placement.md "Resume anywhere"); `portable` counts the hibernated sandboxes that have a record, and
+ * `copied` those whose record has every copy the replicator wants (its last count). `done` means nothing runs here
+ * any more; the node's disk may go once `copied` equals `hibernated` too (docs/sandboxd.md "Draining").
  *
  * The operator's reason survives a restart (`<data-dir>/drain.json`, with the ids to wake at the undrain); a
  * cordon is read again from the Node when the virtual kubelet starts.
@@ -37,6 +36,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { SandboxError } from '../errors.js';
 import { silentLogger, type Logger } from '../log/logger.js';
 import type { ClaimAdmission, NodeEngine, SandboxRecord } from './engine.js';
+import type { Copies } from './placement/replicate.js';
 
 /** Sandboxes hibernated (or woken) at once: each one writes its RAM to disk, and claims in flight share the host. */
 export const DRAIN_CONCURRENCY = 2;
@@ -68,6 +68,11 @@ export interface DrainStatus {
    * docs/placement.md "Resume anywhere"): those can resume on another node once this one is gone.
    */
   portable: number;
+  /**
+   * Of those, the ones whose record has as many copies as wanted (`--checkpoint-replicas`, or the fleet's size when
+   * smaller) at the replicator's last count: they survive this node's disk.
+   */
+  copied: number;
   /** Nothing remains to hibernate (failed ones aside). */
   done: boolean;
 }
@@ -94,6 +99,11 @@ export class NodeDrain implements ClaimAdmission {
   private working: Promise<void> | undefined;
   private again = false;
   private closed = false;
+  /**
+   * The replicator's last count of a checkpoint's copies (unset: the node does not replicate). Set after
+   * construction: the drain is restored before the placement layer exists, so no first claim slips past it.
+   */
+  copiesOf: ((checkpoint: string) => Copies | undefined) | undefined;
 
   constructor(opts: DrainOptions) {
     this.engine = opts.engine;
@@ -192,9 +202,22 @@ export class NodeDrain implements ClaimAdmission {
       hibernated: this.hibernatedCount,
       remaining: this.pendingRecords().length + this.engine.claimsInFlight,
       failed: failed.map(([id, f]) => ({ id, error: f.error })),
-      portable: this.engine.list().filter((r) => r.hibernated && r.hibernationCheckpoint !== undefined).length,
+      ...this.records(),
       done: this.done,
     };
+  }
+
+  /** How many hibernated sandboxes have a hibernation record, and how many of those have all its copies. */
+  private records(): { portable: number; copied: number } {
+    let portable = 0;
+    let copied = 0;
+    for (const r of this.engine.list()) {
+      if (!r.hibernated || r.hibernationCheckpoint === undefined) continue;
+      portable++;
+      const c = this.copiesOf?.(r.hibernationCheckpoint);
+      if (c && c.want > 1 && c.nodes.length >= c.want) copied++;
+    }
+    return { portable, copied };
   }
 
   /** Sandboxes left to wake after an undrain (0 while draining). */

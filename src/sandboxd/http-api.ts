@@ -42,10 +42,10 @@ export const MAX_BODY_BYTES = 1 << 20;
 const MAX_OBJECT_BYTES = 256 << 10;
 
 /** The HTTP status and message for an error thrown by a handler (both listeners): src/error-codes.ts has the statuses. */
-export function errorStatus(err: unknown): { status: number; message: string } {
+export function errorStatus(err: unknown): { status: number; message: string; code?: string } {
   const { status } = httpErrorOf('sandboxd', err);
   const message = err instanceof SandboxError ? err.describe() : err instanceof Error ? err.message : String(err);
-  return { status, message };
+  return { status, message, ...(err instanceof SandboxError && status < 500 ? { code: err.code } : {}) };
 }
 
 export interface ApiServerOptions {
@@ -216,9 +216,9 @@ export class SandboxdApi {
       }
       await match.handler(req, res, who, params, url);
     } catch (err) {
-      const { status, message } = errorStatus(err);
+      const { status, message, code } = errorStatus(err);
       if (status >= 500) this.log.error({ err, path }, 'request failed');
-      if (!res.headersSent) json(res, status, { error: message });
+      if (!res.headersSent) json(res, status, { error: message, ...(code ? { code } : {}) });
       else res.end();
     } finally {
       this.metrics.requests.inc({ route: routeName, code: String(res.statusCode) });

@@ -10,21 +10,11 @@ import type { NodeRow } from '../../src/apiserver/sandboxes/entry.js';
 import { EventLog, type StoreEvent } from '../../src/apiserver/sandboxes/event-log.js';
 import { SandboxStore } from '../../src/apiserver/sandboxes/store.js';
 import { silentLogger } from '../../src/log/logger.js';
+import { nodeRow, sandboxObject } from '../support/node-rows.js';
 
-const object = {
-  metadata: { name: 'agent', namespace: 'ns', uid: 'uid-agent', creationTimestamp: '2026-12-01T00:00:00Z' },
-  spec: { podTemplate: { spec: { containers: [{ name: 'c', image: 'sandbox/minimal' }] } } },
-};
-const row = (id: string, rv: number, extra: Partial<NodeRow> = {}): NodeRow => ({
-  id,
-  key: { template: 'sandbox/minimal', net: 'none', size: 'small' },
-  deadline: '2030-01-01T00:00:00.000Z',
-  claimed_at: '2026-12-01T00:00:00.000Z',
-  hibernated: false,
-  rv,
-  object,
-  ...extra,
-});
+const object = sandboxObject('ns', 'agent', 'sandbox/minimal');
+const row = (id: string, rv: number, extra: Partial<NodeRow> = {}): NodeRow =>
+  nodeRow(id, object, { key: { template: 'sandbox/minimal', net: 'none', size: 'small' }, rv, ...extra });
 
 function recording() {
   const store = new SandboxStore(silentLogger, new EventLog(16));

@@ -15,53 +15,55 @@ import type { SandboxdClient } from '../../src/apiserver/sandboxes/sandboxd-clie
 import type { SandboxStorage } from '../../src/apiserver/sandboxes/storage.js';
 import { SandboxStore } from '../../src/apiserver/sandboxes/store.js';
 import { silentLogger } from '../../src/log/logger.js';
+import { nodeRow, sandboxObject } from '../support/node-rows.js';
 
-const object = {
-  metadata: { name: 'isbx1', namespace: 'e2b', uid: 'uid-1', creationTimestamp: '2026-12-01T00:00:00Z' },
-  spec: { podTemplate: { spec: { containers: [{ name: 'sandbox', image: 'sandbox/base' }] } } },
-};
-const row = (id: string, extra: Partial<NodeRow>): NodeRow => ({
-  id,
-  key: { template: 'sandbox/base', net: 'none', size: 'small' },
-  deadline: '2030-01-01T00:00:00.000Z',
-  claimed_at: '2026-12-01T00:00:00.000Z',
-  hibernated: false,
-  rv: 1,
-  object,
-  ...extra,
-});
+const row = (id: string, extra: Partial<NodeRow>): NodeRow => nodeRow(id, sandboxObject('e2b', 'isbx1'), extra);
+
+/**
+ * e2b's operations over a store holding `first` on node-a, a resume verb that moves the sandbox to node-b (as
+ * sandbox-apiserver's would), and nodes answering `answer` (each call recorded in `calls`).
+ */
+function connecting(first: NodeRow, answer: (node: string, method: string) => unknown) {
+  const store = new SandboxStore(silentLogger, new EventLog(8));
+  store.upsert('node-a', '10.0.0.1:7777', first);
+  const acted: string[] = [];
+  const calls: string[] = [];
+  const moved = row('sb_b', { rv: 2, resumed_from: { node: 'node-a', claim_id: first.id } });
+  const storage = {
+    act: async (ns: string, name: string, sub: string) => {
+      acted.push(`${ns}/${name}/${sub}`);
+      store.upsert('node-b', '10.0.0.2:7777', moved);
+      return {};
+    },
+  } as unknown as SandboxStorage;
+  const client = {
+    call: async (node: string, _address: string, method: string, path: string) => {
+      calls.push(`${node} ${method} ${path}`);
+      if (node === 'node-b') return method === 'GET' ? { ...moved, rv: 3, token: 'token-b' } : {};
+      return answer(node, method);
+    },
+  } as unknown as SandboxdClient;
+  const ops = new SandboxOps({
+    storage,
+    store,
+    client,
+    fleet: {} as Fleet,
+    templates: new Map(),
+    namespace: 'e2b',
+    log: silentLogger,
+  });
+  return { store, acted, calls, ops };
+}
 
 describe('e2b connect when the sandbox’s node is gone', () => {
   it('resumes it elsewhere through the resume verb and answers with the new node’s token', async () => {
-    const store = new SandboxStore(silentLogger, new EventLog(8));
-    store.upsert('node-a', '10.0.0.1:7777', row('sb_a', { hibernated: true, hibernation_checkpoint: 'ck_1' }));
+    const { store, acted, calls, ops } = connecting(
+      row('sb_a', { hibernated: true, hibernation_checkpoint: 'ck_1' }),
+      () => {
+        throw new Error('node-a is gone');
+      },
+    );
     store.setNodeAvailable('node-a', false);
-    const acted: string[] = [];
-    const calls: string[] = [];
-    const moved = row('sb_b', { rv: 2, resumed_from: { node: 'node-a', claim_id: 'sb_a' } });
-    const storage = {
-      act: async (ns: string, name: string, sub: string) => {
-        acted.push(`${ns}/${name}/${sub}`);
-        store.upsert('node-b', '10.0.0.2:7777', moved);
-        return {};
-      },
-    } as unknown as SandboxStorage;
-    const client = {
-      call: async (node: string, _address: string, method: string, path: string) => {
-        calls.push(`${node} ${method} ${path}`);
-        if (node === 'node-a') throw new Error('node-a is gone');
-        return method === 'GET' ? { ...moved, rv: 3, token: 'token-b' } : {};
-      },
-    } as unknown as SandboxdClient;
-    const ops = new SandboxOps({
-      storage,
-      store,
-      client,
-      fleet: {} as Fleet,
-      templates: new Map(),
-      namespace: 'e2b',
-      log: silentLogger,
-    });
     const r = await ops.connect('isbx1', 600);
     assert.deepEqual(acted, ['e2b/isbx1/resume']);
     assert.equal(r.resumed, true);
@@ -69,5 +71,18 @@ describe('e2b connect when the sandbox’s node is gone', () => {
     assert.equal(r.envdToken, envdAccessToken('token-b'));
     assert.ok(!calls.some((c) => c.startsWith('node-a')), `nothing was asked of the dead node: ${calls.join('; ')}`);
     assert.ok(calls.includes('node-b POST /v1/sandboxes/sb_b/renew'), calls.join('; '));
+  });
+
+  it('resumes a hibernated sandbox through the resume verb on a live node too (which moves it when that node is full)', async () => {
+    const hibernated = row('sb_a', { hibernated: true, hibernation_checkpoint: 'ck_1' });
+    const { acted, calls, ops } = connecting(hibernated, (_node, method) =>
+      method === 'GET' ? { ...hibernated, token: 'token-a' } : {},
+    );
+    const r = await ops.connect('isbx1', 600);
+    assert.deepEqual(acted, ['e2b/isbx1/resume']);
+    assert.equal(r.resumed, true);
+    assert.equal(r.entry.node, 'node-b');
+    assert.ok(!calls.includes('node-a POST /v1/sandboxes/sb_a/resume'), `the verb resumed it: ${calls.join('; ')}`);
+    assert.equal(r.envdToken, envdAccessToken('token-b'));
   });
 });

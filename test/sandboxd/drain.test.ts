@@ -126,7 +126,16 @@ describe('draining a sandboxd node (real microVMs)', () => {
     assert.equal(info.draining, true);
     assert.deepEqual(
       { ...(info.drain as Record<string, unknown>), since: undefined },
-      { since: undefined, reasons: ['api'], hibernated: 3, remaining: 0, failed: [], portable: 0, done: true },
+      {
+        since: undefined,
+        reasons: ['api'],
+        hibernated: 3,
+        remaining: 0,
+        failed: [],
+        portable: 0,
+        copied: 0,
+        done: true,
+      },
     );
     assert.equal(info.hibernated, 3);
     const all = await rows();

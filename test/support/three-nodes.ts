@@ -29,8 +29,11 @@ export interface ThreeNodes {
   stop: () => Promise<void>;
 }
 
-/** Three nodes, one warm VM each, the placement defaults (--checkpoint-replicas 2, a recount every 30 s). */
-export async function startThreeNodes(name: string): Promise<ThreeNodes> {
+/**
+ * Three nodes, one warm VM each, the placement defaults (--checkpoint-replicas 2, a recount every 30 s);
+ * `sandboxdArgs` go to every node.
+ */
+export async function startThreeNodes(name: string, sandboxdArgs: string[] = []): Promise<ThreeNodes> {
   const env = readClusterEnvironment();
   const dataDir = await mkdtemp(join(tmpdir(), `sbx-${name}-`));
   let platform: Platform | undefined;
@@ -46,6 +49,7 @@ export async function startThreeNodes(name: string): Promise<ThreeNodes> {
       template: TEST_TEMPLATE,
       pools: `${TEST_TEMPLATE}=1`,
       etcdFsync: false,
+      sandboxdArgs,
       logger: createLogger({ level: 'warn', name }),
       progress: (l) => process.stderr.write(`[${name}] ${l}\n`),
     });

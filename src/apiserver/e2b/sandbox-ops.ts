@@ -254,12 +254,7 @@ export class SandboxOps {
       // Its node is gone: it resumes on a node holding a copy of its hibernation record (docs/placement.md "Resume
       // anywhere"), as the Sandbox's resume verb does (the same code, the same Event). Its envd token is the new
       // node's, which this answer carries.
-      try {
-        await this.d.storage.act(this.d.namespace, id, 'resume', {}, [], 'e2b-api');
-      } catch (err) {
-        if (err instanceof StatusFailure) throw new E2bError(err.status.code, err.status.message);
-        throw err;
-      }
+      await this.resumeVerb(id);
       const moved = await this.setTimeout(this.entry(id), seconds || DEFAULT_TIMEOUT_SECONDS);
       return { resumed: true, ...(await this.refresh(moved)) };
     }
@@ -267,13 +262,27 @@ export class SandboxOps {
     const resumed = stateOf(entry) === 'paused';
     if (resumed) {
       if (reboot && entry.pauseMode !== 'filesystem') await this.verb(entry, 'pause', { mode: 'filesystem' });
-      await this.verb(entry, 'resume');
+      // A hibernated sandbox whose node is draining or full resumes elsewhere too: the resume verb decides.
+      if (entry.hibernationCheckpoint && !reboot) {
+        await this.resumeVerb(id);
+        entry = this.entry(id);
+      } else await this.verb(entry, 'resume');
       entry = await this.setTimeout(entry, seconds || DEFAULT_TIMEOUT_SECONDS);
     } else if (seconds && Date.parse(entry.deadline) < Date.now() + seconds * 1000) {
       entry = await this.setTimeout(entry, seconds);
     }
     const fresh = await this.refresh(entry);
     return { resumed, ...fresh };
+  }
+
+  /** The Sandbox's resume verb, as the e2b API's own caller; its Status failure as e2b's `{code, message}`. */
+  private async resumeVerb(id: string): Promise<void> {
+    try {
+      await this.d.storage.act(this.d.namespace, id, 'resume', {}, [], 'e2b-api');
+    } catch (err) {
+      if (err instanceof StatusFailure) throw new E2bError(err.status.code, err.status.message);
+      throw err;
+    }
   }
 
   async metrics(id: string): Promise<Record<string, unknown>> {

@@ -45,7 +45,7 @@ import { SANDBOX_API_VERSION, type NodeRow, type SandboxEntry, type StoredObject
 import { NodeHttpError, NodeUnreachableError, type SandboxdClient } from './sandboxd-client.js';
 import type { Fleet } from './fleet.js';
 import type { SandboxStore } from './store.js';
-import { SandboxVerbEvents } from './verb-events.js';
+import { SandboxVerbEvents, type Moved, type MovedBecause } from './verb-events.js';
 
 const action = (
   name: string,
@@ -176,7 +176,10 @@ export class SandboxActions {
           return out;
         }
         default:
-          return await this.exec(e, body as unknown as SandboxExecOptions);
+          // An exec that wakes the sandbox on another node records the move as the resume verb does.
+          return await this.exec(e, body as unknown as SandboxExecOptions, (moved) =>
+            this.events.succeeded(e, { verb: 'resume', moved }, user),
+          );
       }
     } catch (err) {
       const failure = nodeFailure(err, name, `${sub} of ${namespace}/${name}`);
@@ -226,36 +229,53 @@ export class SandboxActions {
 
   private async resume(e: SandboxEntry) {
     const answer = { apiVersion: SANDBOX_API_VERSION, kind: 'SandboxResumeOptions' };
-    if (e.hibernationCheckpoint && this.gone(e))
-      return { answer, moved: await this.resumeElsewhere(e, e.hibernationCheckpoint) };
+    const away = e.hibernationCheckpoint ? this.gone(e) : undefined;
+    if (away) return { answer, moved: await this.resumeElsewhere(e, e.hibernationCheckpoint!, away) };
     try {
       const out = (await this.call(e, 'resume')) as { sandbox: NodeRow };
       this.store.upsert(e.node, e.address, out.sandbox);
       return { answer };
     } catch (err) {
-      if (!(err instanceof NodeUnreachableError) || !e.hibernationCheckpoint) throw err;
-      return { answer, moved: await this.resumeElsewhere(e, e.hibernationCheckpoint) };
+      const why = e.hibernationCheckpoint ? movedBecause(err) : undefined;
+      if (!why) throw err;
+      return { answer, moved: await this.resumeElsewhereOr(err, e, e.hibernationCheckpoint!, why) };
     }
   }
 
   /**
-   * Its node is gone: resume the sandbox on a node that holds a copy of its hibernation record (docs/placement.md
-   * "Resume anywhere"): a claim of the record there carrying the same object and lease, which the store applies as
+   * resumeElsewhere after the sandbox's own node refused the wake: a node that answered (full, draining) keeps its
+   * answer (a 429 the caller may retry) when no other node can take the sandbox either.
+   */
+  private async resumeElsewhereOr(
+    refusal: unknown,
+    e: SandboxEntry,
+    checkpoint: string,
+    why: MovedBecause,
+  ): Promise<Moved> {
+    try {
+      return await this.resumeElsewhere(e, checkpoint, why);
+    } catch (err) {
+      throw why === 'unavailable' ? err : refusal;
+    }
+  }
+
+  /**
+   * Its node is gone, draining or full: resume the sandbox on a node that holds a copy of its hibernation record
+   * (docs/placement.md "Resume anywhere"): a claim of the record there carrying the same object and lease, which the store applies as
    * a move of the object (one MODIFIED). The old claim is superseded: if its node comes back, it is released there.
    */
-  private async resumeElsewhere(e: SandboxEntry, checkpoint: string) {
+  private async resumeElsewhere(e: SandboxEntry, checkpoint: string, why: MovedBecause): Promise<Moved> {
     const nodes = (this.fleet?.nodeNames() ?? []).filter((n) => n !== e.node && this.fleet!.isSynced(n));
     const path = `/v1/checkpoints/${encodeURIComponent(checkpoint)}`;
     const probes = await Promise.all(
       nodes.map(async (node) => {
         const address = this.fleet!.address(node);
         if (!address) return undefined;
-        const held = await this.client
-          .call(node, address, 'GET', `/v1/checkpoints?kind=hibernation`, undefined, 5000)
-          .then((r) =>
-            ((r as { checkpoints?: Array<{ id: string }> }).checkpoints ?? []).some((c) => c.id === checkpoint),
-          )
-          .catch(() => false);
+        // The record's own HEAD (the node's checkpoint table, no listing of every record it holds).
+        const held = await this.client.call(node, address, 'HEAD', `${path}/blob`, undefined, 5000).then(
+          () => true,
+          () => false,
+        );
         return held ? { node, address } : undefined;
       }),
     );
@@ -299,7 +319,7 @@ export class SandboxActions {
           from: e.node,
           to: h.node,
           checkpoint,
-          ...(this.store.nodeAvailable(e.node) && this.fleet?.isDraining(e.node) ? { draining: true } : {}),
+          why,
           ...(out.tier === 'heal' && out.heal_bytes !== undefined ? { fetchedBytes: out.heal_bytes } : {}),
         };
       } catch (err) {
@@ -382,32 +402,47 @@ export class SandboxActions {
   }
 
   /**
-   * Whether a hibernated sandbox must resume elsewhere: its node is gone (no feed) or draining (it wakes nothing;
-   * docs/sandboxd.md "Draining").
+   * Whether a hibernated sandbox must resume elsewhere, and why: its node is gone (no feed) or draining (it wakes
+   * nothing; docs/sandboxd.md "Draining"). Undefined: its own node wakes it.
    */
-  private gone(e: SandboxEntry): boolean {
-    return !this.store.nodeAvailable(e.node) || this.fleet?.isDraining(e.node) === true;
+  private gone(e: SandboxEntry): MovedBecause | undefined {
+    if (!this.store.nodeAvailable(e.node)) return 'unavailable';
+    return this.fleet?.isDraining(e.node) === true ? 'draining' : undefined;
   }
 
-  private async exec(entry: SandboxEntry, opts: SandboxExecOptions) {
+  private async exec(entry: SandboxEntry, opts: SandboxExecOptions, onMoved: (moved: Moved) => void) {
     let e = entry;
     // Idle-suspended on a node that is gone or draining: the command wakes it elsewhere (its own node would).
-    if (e.phase === 'Suspended' && e.hibernationCheckpoint && this.gone(e)) {
-      await this.resumeElsewhere(e, e.hibernationCheckpoint);
+    const away = e.phase === 'Suspended' && e.hibernationCheckpoint ? this.gone(e) : undefined;
+    if (away) {
+      onMoved(await this.resumeElsewhere(e, e.hibernationCheckpoint!, away));
       e = this.store.get(e.key) ?? e;
     }
     const timeout = opts.timeoutSeconds ?? 60;
-    const out = (await this.call(
-      e,
-      'exec',
-      {
-        argv: opts.command,
-        ...(opts.workingDir ? { cwd: opts.workingDir } : {}),
-        ...(opts.env ? { env: opts.env } : {}),
-        timeout_seconds: timeout,
-      },
-      (timeout + 10) * 1000,
-    )) as { exit_code: number; stdout: string; stderr: string };
+    const body = {
+      argv: opts.command,
+      ...(opts.workingDir ? { cwd: opts.workingDir } : {}),
+      ...(opts.env ? { env: opts.env } : {}),
+      timeout_seconds: timeout,
+    };
+    const run = (at: SandboxEntry) =>
+      this.call(at, 'exec', body, (timeout + 10) * 1000) as Promise<{
+        exit_code: number;
+        stdout: string;
+        stderr: string;
+      }>;
+    let out;
+    try {
+      out = await run(e);
+    } catch (err) {
+      // Its own node could not wake it (full, or draining before the fleet saw it): the command wakes it where a copy
+      // of its record is, and runs there.
+      // An exec that reached the guest never ends in a 429, so the command has not run.
+      const why = e.phase === 'Suspended' && e.hibernationCheckpoint ? movedBecause(err) : undefined;
+      if (why !== 'full' && why !== 'draining') throw err;
+      onMoved(await this.resumeElsewhereOr(err, e, e.hibernationCheckpoint!, why));
+      out = await run(this.store.get(e.key) ?? e);
+    }
     return {
       apiVersion: SANDBOX_API_VERSION,
       kind: 'SandboxExecResult',
@@ -416,4 +451,16 @@ export class SandboxActions {
       stderr: out.stderr,
     };
   }
+}
+
+/**
+ * Whether a node's refusal to wake a hibernated sandbox lets it resume elsewhere: the node is unreachable, or it
+ * answered 429: it runs --max-claims sandboxes (`sandboxd.at-capacity`), or it started draining before the fleet saw
+ * it (`sandboxd.draining`).
+ */
+function movedBecause(err: unknown): MovedBecause | undefined {
+  if (err instanceof NodeUnreachableError) return 'unavailable';
+  if (!(err instanceof NodeHttpError) || err.status !== 429) return undefined;
+  if (err.nodeCode === 'sandboxd.draining') return 'draining';
+  return err.nodeCode === 'sandboxd.at-capacity' ? 'full' : undefined;
 }

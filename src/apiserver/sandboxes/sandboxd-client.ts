@@ -50,6 +50,8 @@ export class NodeHttpError extends SandboxError {
     readonly node: string,
     readonly status: number,
     message: string,
+    /** The node's error code on a 4xx (`sandboxd.at-capacity`, `sandboxd.draining`, …), when it sent one. */
+    readonly nodeCode?: string,
   ) {
     super('sandboxd.http', `node ${node}: HTTP ${status}: ${message}`);
   }
@@ -107,14 +109,15 @@ export class SandboxdClient {
   }
 
   /** The error of a node's answer; a 5xx's text is logged here under an incident id and withheld from callers. */
-  private httpError(node: string, status: number, text: string, method: string, path: string): NodeHttpError {
+  private httpError(node: string, status: number, body: string, method: string, path: string): NodeHttpError {
+    const { text, code } = errorOf(body);
     const relayed = relayUpstreamError(status, text, `${method} ${path.split('?')[0]}`);
     if (relayed.incident)
       (this.opts.log ?? silentLogger).error(
         { node, status, method, path, incident: relayed.incident, error: text },
         'a node answered with a server error; the client gets the incident id only',
       );
-    return new NodeHttpError(node, status, relayed.message);
+    return new NodeHttpError(node, status, relayed.message, relayed.incident ? undefined : code);
   }
 
   /** One JSON request to a node; resolves with the parsed body (undefined for 204). */
@@ -137,8 +140,7 @@ export class SandboxdClient {
         (res) => {
           readBody(res, res.statusCode && res.statusCode >= 300 ? MAX_ERROR_BODY : MAX_BODY).then((text) => {
             const status = res.statusCode ?? 0;
-            if (status < 200 || status >= 300)
-              return reject(this.httpError(node, status, errorText(text), method, path));
+            if (status < 200 || status >= 300) return reject(this.httpError(node, status, text, method, path));
             if (!text) return resolve(undefined);
             try {
               resolve(JSON.parse(text));
@@ -159,14 +161,16 @@ export class SandboxdClient {
   }
 }
 
-function errorText(text: string): string {
+/** A node's `{"error", "code"}` answer; a body that is not one is its own text (cut), without a code. */
+function errorOf(body: string): { text: string; code?: string } {
   try {
-    const v = JSON.parse(text) as { error?: unknown };
-    if (typeof v.error === 'string') return v.error;
+    const v = JSON.parse(body) as { error?: unknown; code?: unknown };
+    if (typeof v.error === 'string')
+      return { text: v.error, ...(typeof v.code === 'string' ? { code: v.code.slice(0, 100) } : {}) };
   } catch {
     // not JSON: the text itself
   }
-  return text.slice(0, 500) || 'no message';
+  return { text: body.slice(0, 500) || 'no message' };
 }
 
 function readBody(res: IncomingMessage, limit: number): Promise<string> {

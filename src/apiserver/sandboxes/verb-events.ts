@@ -40,10 +40,22 @@ export type VerbOutcome =
   | {
       verb: 'resume';
       /** Resumed on another node from its hibernation record (docs/placement.md "Resume anywhere"). */
-      moved?: { from: string; to: string; checkpoint: string; fetchedBytes?: number; draining?: boolean };
+      moved?: Moved;
     }
   | { verb: 'fork'; children: string[] }
   | { verb: 'snapshot'; snapshotID: string; name?: string; nodeName: string };
+
+/** Why a hibernated sandbox resumed on another node: its own node is gone, draining, or runs all it may. */
+export type MovedBecause = 'unavailable' | 'draining' | 'full';
+
+/** Where a hibernated sandbox resumed, from which record, and whether the record was fetched (its bytes). */
+export interface Moved {
+  from: string;
+  to: string;
+  checkpoint: string;
+  fetchedBytes?: number;
+  why: MovedBecause;
+}
 
 /** The Event one successful verb stands for. Pure. */
 export function verbSucceededEvent(o: VerbOutcome, user: string): EventSpec {
@@ -64,7 +76,7 @@ export function verbSucceededEvent(o: VerbOutcome, user: string): EventSpec {
           type: 'Normal',
           reason: SandboxVerbReasons.resumedElsewhere,
           action: 'Resume',
-          note: `Resumed ${by} on node ${o.moved.to}: node ${o.moved.from} is ${o.moved.draining ? 'draining' : 'unavailable'}; from hibernation record ${o.moved.checkpoint}, ${o.moved.fetchedBytes !== undefined ? `fetched from a peer (${o.moved.fetchedBytes} bytes)` : 'held there'}`,
+          note: `Resumed ${by} on node ${o.moved.to}: node ${o.moved.from} is ${o.moved.why}; from hibernation record ${o.moved.checkpoint}, ${o.moved.fetchedBytes !== undefined ? `fetched from a peer (${o.moved.fetchedBytes} bytes)` : 'held there'}`,
         };
       return { type: 'Normal', reason: SandboxVerbReasons.resumed, action: 'Resume', note: `Resumed ${by}` };
     case 'fork':

@@ -43,6 +43,28 @@ export class PeerClient {
     return res.statusCode ?? 0;
   }
 
+  /**
+   * Delete checkpoint `id` on each of `peers` (best effort, in parallel, `no_forward` so it goes no further):
+   * whether any of them had it. A peer that is down or fails is passed to `failed` and keeps its copy until
+   * --checkpoint-ttl-hours ages it out.
+   */
+  async deleteCheckpointOn(
+    peers: string[],
+    id: string,
+    failed: (peer: string, err: unknown) => void,
+  ): Promise<boolean> {
+    const path = `/v1/checkpoints/${encodeURIComponent(id)}?no_forward=1`;
+    const answers = await Promise.all(
+      peers.map((peer) =>
+        this.status(peer, 'DELETE', path, 2000).catch((err: unknown) => {
+          failed(peer, err);
+          return 0;
+        }),
+      ),
+    );
+    return answers.includes(204);
+  }
+
   /** A short error body (what the peer said), at most 4 KiB of it. */
   static async errorText(res: IncomingMessage): Promise<string> {
     let text = '';

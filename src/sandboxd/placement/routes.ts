@@ -130,19 +130,10 @@ export function registerCheckpointRoutes(
     p.owners?.forget(id!);
     let remote = false;
     const forwarded = url.searchParams.get('no_forward') === '1';
-    if (!forwarded && p.client && p.peers) {
-      // Best effort: a peer that is down keeps its copy until --checkpoint-ttl-hours ages it out.
-      const path = `/v1/checkpoints/${encodeURIComponent(id!)}?no_forward=1`;
-      const answers = await Promise.all(
-        p.peers().map((peer) =>
-          p.client!.status(peer, 'DELETE', path, 2000).catch((err: unknown) => {
-            log.warn({ err, peer, checkpoint: id }, 'could not forward a checkpoint delete; that peer keeps its copy');
-            return 0;
-          }),
-        ),
+    if (!forwarded && p.client && p.peers)
+      remote = await p.client.deleteCheckpointOn(p.peers(), id!, (peer, err) =>
+        log.warn({ err, peer, checkpoint: id }, 'could not forward a checkpoint delete; that peer keeps its copy'),
       );
-      remote = answers.includes(204);
-    }
     if (!local && !remote) throw new SandboxError('sandboxd.not-found', `checkpoint ${id} not found`);
     res.writeHead(204).end();
   });
