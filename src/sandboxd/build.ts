@@ -14,6 +14,7 @@ import { OwnerDirectory } from './placement/owners.js';
 import { PeerClient } from './placement/peer-client.js';
 import { Replicator } from './placement/replicate.js';
 import { startVirtualNodes, type VirtualNodes } from './vk/index.js';
+import { RecordHandoff } from './placement/handoff.js';
 import { selfSignedKubeletCert } from './vk/serving-cert.js';
 import { vmMemoryGauge } from './vm-metrics.js';
 import { join } from 'node:path';
@@ -210,6 +211,20 @@ export async function buildSandboxd(config: SandboxdConfig, baseLog: Logger): Pr
         if (cordoned) drain.start(`node/${node}`);
         else drain.stop(`node/${node}`);
       },
+      // Where hibernations are published for peers, `kubectl drain` keeps an evicted Pod's sandbox for its
+      // replacement (docs/virtual-kubelet.md "Draining the node").
+      ...(replicating
+        ? {
+            handoff: new RecordHandoff({
+              engine,
+              client: peerClient,
+              peers: () => peers.addresses(),
+              self: () => engine.advertiseAddr,
+              ...(puller ? { puller } : {}),
+              logger: placementLog,
+            }),
+          }
+        : {}),
       logger: log,
     });
     log.info({ nodes: vk.nodes }, 'virtual-kubelet nodes registered');

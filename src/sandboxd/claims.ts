@@ -42,6 +42,12 @@ export interface SandboxRecord {
    * `hibernation`), copied to peers, from which another node can resume it (docs/placement.md "Resume anywhere").
    */
   hibernationCheckpoint?: string;
+  /**
+   * Its Pod was evicted while the node drained and the claim stays here hibernated, for the replacement Pod to resume
+   * from its hibernation record on whichever node it lands (vk/pod-handoff.ts); released when that record is
+   * consumed (deleted by the peer that resumed it), adopted again if the replacement lands here.
+   */
+  handedOff?: true;
   /** This claim is a sandbox resumed here from a hibernation record: the node and claim it was before. */
   resumedFrom?: { node: string; claimId: string };
   /**

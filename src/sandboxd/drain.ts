@@ -27,6 +27,10 @@
  * `copied` those whose record has every copy the replicator wants (its last count). `done` means nothing runs here
  * any more; the node's disk may go once `copied` equals `hibernated` too (docs/sandboxd.md "Draining").
  *
+ * `kubectl drain` evicts the Pods of a virtual-kubelet node after its cordon: the virtual kubelet keeps an evicted
+ * Sandbox Pod's claim hibernated (`handedOff`, which the undrain does not wake) for the replacement Pod to resume from
+ * its record elsewhere (vk/pod-lifecycle.ts, placement/handoff.ts).
+ *
  * The operator's reason survives a restart (`<data-dir>/drain.json`, with the ids to wake at the undrain); a
  * cordon is read again from the Node when the virtual kubelet starts.
  */
@@ -308,7 +312,9 @@ export class NodeDrain implements ClaimAdmission {
 
   private async wakeOne(id: string): Promise<void> {
     const rec = this.engine.get(id);
-    if (rec?.hibernated) {
+    // A handed-off sandbox (its Pod was evicted, vk/pod-lifecycle.ts) waits for its replacement Pod: that one wakes
+    // it here, or resumes its record elsewhere.
+    if (rec?.hibernated && !rec.handedOff) {
       try {
         await this.engine.wake(id);
         this.log.info({ sandbox: id, claimRef: rec.claimRef, left: this.toWake.size - 1 }, 'undrain: sandbox woken');

@@ -809,7 +809,28 @@ export class NodeEngine extends EventEmitter {
   deleteCheckpoint(id: string): boolean {
     if (!this.checkpoints.delete(id)) return false;
     this.state.schedule();
+    // A handed-off claim's record deleted (consumed by the node its replacement Pod resumed on): it runs there now.
+    for (const rec of this.claims.all())
+      if (rec.handedOff && rec.hibernationCheckpoint === id) {
+        this.log.info(
+          { sandbox: rec.id, claimRef: rec.claimRef, checkpoint: id },
+          'handed-off sandbox resumed elsewhere; releasing it here',
+        );
+        void this.release(rec.id).catch((err: unknown) =>
+          this.log.warn({ err, sandbox: rec.id }, 'releasing a handed-off sandbox failed; its lease ends it'),
+        );
+      }
     return true;
+  }
+
+  /** Mark `id` handed off (SandboxRecord.handedOff), or adopted again (`false`). */
+  setHandedOff(id: string, handedOff: boolean): void {
+    const rec = this.mustGet(id);
+    if (handedOff === (rec.handedOff === true)) return;
+    if (handedOff) rec.handedOff = true;
+    else delete rec.handedOff;
+    this.claims.touch(rec);
+    this.state.schedule();
   }
 
   async claimCheckpoint(

@@ -43,6 +43,25 @@ export class PeerClient {
     return res.statusCode ?? 0;
   }
 
+  /** A GET whose answer is JSON, at most `maxBytes` of it; a non-2xx answer is an error naming the peer's message. */
+  async json(peer: string, path: string, timeoutMs: number, maxBytes = 4 << 20): Promise<unknown> {
+    const res = await this.open(peer, 'GET', path, { timeoutMs });
+    const status = res.statusCode ?? 0;
+    if (status < 200 || status >= 300)
+      throw new Error(`${peer} answered ${status}: ${await PeerClient.errorText(res)}`);
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const c of res as AsyncIterable<Buffer>) {
+      size += c.length;
+      if (size > maxBytes) {
+        res.destroy();
+        throw new Error(`${peer} answered more than ${maxBytes} bytes to GET ${path.split('?')[0]}`);
+      }
+      chunks.push(c);
+    }
+    return JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown;
+  }
+
   /**
    * Delete checkpoint `id` on each of `peers` (best effort, in parallel, `no_forward` so it goes no further):
    * whether any of them had it. A peer that is down or fails is passed to `failed` and keeps its copy until

@@ -88,9 +88,12 @@ export function registerCheckpointRoutes(
     requireOperator(who);
     // Hibernation records are not snapshots: listed only when asked for (`?kind=hibernation`, or `all`).
     const kind = url.searchParams.get('kind') ?? 'snapshot';
+    // `claim_ref`: the checkpoints of one sandbox (a replacement Pod looks for its predecessor's record, handoff.ts).
+    const ref = url.searchParams.get('claim_ref');
     const listed = engine
       .listCheckpoints()
-      .filter((ck) => kind === 'all' || (kind === 'hibernation') === (ck.kind === 'hibernation'));
+      .filter((ck) => kind === 'all' || (kind === 'hibernation') === (ck.kind === 'hibernation'))
+      .filter((ck) => ref === null || ck.claimRef === ref);
     json(res, 200, {
       checkpoints: listed.map((ck) => {
         const copies = p.replicator?.copiesOf(ck.id);
@@ -126,6 +129,8 @@ export function registerCheckpointRoutes(
 
   api.route('DELETE', '/v1/checkpoints/{id}', async (_q, res, who, [id], url) => {
     requireOperator(who);
+    // A hibernation record deleted by the peer that resumed it (a handed-off Pod's sandbox, handoff.ts) lets the
+    // claim it was taken of go too: the engine releases a handed-off claim with its record.
     const local = engine.deleteCheckpoint(id!);
     p.owners?.forget(id!);
     let remote = false;

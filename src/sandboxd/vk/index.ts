@@ -15,6 +15,7 @@ import { PodLifecycle } from './pod-lifecycle.js';
 import { PodLogs } from './pod-logs.js';
 import { watchCordons, type CordonListener } from './node-cordon.js';
 import type { Node, VirtualNodeKind } from './types.js';
+import type { RecordHandoff } from '../placement/handoff.js';
 
 export type { KubeletTls } from './kubelet-server.js';
 export type { VirtualNodeKind } from './types.js';
@@ -54,6 +55,8 @@ export interface VirtualNodesOptions {
   podResyncMs?: number;
   /** Told when one of the Nodes is cordoned or uncordoned (node-cordon.ts); sandboxd drains on it. */
   onCordon?: CordonListener;
+  /** Evicted Pods' sandboxes handed to their replacements (placement/handoff.ts); absent: released on eviction. */
+  handoff?: RecordHandoff;
 }
 
 export interface VirtualNodeInfo {
@@ -91,6 +94,7 @@ export async function startVirtualNodes(opts: VirtualNodesOptions): Promise<Virt
     logs,
     logger: log,
     ...(opts.podResyncMs ? { resyncMs: opts.podResyncMs } : {}),
+    ...(opts.handoff ? { handoff: opts.handoff } : {}),
   });
 
   const servers: KubeletServer[] = [];

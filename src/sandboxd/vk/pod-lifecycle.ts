@@ -28,6 +28,8 @@ import {
 } from '../../kube/index.js';
 import type { Logger } from '../../log/logger.js';
 import type { NodeEngine, SandboxRecord } from '../engine.js';
+import type { RecordHandoff } from '../placement/handoff.js';
+import { PodHandoff } from './pod-handoff.js';
 import { ClaimTable, type PodClaim } from './claim-table.js';
 import { claimFailure, failedStatus, runningStatus, statusDiffers, vmRequestFor, waitingStatus } from './pod-spec.js';
 import type { PodLogs } from './pod-logs.js';
@@ -50,6 +52,11 @@ export interface PodLifecycleOptions {
   logger: Logger;
   /** How often a bound pod is looked at again (VM health, lease renewal). @default 30000 */
   resyncMs?: number;
+  /**
+   * Evicted Pods' sandboxes handed to their replacements (handOff, resumeHandedOff); absent where the node does not
+   * replicate hibernation records: an evicted Pod's claim is released.
+   */
+  handoff?: RecordHandoff;
 }
 
 /** vk-cocoon's output annotation naming the VM (cocoon-common meta). */
@@ -71,6 +78,7 @@ export class PodLifecycle extends EventEmitter {
   private readonly upstreamServed = new Map<string, string>();
   private readonly controller: Controller;
   private readonly log: Logger;
+  private readonly handoff: PodHandoff | undefined;
   private readonly onReleased = (rec: SandboxRecord) => {
     if (rec.claimRef && this.opts.claims.get(rec.claimRef)) this.controller.enqueue(rec.claimRef);
   };
@@ -78,6 +86,9 @@ export class PodLifecycle extends EventEmitter {
   constructor(private readonly opts: PodLifecycleOptions) {
     super();
     this.log = opts.logger.child({ component: 'vk-pods' });
+    this.handoff =
+      opts.handoff &&
+      new PodHandoff(opts.engine, opts.handoff, (pod, type, reason, message) => this.event(pod, type, reason, message));
     this.controller = new Controller({
       name: 'vk-pods',
       workers: 8,
@@ -187,8 +198,16 @@ export class PodLifecycle extends EventEmitter {
     const logFile = this.logFile(pod);
 
     if (pod.metadata.deletionTimestamp) {
-      if (row) await this.release(row, 'the pod is being deleted', log);
-      this.opts.logs.event(logFile, 'pod deleted; microVM destroyed');
+      if (row && (await this.handoff?.keep(pod, row.claimId, log))) {
+        claims.delete(key);
+        this.opts.logs.event(
+          logFile,
+          'pod evicted while the node drains; its microVM is kept hibernated for the replacement Pod',
+        );
+      } else {
+        if (row) await this.release(row, 'the pod is being deleted', log);
+        this.opts.logs.event(logFile, 'pod deleted; microVM destroyed');
+      }
       try {
         await this.opts.client.delete(Pods, namespace, name, {
           gracePeriodSeconds: 0,
@@ -241,6 +260,17 @@ export class PodLifecycle extends EventEmitter {
       );
     }
 
+    if (!rec && !row && this.handoff)
+      rec = await this.handoff.resume(
+        pod,
+        key,
+        {
+          ...(request.ttlSeconds ? { ttlSeconds: request.ttlSeconds } : {}),
+          ...(request.idleHibernateSeconds ? { idleHibernateSeconds: request.idleHibernateSeconds } : {}),
+          ...(layers ? { network: (inherited: VmNetworkPolicy | undefined) => withLayers(inherited, layers) } : {}),
+        },
+        log,
+      );
     if (!rec) {
       const network = layers && withLayers(undefined, layers);
       try {
@@ -281,6 +311,11 @@ export class PodLifecycle extends EventEmitter {
       claims.set(this.row(pod, kind, rec, restartCount));
       this.opts.logs.event(logFile, `adopted microVM ${rec.vmId} (claim ${rec.id})`);
       log.info({ sandbox: rec.id, vm: rec.vmId }, 'pod adopted an existing claim');
+      if (rec.handedOff) {
+        // The replacement of an evicted Pod landed back here (the node was uncordoned): it takes the kept VM back.
+        engine.setHandedOff(rec.id, false);
+        if (rec.hibernated && !engine.draining) await engine.wake(rec.id);
+      }
     }
 
     let vmState: string;

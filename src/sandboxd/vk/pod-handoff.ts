@@ -1,0 +1,113 @@
+/**
+ * The virtual kubelet's half of `kubectl drain` keeping a Sandbox's state (docs/virtual-kubelet.md "Draining the
+ * node"): on the draining node, an evicted Sandbox Pod's claim is kept hibernated for its replacement (`keep`); on
+ * the node the replacement lands on, it resumes from the kept claim's hibernation record (`resume`), found by the
+ * Pod's key through placement/handoff.ts.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { VmNetworkPolicy } from '../../api/vm-network.js';
+import { controllerOf } from '../../kube/index.js';
+import type { Logger } from '../../log/logger.js';
+import type { NodeEngine, SandboxRecord } from '../engine.js';
+import type { RecordHandoff } from '../placement/handoff.js';
+import type { Pod } from './types.js';
+
+/** How long an eviction from a draining node waits for the drain to hibernate its sandbox and publish the record. */
+const HANDOFF_WAIT_MS = 90_000;
+
+type PodEvent = (pod: Pod, type: 'Normal' | 'Warning', reason: string, message: string) => void;
+
+/** Only a Sandbox's Pod is made again under the same name (its key is the claim_ref both claims share). */
+const replacedBySandbox = (pod: Pod) => controllerOf(pod)?.kind === 'Sandbox';
+
+export class PodHandoff {
+  constructor(
+    private readonly engine: NodeEngine,
+    private readonly records: RecordHandoff,
+    private readonly event: PodEvent,
+  ) {}
+
+  /**
+   * Pod `pod` (claim `claimId`) is being deleted: keep its claim hibernated with its hibernation record published,
+   * for the replacement Pod to resume on the node it lands on, instead of releasing it. Waits for the drain to
+   * hibernate it and for the record; false (release, as on any delete) when the node is not draining, the Pod has no
+   * Sandbox to replace it, or the record is not there within HANDOFF_WAIT_MS.
+   */
+  async keep(pod: Pod, claimId: string, log: Logger): Promise<boolean> {
+    const { engine } = this;
+    if (!engine.draining || !replacedBySandbox(pod)) return false;
+    const deadline = Date.now() + HANDOFF_WAIT_MS;
+    for (;;) {
+      const rec = engine.get(claimId);
+      if (!rec) return false;
+      if (rec.hibernated && rec.hibernationCheckpoint) {
+        engine.setHandedOff(rec.id, true);
+        await engine.saveState();
+        log.info(
+          { sandbox: rec.id, checkpoint: rec.hibernationCheckpoint },
+          'pod evicted from a draining node: its sandbox is kept hibernated for the replacement Pod',
+        );
+        return true;
+      }
+      if (!engine.draining || Date.now() > deadline) {
+        log.warn(
+          { sandbox: rec.id, hibernated: rec.hibernated },
+          'pod evicted from a draining node, but its hibernation record is not published; releasing it',
+        );
+        return false;
+      }
+      await sleep(200);
+    }
+  }
+
+  /**
+   * A new Pod of a Sandbox whose previous Pod was evicted from a draining node (`keep`): resume the sandbox from its
+   * hibernation record, held here or on a peer, so the Pod gets its predecessor's files, memory and processes.
+   * Undefined (a fresh VM follows) when there is no record, or the resume failed (said in a Warning Event).
+   */
+  async resume(
+    pod: Pod,
+    key: string,
+    opts: {
+      ttlSeconds?: number;
+      idleHibernateSeconds?: number;
+      network?: (inherited: VmNetworkPolicy | undefined) => VmNetworkPolicy | undefined;
+    },
+    log: Logger,
+  ): Promise<SandboxRecord | undefined> {
+    if (!replacedBySandbox(pod)) return undefined;
+    const found = await this.records.find(key).catch((err: unknown) => {
+      log.warn({ err }, 'looking for a hibernation record of the pod failed; it gets a fresh VM');
+      return undefined;
+    });
+    if (!found) return undefined;
+    try {
+      const rec = await this.records.claim(found, opts);
+      const from = `${found.origin ? `node ${found.origin}'s ` : ''}hibernation record ${found.id}`;
+      const where = found.holders.length ? `fetched from a peer, ${found.holders[0]}` : 'held here';
+      log.info(
+        { sandbox: rec.id, checkpoint: found.id, pulled: found.holders.length > 0 },
+        'pod resumed its predecessor',
+      );
+      this.event(
+        pod,
+        'Normal',
+        'SandboxResumedFromRecord',
+        `the evicted Pod's sandbox resumed here from ${from} (${where})`,
+      );
+      return rec;
+    } catch (err) {
+      log.warn(
+        { err, checkpoint: found.id },
+        'resuming the pod from its hibernation record failed; it gets a fresh VM',
+      );
+      this.event(
+        pod,
+        'Warning',
+        'SandboxRecordResumeFailed',
+        `resuming from hibernation record ${found.id} failed (${err instanceof Error ? err.message : String(err)}); starting a fresh VM`,
+      );
+      return undefined;
+    }
+  }
+}
