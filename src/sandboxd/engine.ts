@@ -823,6 +823,20 @@ export class NodeEngine extends EventEmitter {
     return true;
   }
 
+  /**
+   * Set (or with undefined, clear) `id`'s idle policy: a warm pool member's Pod gets its template's once a claim adopts
+   * it (vk/pod-spec.ts). Its idle clock starts now.
+   */
+  setIdlePolicy(id: string, seconds: number | undefined): void {
+    const rec = this.mustGet(id);
+    if (rec.idleHibernateSeconds === seconds) return;
+    if (seconds) rec.idleHibernateSeconds = seconds;
+    else delete rec.idleHibernateSeconds;
+    this.idle.touch(id);
+    this.claims.touch(rec);
+    this.state.schedule();
+  }
+
   /** Mark `id` handed off (SandboxRecord.handedOff), or adopted again (`false`). */
   setHandedOff(id: string, handedOff: boolean): void {
     const rec = this.mustGet(id);

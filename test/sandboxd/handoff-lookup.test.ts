@@ -59,24 +59,30 @@ describe('hand-off lookup: a replacement Pod finds its predecessor’s hibernati
   it('a record held here is found without asking a peer, and claimed without a pull', async () => {
     const w = setup({
       local: [
-        { id: 'ck_snap', claimRef: REF, sandboxId: 'sb_x' }, // a snapshot of the same sandbox: not a record
-        { id: 'ck_rec', kind: 'hibernation', claimRef: REF, sandboxId: 'sb_old', origin: 'node-0' },
+        { id: 'ck_fedcba9876543210', claimRef: REF, sandboxId: 'sb_x' }, // a snapshot of the same sandbox: not a record
+        { id: 'ck_0123456789abcdef', kind: 'hibernation', claimRef: REF, sandboxId: 'sb_old', origin: 'node-0' },
       ],
       peers: { '10.0.0.2:1': listed([]) },
     });
     const found = await w.handoff.find(REF);
-    assert.deepEqual(found, { id: 'ck_rec', claimRef: REF, sandboxId: 'sb_old', origin: 'node-0', holders: [] });
+    assert.deepEqual(found, {
+      id: 'ck_0123456789abcdef',
+      claimRef: REF,
+      sandboxId: 'sb_old',
+      origin: 'node-0',
+      holders: [],
+    });
     assert.deepEqual(w.asked, []);
     await w.handoff.claim(found!, { ttlSeconds: 60 });
     assert.deepEqual(w.pulled, []);
     const args = w.claimed[0]!;
-    assert.equal(args[0], 'ck_rec');
+    assert.equal(args[0], 'ck_0123456789abcdef');
     assert.deepEqual(args[2], { claimRef: REF, object: undefined });
     assert.deepEqual(args[6], { node: 'node-0', claimId: 'sb_old' });
   });
 
   it('else the peers listing it are the holders (one asked per peer, never itself), and it is pulled from them', async () => {
-    const row = { id: 'ck_rec', kind: 'hibernation', claim_ref: REF, sandbox_id: 'sb_old' };
+    const row = { id: 'ck_0123456789abcdef', kind: 'hibernation', claim_ref: REF, sandbox_id: 'sb_old' };
     const w = setup({
       peers: {
         '10.0.0.2:1': listed([row]),
@@ -84,20 +90,21 @@ describe('hand-off lookup: a replacement Pod finds its predecessor’s hibernati
         '10.0.0.4:1': { checkpoints: 'not a list' },
         '10.0.0.5:1': listed([{ ...row, origin: 'node-2' }]),
         '10.0.0.6:1': listed([{ ...row, claim_ref: 'team/other' }]),
+        '10.0.0.7:1': listed([{ ...row, id: '../../etc/passwd' }]), // a hostile peer's id is no record
       },
     });
     const found = await w.handoff.find(REF);
     assert.deepEqual(found, {
-      id: 'ck_rec',
+      id: 'ck_0123456789abcdef',
       claimRef: REF,
       sandboxId: 'sb_old',
       origin: 'node-2',
       holders: ['10.0.0.2:1', '10.0.0.5:1'],
     });
-    assert.equal(w.asked.length, 5, w.asked.join('; '));
+    assert.equal(w.asked.length, 6, w.asked.join('; '));
     assert.ok(w.asked.every((a) => a.endsWith('/v1/checkpoints?kind=hibernation&claim_ref=team%2Fagent')));
     await w.handoff.claim(found!, {});
-    assert.deepEqual(w.pulled, [{ id: 'ck_rec', from: ['10.0.0.2:1', '10.0.0.5:1'] }]);
+    assert.deepEqual(w.pulled, [{ id: 'ck_0123456789abcdef', from: ['10.0.0.2:1', '10.0.0.5:1'] }]);
   });
 
   it('no record anywhere: none (the Pod gets a fresh VM)', async () => {

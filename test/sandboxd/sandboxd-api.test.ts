@@ -134,12 +134,12 @@ describe('sandboxd HTTP API (real microVMs, in-process engine)', () => {
   it('bad input: missing/wrong token 401, tenant on operator routes 403, malformed bodies 400 naming the field', async () => {
     assert.deepEqual(await call(base, 'GET', '/v1/info', undefined, null), {
       status: 401,
-      json: { error: 'invalid api token' },
+      json: { error: 'invalid api token', code: 'sandboxd.unauthorized' },
     });
     assert.equal((await call(base, 'POST', '/v1/claim', { template: 'sandbox/minimal' }, 'wrong')).status, 401);
     assert.deepEqual(await call(base, 'GET', '/v1/info', undefined, TENANT), {
       status: 403,
-      json: { error: 'operator token required' },
+      json: { error: 'operator token required', code: 'sandboxd.forbidden' },
     });
     assert.equal((await call(base, 'PUT', '/v1/pools', { pools: [] }, TENANT)).status, 403);
 

@@ -135,6 +135,10 @@ describe('e2e: operator + sandboxd virtual nodes + microVMs', { timeout: BUILD_T
         poolManifest(ns, 'pool', 'tpl', 1),
       );
       await waitPoolReady(ns, 'pool', 1, 120_000);
+      // While it waits in the pool, the member is never suspended: its policy starts with its claim.
+      const members = engine.list().filter((r) => r.claimRef?.startsWith(`${ns}/`));
+      assert.equal(members.length, 1);
+      assert.equal(members[0]!.idleHibernateSeconds, undefined, 'a pool member has no idle policy yet');
       await env.client.create(SandboxClaims, claimManifest(ns, 'c1', 'pool'));
       const claim = await waitClaim(ns, 'c1', undefined, 60_000);
       const sbName = claim.status?.sandbox?.name;
@@ -142,7 +146,13 @@ describe('e2e: operator + sandboxd virtual nodes + microVMs', { timeout: BUILD_T
       const sb = (await getSandboxOrUndefined(ns, sbName))!;
       const podName = sb.metadata.annotations?.['agents.x-k8s.io/pod-name'] || sb.metadata.name!;
       const rec = engine.byRef(`${ns}/${podName}`)!;
-      assert.equal(rec.idleHibernateSeconds, 3, 'the policy reached the claim through the Pod');
+      assert.equal(rec.id, members[0]!.id, 'the claim adopted the pool member');
+      await eventually(() => engine.get(rec.id)?.idleHibernateSeconds, {
+        until: (s) => s === 3,
+        timeoutMs: 30_000,
+        intervalMs: 100,
+        what: 'the policy reaching the claim through the Pod once adopted',
+      });
       await cluster.kubectl(['-n', ns, 'exec', podName, '--', 'sh', '-c', 'echo kept > /root/idle-note']);
       await eventually(() => engine.get(rec.id)?.idleSuspended, {
         until: (s) => s === true,

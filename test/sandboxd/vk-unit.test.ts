@@ -111,6 +111,11 @@ describe('vmRequestFor', () => {
     const bad = vmRequestFor(pod('sandbox/base', { [idle]: 'later' }), 'sandboxd', TEMPLATES);
     assert.deepEqual(bad.ok ? undefined : bad.reason, 'InvalidSandboxRequest');
     assert.match(bad.ok ? '' : bad.message, /idle-hibernate-seconds="later" must be a whole number of seconds/);
+    // A warm pool's member waiting for a claim has no policy yet (it would be suspended while it waits).
+    const member = pod('sandbox/base', { [idle]: '120' });
+    member.metadata.labels = { 'agents.x-k8s.io/warm-pool-sandbox': 'abc123' };
+    const waiting = vmRequestFor(member, 'sandboxd', TEMPLATES);
+    assert.equal(waiting.ok && waiting.request.idleHibernateSeconds, undefined);
   });
 
   const bad: Array<{ name: string; kind: 'vk-cocoon' | 'sandboxd'; pod: Pod; reason: string; message: RegExp }> = [

@@ -261,8 +261,9 @@ export class SandboxActions {
 
   /**
    * Its node is gone, draining or full: resume the sandbox on a node that holds a copy of its hibernation record
-   * (docs/placement.md "Resume anywhere"): a claim of the record there carrying the same object and lease, which the store applies as
-   * a move of the object (one MODIFIED). The old claim is superseded: if its node comes back, it is released there.
+   * (docs/placement.md "Resume anywhere"): a claim of the record there carrying the same object and lease, which
+   * the store applies as a move of the object (one MODIFIED). The old claim is superseded: released now on a node
+   * that is up (draining, full), and on one that was gone when it comes back.
    */
   private async resumeElsewhere(e: SandboxEntry, checkpoint: string, why: MovedBecause): Promise<Moved> {
     const nodes = (this.fleet?.nodeNames() ?? []).filter((n) => n !== e.node && this.fleet!.isSynced(n));

@@ -13,6 +13,7 @@ import type { VmNetworkPolicy } from '../../api/vm-network.js';
 import type { NodeEngine, SandboxRecord } from '../engine.js';
 import type { Healer } from './heal.js';
 import type { PeerClient } from './peer-client.js';
+import { CHECKPOINT_ID } from './record.js';
 
 /** A hibernation record of one sandbox, and where it is: here (no holders) or on these peers. */
 export interface FoundRecord {
@@ -70,7 +71,8 @@ export class RecordHandoff {
               checkpoints?: ListedRow[];
             };
             const row = (body.checkpoints ?? []).find((c) => c.kind === 'hibernation' && c.claim_ref === ref);
-            return row && typeof row.id === 'string' && typeof row.sandbox_id === 'string'
+            // A peer's answer is input like any other: an id that is not a checkpoint id is no record.
+            return row && typeof row.id === 'string' && CHECKPOINT_ID.test(row.id) && typeof row.sandbox_id === 'string'
               ? {
                   peer,
                   id: row.id,

@@ -20,6 +20,16 @@ type PodEvent = (pod: Pod, type: 'Normal' | 'Warning', reason: string, message: 
 /** Only a Sandbox's Pod is made again under the same name (its key is the claim_ref both claims share). */
 const replacedBySandbox = (pod: Pod) => controllerOf(pod)?.kind === 'Sandbox';
 
+/**
+ * Deleted through the Eviction API (`kubectl drain`): the apiserver marks the Pod `DisruptionTarget` /
+ * `EvictionByEvictionAPI` before it deletes it. A plain delete (of the Pod, or of its Sandbox, whose Pod the garbage
+ * collector then deletes) has no such condition, and its sandbox is released as always: nothing would replace it.
+ */
+const evicted = (pod: Pod) =>
+  pod.status?.conditions?.some(
+    (c) => c.type === 'DisruptionTarget' && c.status === 'True' && c.reason === 'EvictionByEvictionAPI',
+  ) === true;
+
 export class PodHandoff {
   constructor(
     private readonly engine: NodeEngine,
@@ -28,14 +38,14 @@ export class PodHandoff {
   ) {}
 
   /**
-   * Pod `pod` (claim `claimId`) is being deleted: keep its claim hibernated with its hibernation record published,
+   * Pod `pod` (claim `claimId`) is being evicted: keep its claim hibernated with its hibernation record published,
    * for the replacement Pod to resume on the node it lands on, instead of releasing it. Waits for the drain to
-   * hibernate it and for the record; false (release, as on any delete) when the node is not draining, the Pod has no
-   * Sandbox to replace it, or the record is not there within HANDOFF_WAIT_MS.
+   * hibernate it and for the record; false (release, as on any delete) when the node is not draining, the Pod was
+   * deleted rather than evicted or has no Sandbox to replace it, or the record is not there within HANDOFF_WAIT_MS.
    */
   async keep(pod: Pod, claimId: string, log: Logger): Promise<boolean> {
     const { engine } = this;
-    if (!engine.draining || !replacedBySandbox(pod)) return false;
+    if (!engine.draining || !replacedBySandbox(pod) || !evicted(pod)) return false;
     const deadline = Date.now() + HANDOFF_WAIT_MS;
     for (;;) {
       const rec = engine.get(claimId);

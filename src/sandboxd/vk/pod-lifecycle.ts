@@ -336,6 +336,12 @@ export class PodLifecycle extends EventEmitter {
 
     if (layers) await this.enforcePolicies(pod, rec, layers, log);
 
+    // The idle policy follows the Pod: a warm pool member's starts when a claim adopts it (pod-spec.ts).
+    if (rec.idleHibernateSeconds !== request.idleHibernateSeconds) {
+      engine.setIdlePolicy(rec.id, request.idleHibernateSeconds);
+      log.info({ sandbox: rec.id, idleHibernateSeconds: request.idleHibernateSeconds }, 'idle policy set from the pod');
+    }
+
     if (request.renew && Date.parse(rec.deadline) - Date.now() < RENEW_BELOW_MS) {
       engine.renew(rec.id, request.ttlSeconds ?? 0);
     }

@@ -2,7 +2,7 @@
  * Pure functions between Pods and VMs: what a Pod asks for (pool key, lease) and the status that reports it.
  * Everything here is table-tested without a cluster (test/sandboxd/vk-unit.test.ts).
  */
-import { CocoonAnnotationKeys, idleSecondsAnnotation } from '../../api/keys.js';
+import { CocoonAnnotationKeys, idleSecondsAnnotation, LabelKeys } from '../../api/keys.js';
 import { SandboxError } from '../../errors.js';
 import { parsePoolKey, type PoolKey } from '../pool-key.js';
 import type { ContainerStatus, Pod, PodCondition, PodStatus, VirtualNodeKind } from './types.js';
@@ -63,7 +63,10 @@ export function vmRequestFor(pod: Pod, kind: VirtualNodeKind, knownTemplates: re
     };
   const idle = idleSecondsAnnotation(a);
   if (typeof idle === 'string') return { ok: false, reason: 'InvalidSandboxRequest', message: idle };
-  const policy = idle ? { idleHibernateSeconds: idle } : {};
+  // A warm pool's member waits to be claimed: suspending it while it waits would make the claim's first request wake
+  // it. Its policy applies once a claim adopts it (the adoption removes the pool's label from the Pod).
+  const waiting = pod.metadata.labels?.[LabelKeys.warmPoolSandbox] !== undefined;
+  const policy = idle && !waiting ? { idleHibernateSeconds: idle } : {};
   if (kind === 'vk-cocoon')
     return { ok: true, request: { key, ttlSeconds: DEFAULT_POD_TTL_SECONDS, renew: true, ...policy } };
   const rawTtl = a[CocoonAnnotationKeys.ttlSeconds]?.trim();
