@@ -588,6 +588,30 @@ export class NodeEngine extends EventEmitter {
   }
 
   /**
+   * Set (or with undefined, clear) `id`'s idle policy: a warm pool member's Pod gets its template's once a claim adopts
+   * it (vk/pod-spec.ts). Its idle clock starts now.
+   */
+  setIdlePolicy(id: string, seconds: number | undefined): void {
+    const rec = this.mustGet(id);
+    if (rec.idleHibernateSeconds === seconds) return;
+    if (seconds) rec.idleHibernateSeconds = seconds;
+    else delete rec.idleHibernateSeconds;
+    this.idle.touch(id);
+    this.claims.touch(rec);
+    this.state.schedule();
+  }
+
+  /** Mark `id` handed off (SandboxRecord.handedOff), or adopted again (`false`). */
+  setHandedOff(id: string, handedOff: boolean): void {
+    const rec = this.mustGet(id);
+    if (handedOff === (rec.handedOff === true)) return;
+    if (handedOff) rec.handedOff = true;
+    else delete rec.handedOff;
+    this.claims.touch(rec);
+    this.state.schedule();
+  }
+
+  /**
    * One sweep at a time: a sweep awaits each release (a VM's teardown), so on a busy host it can outlast the 1 s
    * tick, and a second sweep over the same expired claims would release (and count) them twice.
    */
@@ -821,30 +845,6 @@ export class NodeEngine extends EventEmitter {
         );
       }
     return true;
-  }
-
-  /**
-   * Set (or with undefined, clear) `id`'s idle policy: a warm pool member's Pod gets its template's once a claim adopts
-   * it (vk/pod-spec.ts). Its idle clock starts now.
-   */
-  setIdlePolicy(id: string, seconds: number | undefined): void {
-    const rec = this.mustGet(id);
-    if (rec.idleHibernateSeconds === seconds) return;
-    if (seconds) rec.idleHibernateSeconds = seconds;
-    else delete rec.idleHibernateSeconds;
-    this.idle.touch(id);
-    this.claims.touch(rec);
-    this.state.schedule();
-  }
-
-  /** Mark `id` handed off (SandboxRecord.handedOff), or adopted again (`false`). */
-  setHandedOff(id: string, handedOff: boolean): void {
-    const rec = this.mustGet(id);
-    if (handedOff === (rec.handedOff === true)) return;
-    if (handedOff) rec.handedOff = true;
-    else delete rec.handedOff;
-    this.claims.touch(rec);
-    this.state.schedule();
   }
 
   async claimCheckpoint(
