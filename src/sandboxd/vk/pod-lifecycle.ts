@@ -53,7 +53,7 @@ export interface PodLifecycleOptions {
   /** How often a bound pod is looked at again (VM health, lease renewal). @default 30000 */
   resyncMs?: number;
   /**
-   * Evicted Pods' sandboxes handed to their replacements (handOff, resumeHandedOff); absent where the node does not
+   * Evicted Pods' sandboxes handed to their replacements (pod-handoff.ts keep, resume); absent where the node does not
    * replicate hibernation records: an evicted Pod's claim is released.
    */
   handoff?: RecordHandoff;
