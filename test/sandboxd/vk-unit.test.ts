@@ -200,6 +200,32 @@ describe('pod status builders', () => {
     assert.equal(statusDiffers(p.status, runningStatus(p, { ...input, podAddress: '10.200.0.10' })), true);
   });
 
+  it("keeps other writers' conditions (an eviction's DisruptionTarget) in every status it writes", () => {
+    const p = pod('sandbox/minimal');
+    const input = { claimId: 'sb_1', hostAddress: '10.0.0.1', ready: true, restartCount: 0, now };
+    p.status = runningStatus(p, input);
+    const evicted = {
+      type: 'DisruptionTarget',
+      status: 'True' as const,
+      reason: 'EvictionByEvictionAPI',
+      message: 'Eviction API: evicting',
+      lastTransitionTime: now,
+    };
+    p.status = { ...p.status, conditions: [...(p.status.conditions ?? []), evicted] };
+    for (const s of [
+      runningStatus(p, { ...input, now: later }),
+      runningStatus(p, { ...input, ready: false, now: later }),
+      waitingStatus(p, 'VMStarting', 'starting', later),
+      failedStatus(p, 'SandboxGone', 'gone', later),
+    ])
+      assert.deepEqual(
+        s.conditions?.filter((c) => c.type === 'DisruptionTarget'),
+        [evicted],
+      );
+    // Re-rendering the same state with it present is no change to write (it does not fight the apiserver's).
+    assert.equal(statusDiffers(p.status, runningStatus(p, { ...input, now: later })), false);
+  });
+
   it('keeps timestamps of an unchanged status, so a re-render does not differ', () => {
     const p = pod('sandbox/minimal');
     p.status = runningStatus(p, { claimId: 'sb_1', hostAddress: '10.0.0.1', ready: true, restartCount: 0, now });

@@ -14,6 +14,12 @@ import type { Pod } from './types.js';
 
 /** How long an eviction from a draining node waits for the drain to hibernate its sandbox and publish the record. */
 const HANDOFF_WAIT_MS = 90_000;
+/**
+ * How long an eviction waits for the node to start draining: `kubectl drain` cordons the Node and then evicts at
+ * once, and the eviction can reach this kubelet's pod informer before the cordon reaches its Node watch (CI saw the
+ * Pod's deletion first). An eviction with no drain behind it (a descheduler's) is released after this.
+ */
+const DRAIN_NOTICE_MS = 10_000;
 
 type PodEvent = (pod: Pod, type: 'Normal' | 'Warning', reason: string, message: string) => void;
 
@@ -40,16 +46,25 @@ export class PodHandoff {
   /**
    * Pod `pod` (claim `claimId`) is being evicted: keep its claim hibernated with its hibernation record published,
    * for the replacement Pod to resume on the node it lands on, instead of releasing it. Waits for the drain to
-   * hibernate it and for the record; false (release, as on any delete) when the node is not draining, the Pod was
-   * deleted rather than evicted or has no Sandbox to replace it, or the record is not there within HANDOFF_WAIT_MS.
+   * hibernate it and for the record; false (release, as on any delete) when the Pod was deleted rather than evicted or
+   * has no Sandbox to replace it, the node does not start draining within DRAIN_NOTICE_MS (or stops), or the record
+   * is not there within HANDOFF_WAIT_MS.
    */
   async keep(pod: Pod, claimId: string, log: Logger): Promise<boolean> {
     const { engine } = this;
-    if (!engine.draining || !replacedBySandbox(pod) || !evicted(pod)) return false;
-    const deadline = Date.now() + HANDOFF_WAIT_MS;
+    if (!replacedBySandbox(pod) || !evicted(pod)) return false;
+    const started = Date.now();
     for (;;) {
       const rec = engine.get(claimId);
       if (!rec) return false;
+      if (!engine.draining) {
+        if (Date.now() - started < DRAIN_NOTICE_MS) {
+          await sleep(100);
+          continue;
+        }
+        log.info({ sandbox: rec.id }, 'pod evicted, but its node is not draining; releasing its sandbox');
+        return false;
+      }
       if (rec.hibernated && rec.hibernationCheckpoint) {
         engine.setHandedOff(rec.id, true);
         await engine.saveState();
@@ -59,7 +74,7 @@ export class PodHandoff {
         );
         return true;
       }
-      if (!engine.draining || Date.now() > deadline) {
+      if (Date.now() - started > HANDOFF_WAIT_MS) {
         log.warn(
           { sandbox: rec.id, hibernated: rec.hibernated },
           'pod evicted from a draining node, but its hibernation record is not published; releasing it',

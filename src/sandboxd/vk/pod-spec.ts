@@ -133,6 +133,24 @@ function condition(
   };
 }
 
+/** The conditions this kubelet writes; any other type on a Pod is someone else's. */
+const OWN_CONDITIONS = new Set([
+  'PodReadyToStartContainers',
+  'Initialized',
+  'Ready',
+  'ContainersReady',
+  'PodScheduled',
+]);
+
+/**
+ * `own` followed by the Pod's conditions of other types, kept as they are: a status patch replaces the whole list, and
+ * a kubelet keeps what others set (the apiserver's `DisruptionTarget` on an eviction, which the hand-off reads;
+ * readiness gates' conditions).
+ */
+function keepingOthers(prev: PodStatus | undefined, own: PodCondition[]): PodCondition[] {
+  return [...own, ...(prev?.conditions ?? []).filter((c) => !OWN_CONDITIONS.has(c.type))];
+}
+
 /**
  * Status of a Pod whose VM runs: Running, Ready per the VM, one running container status per spec container, the VM's
  * address as the pod's IP.
@@ -165,7 +183,7 @@ export function runningStatus(pod: Pod, input: RunningInput): PodStatus {
     podIP,
     podIPs: [{ ip: podIP }],
     startTime: prev?.startTime ?? input.now,
-    conditions: [
+    conditions: keepingOthers(prev, [
       condition(prev, 'PodReadyToStartContainers', true, input.now),
       condition(prev, 'Initialized', true, input.now),
       condition(
@@ -178,7 +196,7 @@ export function runningStatus(pod: Pod, input: RunningInput): PodStatus {
       ),
       condition(prev, 'ContainersReady', input.ready, input.now, notReady),
       condition(prev, 'PodScheduled', true, input.now),
-    ],
+    ]),
     containerStatuses,
   };
 }
@@ -190,13 +208,13 @@ export function waitingStatus(pod: Pod, reason: string, message: string, now: st
     phase: 'Pending',
     reason: null,
     message: null,
-    conditions: [
+    conditions: keepingOthers(prev, [
       condition(prev, 'PodReadyToStartContainers', false, now),
       condition(prev, 'Initialized', true, now),
       condition(prev, 'Ready', false, now, 'ContainersNotReady', message),
       condition(prev, 'ContainersReady', false, now, 'ContainersNotReady', message),
       condition(prev, 'PodScheduled', true, now),
-    ],
+    ]),
     containerStatuses: pod.spec.containers.map((c) => ({
       name: c.name,
       image: c.image ?? '',
@@ -216,13 +234,13 @@ export function failedStatus(pod: Pod, reason: string, message: string, now: str
     phase: 'Failed',
     reason,
     message,
-    conditions: [
+    conditions: keepingOthers(prev, [
       condition(prev, 'PodReadyToStartContainers', false, now),
       condition(prev, 'Initialized', true, now),
       condition(prev, 'Ready', false, now, 'PodFailed', message),
       condition(prev, 'ContainersReady', false, now, 'PodFailed', message),
       condition(prev, 'PodScheduled', true, now),
-    ],
+    ]),
     containerStatuses: pod.spec.containers.map((c) => {
       const old = prev?.containerStatuses?.find((s) => s.name === c.name);
       return {
